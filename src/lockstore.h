@@ -1,0 +1,134 @@
+/* lockstore.h - the lock store interface (one vtable, several backends)
+ *
+ * A store keeps the locks of plans (lockplan.h) for one or many mounts.
+ * The lock manager (lockmgr.h) drives it and never knows which backend it
+ * is: mem (in-process table, lockstore_mem.c) or es (an Elasticsearch or
+ * OpenSearch index shared by many hosts, lockstore_es.c).
+ *
+ * Protocol, per plan:
+ *
+ *   try_acquire --0--> (rename) --> release
+ *        |
+ *        +--(-EAGAIN: conflict, nothing held)--> wait --> try_acquire ...
+ *        +--(-ENOLCK: store failed, nothing held)--> give up or retry
+ *   give up while waiting --> abandon (drops this holder's waiter marks)
+ *
+ * All-or-nothing: try_acquire either takes every item of the plan or none,
+ * and never waits while holding, so two plans cannot deadlock.
+ *
+ * Fairness: a refused request leaves a *waiter mark* (its age and modes) on
+ * the plan's keys. A request is refused on a key held in an incompatible
+ * mode, or marked by an OLDER waiter in an incompatible mode. The oldest
+ * request is thus only ever blocked by holders, which always finish, so
+ * nothing starves and nothing deadlocks: a rename waits at most for the
+ * renames that held or waited for its keys when it started.
+ *
+ * Thread rules: every op may be called from many threads at once.
+ */
+#ifndef TREELOCKFS_LOCKSTORE_H
+#define TREELOCKFS_LOCKSTORE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "lockplan.h"
+
+struct tl_config;
+struct lockstore;
+
+/* One rename (or entry op) as a lock holder. Filled by lockmgr before the
+ * first try_acquire; stores may use the scratch fields. */
+struct tl_holder {
+	uint64_t ticket;       /* age: smaller is older; unique in this process */
+	int64_t start_ms;      /* wall clock at the first attempt (for display) */
+	uint32_t pid;          /* requesting process on this host, 0 if unknown */
+	char id[96];           /* unique holder id: "<owner>#<ticket>" */
+	uint64_t gen;          /* store scratch: change counter seen at refusal */
+	bool marked;           /* store scratch: waiter marks left in the store */
+	void *priv;            /* store scratch, freed by release/abandon */
+};
+
+/* Why a try_acquire was refused, for logs. */
+struct tl_conflict {
+	char key[256];         /* the contended key (truncated) */
+	char holder[128];      /* who holds or waits for it: "host:pid ..." */
+	int64_t held_ms;       /* for how long, if known, else -1 */
+};
+
+/* One row of a listing (treelockctl locks, .treelockfs/locks). */
+struct tl_lock_info {
+	char *key;
+	enum tl_lock_mode mode;
+	unsigned int count;    /* shared holders, 1 for exclusive */
+	char *holders;         /* "owner#n, owner#m" */
+	int64_t age_ms;        /* since it was taken, -1 if unknown */
+	unsigned int waiters;
+};
+
+struct lockstore_ops {
+	const char *name;
+
+	/* Starts background work (lease heartbeat). Called once after the
+	 * process daemonised, before the first request. May be NULL. */
+	int (*start)(struct lockstore *st);
+
+	/* Takes every item of PLAN for H, or none. Returns 0 (all held),
+	 * -EAGAIN (a conflict: nothing held, WHY filled, waiter marks left),
+	 * -ENOLCK (the store failed or refused us: nothing held). */
+	int (*try_acquire)(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h,
+			   struct tl_conflict *why);
+
+	/* Blocks until a retry may succeed or until DEADLINE (CLOCK_MONOTONIC).
+	 * ATTEMPT counts refusals so far (for backoff). Returns 0 or
+	 * -ETIMEDOUT. May be NULL: lockmgr then sleeps a jittered exponential
+	 * backoff. */
+	int (*wait)(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h,
+		    unsigned int attempt, const struct timespec *deadline);
+
+	/* Drops H's waiter marks after it gave up. Can't fail (best effort). */
+	void (*abandon)(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h);
+
+	/* Releases every item of PLAN held by H, longest path first. Returns
+	 * 0 or -ENOLCK (what could not be released expires with the lease). */
+	int (*release)(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h);
+
+	/* True while this mount's lease is fresh enough to act on its locks
+	 * (fencing). May be NULL: always fresh (the mem store). */
+	bool (*lease_fresh)(struct lockstore *st);
+
+	/* Lists the locks under PREFIX ("/" or NULL for all). Writes a new
+	 * array to *OUT (free with lockstore_free_list()). Returns 0 or -errno. */
+	int (*list)(struct lockstore *st, const char *prefix, struct tl_lock_info **out,
+		    size_t *n);
+
+	/* Store round trips so far (0 for the mem store). May be NULL. */
+	uint64_t (*requests)(struct lockstore *st);
+
+	/* Stops background work and frees the store; accepts NULL. */
+	void (*close)(struct lockstore *st);
+};
+
+/* Every backend embeds this as its first member. */
+struct lockstore {
+	const struct lockstore_ops *ops;
+	const struct tl_config *cfg;
+};
+
+/* Opens the store named by cfg->lock_store. For es this checks the cluster
+ * and bootstraps the index (no threads yet: start() comes later). Returns 0,
+ * -EINVAL (bad configuration, logged), -ENOLCK (store unreachable or
+ * refusing, logged), -ENOMEM. */
+int lockstore_open(const struct tl_config *cfg, struct lockstore **out);
+
+/* Closes ST; accepts NULL. */
+void lockstore_close(struct lockstore *st);
+
+void lockstore_free_list(struct tl_lock_info *list, size_t n);
+
+/* The one place store failures become errno for users:
+ * conflict until the deadline -> EBUSY; store unreachable, refusing,
+ * misbehaving or our lease lost -> ENOLCK. */
+int lockstore_errno(int store_err);
+
+#endif /* TREELOCKFS_LOCKSTORE_H */

@@ -1,0 +1,77 @@
+/* log.c - stderr or syslog sink, see log.h */
+#include <config.h>
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+
+#include "log.h"
+
+int tl_log_level = LOG_NOTICE;
+static const char *log_progname = "treelockfs";
+static bool log_syslog;
+
+static const char *const level_names[] = {
+	[LOG_EMERG] = "emerg", [LOG_ALERT] = "alert",   [LOG_CRIT] = "crit",
+	[LOG_ERR] = "err",     [LOG_WARNING] = "warning", [LOG_NOTICE] = "notice",
+	[LOG_INFO] = "info",   [LOG_DEBUG] = "debug",
+};
+
+void tl_log_init(const char *progname, int level)
+{
+	if (progname)
+		log_progname = progname;
+	tl_log_level = level;
+}
+
+void tl_log_use_syslog(void)
+{
+	openlog(log_progname, LOG_PID | LOG_NDELAY, LOG_DAEMON);
+	log_syslog = true;
+}
+
+int tl_log_parse_level(const char *name)
+{
+	char *end;
+	long n;
+	int i;
+
+	if (!name || !*name)
+		return -1;
+	for (i = LOG_ERR; i <= LOG_DEBUG; i++)
+		if (strcmp(name, level_names[i]) == 0)
+			return i;
+	if (strcmp(name, "error") == 0)
+		return LOG_ERR;
+	if (strcmp(name, "warn") == 0)
+		return LOG_WARNING;
+	n = strtol(name, &end, 10);
+	if (*end == '\0' && n >= LOG_ERR && n <= LOG_DEBUG)
+		return (int)n;
+	return -1;
+}
+
+const char *tl_log_level_name(int level)
+{
+	if (level < 0 || level > LOG_DEBUG)
+		return "?";
+	return level_names[level];
+}
+
+void tl_log_write(int level, const char *fmt, ...)
+{
+	char buf[2048];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	if (log_syslog) {
+		syslog(level, "%s", buf);
+		return;
+	}
+	/* One fprintf per line keeps lines whole across threads. */
+	fprintf(stderr, "%s: %s: %s\n", log_progname, tl_log_level_name(level), buf);
+}

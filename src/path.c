@@ -1,0 +1,137 @@
+/* path.c - lock keys, see path.h */
+#include <config.h>
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "path.h"
+#include "sha256.h"
+
+int path_normalise(const char *in, char **out)
+{
+	size_t len, i, o;
+	char *p;
+
+	*out = NULL;
+	if (!in || in[0] != '/')
+		return -EINVAL;
+	len = strlen(in);
+	if (len >= PATH_MAX)
+		return -ENAMETOOLONG;
+	p = malloc(len + 1);
+	if (!p)
+		return -ENOMEM;
+	o = 0;
+	for (i = 0; i < len;) {
+		size_t start, clen;
+
+		while (i < len && in[i] == '/')
+			i++;
+		if (i == len)
+			break;
+		start = i;
+		while (i < len && in[i] != '/')
+			i++;
+		clen = i - start;
+		if ((clen == 1 && in[start] == '.') ||
+		    (clen == 2 && in[start] == '.' && in[start + 1] == '.')) {
+			free(p);
+			return -EINVAL;
+		}
+		p[o++] = '/';
+		memcpy(p + o, in + start, clen);
+		o += clen;
+	}
+	if (o == 0)
+		p[o++] = '/';
+	p[o] = '\0';
+	*out = p;
+	return 0;
+}
+
+bool path_is_normal(const char *p)
+{
+	char *n;
+	bool same;
+
+	if (path_normalise(p, &n) != 0)
+		return false;
+	same = strcmp(n, p) == 0;
+	free(n);
+	return same;
+}
+
+size_t path_depth(const char *p)
+{
+	size_t d = 0;
+
+	if (p[0] != '/' || p[1] == '\0')
+		return 0;
+	for (; *p; p++)
+		if (*p == '/')
+			d++;
+	return d;
+}
+
+size_t path_parent_len(const char *p, size_t len)
+{
+	if (len <= 1)
+		return 0;
+	while (len > 0 && p[len - 1] != '/')
+		len--;
+	/* len now counts up to and including the last '/' */
+	return len <= 1 ? 1 : len - 1;
+}
+
+bool path_is_ancestor(const char *anc, const char *p)
+{
+	size_t n = strlen(anc);
+
+	if (anc[0] != '/' || p[0] != '/')
+		return false;
+	if (n == 1)
+		return p[1] != '\0';
+	return strncmp(anc, p, n) == 0 && p[n] == '/';
+}
+
+int path_cmp(const char *a, const char *b)
+{
+	bool pa = a[0] == '/', pb = b[0] == '/';
+	size_t da, db;
+	int c;
+
+	if (pa != pb)
+		return pa ? 1 : -1;
+	da = path_depth(a);
+	db = path_depth(b);
+	if (da != db)
+		return da < db ? -1 : 1;
+	c = strcmp(a, b); /* strcmp compares as unsigned char */
+	return c < 0 ? -1 : c > 0;
+}
+
+const char *path_rel(const char *p)
+{
+	return p[1] == '\0' ? "." : p + 1;
+}
+
+int path_lock_id(const char *key, char **out)
+{
+	static const char prefix[] = "sha256:";
+	size_t len = strlen(key);
+	char *id;
+
+	if (len > 0 && len <= PATH_ID_MAX) {
+		*out = strdup(key);
+		return *out ? 0 : -ENOMEM;
+	}
+	id = malloc(sizeof(prefix) - 1 + SHA256_HEX_LEN + 1);
+	if (!id)
+		return -ENOMEM;
+	memcpy(id, prefix, sizeof(prefix) - 1);
+	sha256_hex(key, len, id + sizeof(prefix) - 1);
+	*out = id;
+	return 0;
+}

@@ -1,0 +1,52 @@
+/* path.h - lock keys: normalisation, ancestors, order, lock ids
+ *
+ * A lock key is a path relative to the mount root, starting with '/', with
+ * no empty, "." or ".." component and no trailing '/'; the root is "/".
+ * Any byte but NUL may appear in a component (spaces, newlines, '%', UTF-8
+ * or not): keys are byte strings, never interpreted as text.
+ *
+ * Nothing here does I/O or takes locks; every function is thread-safe.
+ */
+#ifndef TREELOCKFS_PATH_H
+#define TREELOCKFS_PATH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* The longest id Elasticsearch accepts, in bytes. */
+#define PATH_ID_MAX 512
+
+/* Normalises IN into a new string in *OUT (caller frees): collapses
+ * repeated slashes and drops a trailing one. Returns 0, -EINVAL when IN is
+ * not absolute or has a "." or ".." component, -ENAMETOOLONG when it is
+ * PATH_MAX bytes or longer, -ENOMEM. */
+int path_normalise(const char *in, char **out);
+
+/* True when P is a normalised key (see above). */
+bool path_is_normal(const char *p);
+
+/* Number of components: 0 for "/", 2 for "/a/b". */
+size_t path_depth(const char *p);
+
+/* Length of the parent of the first LEN bytes of P: "/a/b" -> 2 ("/a"),
+ * "/a" -> 1 ("/"), "/" -> 0 (no parent). */
+size_t path_parent_len(const char *p, size_t len);
+
+/* True when ANC is a proper ancestor of P ("/" is one of every other key). */
+bool path_is_ancestor(const char *anc, const char *p);
+
+/* The total order of lock acquisition: fewer components first, then
+ * bytewise (unsigned). Ancestors therefore come before descendants, and
+ * reversing the order releases the longest paths first. Keys that are not
+ * paths (such as "global") sort before every path. */
+int path_cmp(const char *a, const char *b);
+
+/* The path relative to the backing directory: "." for "/", else P + 1. */
+const char *path_rel(const char *p);
+
+/* The document id for KEY in a lock store limited to PATH_ID_MAX bytes:
+ * KEY itself when it fits, else "sha256:" and the hex digest of KEY.
+ * Writes a new string to *OUT (caller frees). Returns 0 or -ENOMEM. */
+int path_lock_id(const char *key, char **out);
+
+#endif /* TREELOCKFS_PATH_H */
