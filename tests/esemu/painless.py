@@ -1,0 +1,2066 @@
+"""A small Painless interpreter for the Elasticsearch emulator.
+
+This is a real tokenizer, parser and tree-walking evaluator for the subset of
+Painless (Elasticsearch's scripting language) that update scripts use.  It is
+not a Groovy or JavaScript evaluator: anything outside the subset is refused
+with a compile error, exactly as Elasticsearch refuses a script it cannot
+compile, and never silently ignored.
+
+Fidelity choices
+----------------
+* Values use Java semantics.  A Python ``int`` is a Java ``Integer`` (32-bit,
+  wraps on overflow), :class:`JLong` is a ``Long`` (64-bit), ``float`` is a
+  ``Double``, ``str`` a ``String``, ``dict`` a ``HashMap``, ``list`` an
+  ``ArrayList`` and ``None`` is ``null``.  JSON numbers from ``_source`` or
+  ``params`` that fit in 32 bits are Integers, others Longs, as Jackson does.
+  So ``ctx._source.lock_count++`` on a JSON int stays an int, and integer
+  division truncates toward zero.
+* ``==``/``!=`` on ``def`` values are ``equals()`` with numeric promotion, as
+  in Painless; ``<``/``>`` on non-numbers throw ``ClassCastException``.
+* Compile errors (unknown symbols, Groovy's ``assert``, statements that are
+  not statements, unreachable code, string escapes other than ``\\\\`` and the
+  quote) raise :class:`CompileError`; runtime failures raise
+  :class:`ScriptRuntimeError` carrying the Java exception type name
+  (``null_pointer_exception``, ``illegal_state_exception``, ...).  The server
+  turns both into Elasticsearch's ``script_exception`` error bodies.
+* Loops are capped at 1,000,000 iterations like Painless' loop counter.
+* Compiled scripts are cached per source string.
+"""
+
+import math
+import threading
+import time
+
+INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
+LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1
+MAX_LOOP = 1000000
+
+
+class JLong(int):
+    """A Java long (a plain Python int is a Java int)."""
+
+    def __repr__(self):
+        return "JLong(%d)" % int(self)
+
+
+def wrap_int(v):
+    v &= 0xFFFFFFFF
+    return v - (1 << 32) if v & 0x80000000 else v
+
+
+def wrap_long(v):
+    v &= 0xFFFFFFFFFFFFFFFF
+    return JLong(v - (1 << 64) if v & (1 << 63) else v)
+
+
+def from_json(v):
+    """Convert a decoded JSON value into script values (int vs long)."""
+    if isinstance(v, bool) or v is None or isinstance(v, (str, float)):
+        return v
+    if isinstance(v, int):
+        return v if INT_MIN <= v <= INT_MAX else JLong(v)
+    if isinstance(v, dict):
+        return {k: from_json(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [from_json(x) for x in v]
+    return v
+
+
+def to_json(v):
+    """Convert script values back into JSON-serialisable values."""
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return v
+    if isinstance(v, int):
+        return int(v)
+    if isinstance(v, float):
+        if math.isnan(v) or math.isinf(v):
+            return str(v)
+        return v
+    if isinstance(v, dict):
+        return {str(k) if not isinstance(k, str) else k: to_json(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple, KeySet)):
+        return [to_json(x) for x in v]
+    if isinstance(v, Entry):
+        return {to_str(v.key): to_json(v.value)}
+    if isinstance(v, JavaException):
+        return to_str(v)
+    return str(v)
+
+
+# --------------------------------------------------------------------------
+# errors
+
+
+class CompileError(Exception):
+    def __init__(self, message, offset, exc_type="illegal_argument_exception"):
+        Exception.__init__(self, message)
+        self.message = message
+        self.offset = offset
+        self.exc_type = exc_type
+
+
+class ScriptRuntimeError(Exception):
+    """A Java exception escaping the script."""
+
+    def __init__(self, exc_type, message, offset=None):
+        Exception.__init__(self, message)
+        self.exc_type = exc_type
+        self.message = message
+        self.offset = offset
+
+
+class JavaException(object):
+    """An exception object created by ``new XxxException(msg)`` in a script."""
+
+    def __init__(self, cls, message):
+        self.cls = cls
+        self.message = message
+
+    @property
+    def type_name(self):
+        return EXCEPTION_CLASSES[self.cls]
+
+
+EXCEPTION_CLASSES = {
+    "IllegalStateException": "illegal_state_exception",
+    "IllegalArgumentException": "illegal_argument_exception",
+    "UnsupportedOperationException": "unsupported_operation_exception",
+    "RuntimeException": "runtime_exception",
+    "Exception": "exception",
+    "ArithmeticException": "arithmetic_exception",
+    "NullPointerException": "null_pointer_exception",
+    "IndexOutOfBoundsException": "index_out_of_bounds_exception",
+    "ClassCastException": "class_cast_exception",
+    "NumberFormatException": "number_format_exception",
+}
+
+JAVA_CLASS_NAMES = {
+    "IllegalStateException": "java.lang.IllegalStateException",
+    "IllegalArgumentException": "java.lang.IllegalArgumentException",
+}
+
+
+def rt(exc_type, message):
+    return ScriptRuntimeError(exc_type, message)
+
+
+def npe(message=None):
+    return ScriptRuntimeError("null_pointer_exception", message)
+
+
+# --------------------------------------------------------------------------
+# Java-like helpers
+
+
+def java_class(v):
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "java.lang.Boolean"
+    if isinstance(v, JLong):
+        return "java.lang.Long"
+    if isinstance(v, int):
+        return "java.lang.Integer"
+    if isinstance(v, float):
+        return "java.lang.Double"
+    if isinstance(v, str):
+        return "java.lang.String"
+    if isinstance(v, dict):
+        return "java.util.HashMap"
+    if isinstance(v, list):
+        return "java.util.ArrayList"
+    if isinstance(v, KeySet):
+        return "java.util.HashMap$KeySet"
+    if isinstance(v, Entry):
+        return "java.util.HashMap$Node"
+    if isinstance(v, JavaException):
+        return "java.lang." + v.cls
+    if isinstance(v, Ctx):
+        return "java.util.HashMap"
+    return "java.lang.Object"
+
+
+def fmt_double(v):
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "Infinity" if v > 0 else "-Infinity"
+    if v == int(v) and abs(v) < 1e7:
+        return "%.1f" % v
+    r = repr(v)
+    if "e" in r:
+        m, e = r.split("e")
+        if "." not in m:
+            m += ".0"
+        return "%sE%d" % (m, int(e))
+    return r
+
+
+def to_str(v):
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return fmt_double(v)
+    if isinstance(v, int):
+        return str(int(v))
+    if isinstance(v, str):
+        return v
+    if isinstance(v, dict):
+        return "{" + ", ".join("%s=%s" % (to_str(k), to_str(x)) for k, x in v.items()) + "}"
+    if isinstance(v, (list, KeySet)):
+        return "[" + ", ".join(to_str(x) for x in v) + "]"
+    if isinstance(v, Entry):
+        return "%s=%s" % (to_str(v.key), to_str(v.value))
+    if isinstance(v, JavaException):
+        return "java.lang.%s: %s" % (v.cls, v.message) if v.message is not None else "java.lang." + v.cls
+    if isinstance(v, Ctx):
+        return to_str(v.as_map())
+    return str(v)
+
+
+def is_num(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def num_kind(a, b):
+    if isinstance(a, float) or isinstance(b, float):
+        return "d"
+    if isinstance(a, JLong) or isinstance(b, JLong):
+        return "l"
+    return "i"
+
+
+def arith(op, a, b):
+    if op == "+" and (isinstance(a, str) or isinstance(b, str)):
+        return to_str(a) + to_str(b)
+    if a is None or b is None:
+        raise npe()
+    if not (is_num(a) and is_num(b)):
+        if op in ("&", "|", "^") and isinstance(a, bool) and isinstance(b, bool):
+            return {"&": a and b, "|": a or b, "^": a != b}[op]
+        raise rt("class_cast_exception",
+                 "Cannot apply [%s] operation to types [%s] and [%s]." % (op, java_class(a), java_class(b)))
+    k = num_kind(a, b)
+    if k == "d":
+        a, b = float(a), float(b)
+        if op == "+":
+            return a + b
+        if op == "-":
+            return a - b
+        if op == "*":
+            return a * b
+        if op == "/":
+            if b == 0:
+                if a == 0 or math.isnan(a):
+                    return float("nan")
+                return math.copysign(float("inf"), a) * math.copysign(1.0, b)
+            return a / b
+        if op == "%":
+            if b == 0:
+                return float("nan")
+            return math.fmod(a, b)
+        raise rt("class_cast_exception",
+                 "Cannot apply [%s] operation to types [java.lang.Double] and [java.lang.Double]." % op)
+    wrap = wrap_long if k == "l" else wrap_int
+    a, b = int(a), int(b)
+    if op == "+":
+        return wrap(a + b)
+    if op == "-":
+        return wrap(a - b)
+    if op == "*":
+        return wrap(a * b)
+    if op in ("/", "%"):
+        if b == 0:
+            raise rt("arithmetic_exception", "/ by zero")
+        q = abs(a) // abs(b)
+        if (a < 0) != (b < 0):
+            q = -q
+        if op == "/":
+            return wrap(q)
+        return wrap(a - q * b)
+    if op == "&":
+        return wrap(a & b)
+    if op == "|":
+        return wrap(a | b)
+    if op == "^":
+        return wrap(a ^ b)
+    bits = 63 if k == "l" else 31
+    if op == "<<":
+        return wrap(a << (b & bits))
+    if op == ">>":
+        return wrap(a >> (b & bits))
+    if op == ">>>":
+        mask = (1 << (bits + 1)) - 1
+        return wrap((a & mask) >> (b & bits))
+    raise rt("illegal_argument_exception", "bad operator " + op)
+
+
+def jequals(a, b):
+    if a is None or b is None:
+        return a is b
+    if is_num(a) and is_num(b):
+        return float(a) == float(b) if num_kind(a, b) == "d" else int(a) == int(b)
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, str) or isinstance(b, str):
+        return isinstance(a, str) and isinstance(b, str) and a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return len(a) == len(b) and all(k in b and jequals(v, b[k]) for k, v in a.items())
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(jequals(x, y) for x, y in zip(a, b))
+    return a is b
+
+
+def compare(op, a, b):
+    if a is None or b is None:
+        raise npe()
+    if not (is_num(a) and is_num(b)):
+        raise rt("class_cast_exception",
+                 "Cannot apply [%s] operation to types [%s] and [%s]." % (op, java_class(a), java_class(b)))
+    if op == "<":
+        return a < b
+    if op == "<=":
+        return a <= b
+    if op == ">":
+        return a > b
+    return a >= b
+
+
+def truth(v, what="condition"):
+    if isinstance(v, bool):
+        return v
+    if v is None:
+        raise npe()
+    raise rt("class_cast_exception", "Cannot cast %s to java.lang.Boolean" % java_class(v))
+
+
+def cast_to(tname, v):
+    """Assignment conversion to a declared type."""
+    if tname in ("def", "Object", "var"):
+        return v
+    if tname in ("int", "long", "short", "byte", "double", "float", "boolean", "char"):
+        if v is None:
+            raise npe()
+    if tname in ("int", "Integer", "short", "byte", "Short", "Byte"):
+        if v is None:
+            return None
+        if isinstance(v, int) and not isinstance(v, (bool, JLong)):
+            return v
+    elif tname in ("long", "Long"):
+        if v is None:
+            return None
+        if isinstance(v, int) and not isinstance(v, bool):
+            return JLong(v)
+    elif tname in ("double", "float", "Double", "Float"):
+        if v is None:
+            return None
+        if is_num(v):
+            return float(v)
+    elif tname in ("boolean", "Boolean"):
+        if v is None or isinstance(v, bool):
+            return v
+    elif tname == "String":
+        if v is None or isinstance(v, str):
+            return v
+    elif tname in ("Map", "HashMap", "LinkedHashMap", "TreeMap"):
+        if v is None or isinstance(v, dict):
+            return v
+    elif tname in ("List", "ArrayList", "LinkedList", "Collection"):
+        if v is None or isinstance(v, list):
+            return v
+    elif tname == "Number":
+        if v is None or is_num(v):
+            return v
+    else:
+        return v
+    raise rt("class_cast_exception", "Cannot cast %s to %s" % (java_class(v), tname))
+
+
+class KeySet(object):
+    def __init__(self, keys):
+        self.keys = list(keys)
+
+    def __iter__(self):
+        return iter(self.keys)
+
+    def __len__(self):
+        return len(self.keys)
+
+
+class Entry(object):
+    def __init__(self, m, key):
+        self.m = m
+        self.key = key
+
+    @property
+    def value(self):
+        return self.m.get(self.key)
+
+
+class Ctx(object):
+    """The update context ``ctx``.  ``_source`` and ``op`` are writable;
+    metadata is read-only (es8: assignment throws, es7: ignored as in a map)."""
+
+    WRITABLE = ("_source", "op")
+
+    def __init__(self, fields, strict_metadata):
+        self.fields = fields
+        self.strict = strict_metadata
+
+    def get(self, name):
+        return self.fields.get(name)
+
+    def put(self, name, value):
+        if name not in self.WRITABLE and name in self.fields:
+            if self.strict:
+                raise rt("illegal_argument_exception", "%s cannot be updated" % name)
+            return
+        if name not in self.WRITABLE and self.strict:
+            raise rt("illegal_argument_exception", "Cannot put key [%s] with value [%s] into ctx" % (name, to_str(value)))
+        self.fields[name] = value
+
+    def as_map(self):
+        return dict(self.fields)
+
+
+# --------------------------------------------------------------------------
+# tokenizer
+
+KEYWORDS = {"if", "else", "while", "do", "for", "in", "continue", "break", "return", "new", "try",
+            "catch", "throw", "this", "instanceof", "true", "false", "null"}
+PRIM_TYPES = {"def", "int", "long", "double", "float", "boolean", "short", "byte", "char", "var"}
+REF_TYPES = {"String", "Map", "HashMap", "LinkedHashMap", "TreeMap", "List", "ArrayList", "LinkedList",
+             "Object", "Integer", "Long", "Double", "Float", "Boolean", "Number", "Collection",
+             "Set", "HashSet", "Short", "Byte"}
+OPERATORS = [">>>=", "<<=", ">>=", ">>>", "===", "!==", "...", "?.", "?:", "->", "::",
+             "++", "--", "==", "!=", "<=", ">=", "&&", "||", "+=", "-=", "*=", "/=", "%=",
+             "&=", "|=", "^=", "<<", ">>", "=~", "==~",
+             "{", "}", "[", "]", "(", ")", ";", ",", ".", "?", ":", "+", "-", "*", "/", "%",
+             "!", "~", "<", ">", "=", "&", "|", "^"]
+OPERATORS.sort(key=len, reverse=True)
+
+
+class Tok(object):
+    __slots__ = ("kind", "val", "pos", "end")
+
+    def __init__(self, kind, val, pos, end):
+        self.kind, self.val, self.pos, self.end = kind, val, pos, end
+
+    def __repr__(self):
+        return "Tok(%s,%r,%d)" % (self.kind, self.val, self.pos)
+
+
+def tokenize(src):
+    toks = []
+    i, n = 0, len(src)
+    while i < n:
+        c = src[i]
+        if c in " \t\r\n\f":
+            i += 1
+            continue
+        if src.startswith("//", i):
+            j = src.find("\n", i)
+            i = n if j < 0 else j + 1
+            continue
+        if src.startswith("/*", i):
+            j = src.find("*/", i + 2)
+            if j < 0:
+                raise CompileError("unexpected character [/].", i)
+            i = j + 2
+            continue
+        if c.isalpha() or c == "_" or c == "$":
+            j = i
+            while j < n and (src[j].isalnum() or src[j] in "_$"):
+                j += 1
+            word = src[i:j]
+            toks.append(Tok("kw" if word in KEYWORDS else "id", word, i, j))
+            i = j
+            continue
+        if c.isdigit() or (c == "." and i + 1 < n and src[i + 1].isdigit()):
+            j = i
+            if src.startswith(("0x", "0X"), i):
+                j = i + 2
+                while j < n and (src[j] in "0123456789abcdefABCDEF"):
+                    j += 1
+                text = src[i:j]
+                suffix = ""
+                if j < n and src[j] in "lL":
+                    suffix = "l"
+                    j += 1
+                try:
+                    v = int(text, 16)
+                except ValueError:
+                    raise CompileError("Invalid int constant [%s]." % text, i)
+                toks.append(Tok("num", (v, suffix or "i", True), i, j))
+                i = j
+                continue
+            is_float = False
+            while j < n and src[j].isdigit():
+                j += 1
+            if j < n and src[j] == "." and j + 1 < n and src[j + 1].isdigit():
+                is_float = True
+                j += 1
+                while j < n and src[j].isdigit():
+                    j += 1
+            if j < n and src[j] in "eE":
+                k = j + 1
+                if k < n and src[k] in "+-":
+                    k += 1
+                if k < n and src[k].isdigit():
+                    is_float = True
+                    j = k
+                    while j < n and src[j].isdigit():
+                        j += 1
+            text = src[i:j]
+            kind = "d" if is_float else "i"
+            if j < n and src[j] in "lLfFdD":
+                s = src[j].lower()
+                if s == "l" and is_float:
+                    raise CompileError("invalid sequence of tokens near [%s]." % src[j], j)
+                kind = s
+                j += 1
+            if j < n and (src[j].isalpha() or src[j] == "_"):
+                raise CompileError("invalid sequence of tokens near ['%s']." % src[j], j)
+            toks.append(Tok("num", (text, kind, False), i, j))
+            i = j
+            continue
+        if c in "'\"":
+            j = i + 1
+            out = []
+            while True:
+                if j >= n:
+                    raise CompileError("unexpected character [%s]." % c, i)
+                d = src[j]
+                if d == "\\":
+                    if j + 1 < n and src[j + 1] in ("\\", c):
+                        out.append(src[j + 1])
+                        j += 2
+                        continue
+                    raise CompileError("unexpected character [%s]." % src[i:j + 2], i)
+                if d == c:
+                    break
+                out.append(d)
+                j += 1
+            toks.append(Tok("str", "".join(out), i, j + 1))
+            i = j + 1
+            continue
+        for op in OPERATORS:
+            if src.startswith(op, i):
+                toks.append(Tok("op", op, i, i + len(op)))
+                i += len(op)
+                break
+        else:
+            raise CompileError("unexpected character [%s]." % c, i)
+    toks.append(Tok("eof", "<EOF>", n, n))
+    return toks
+
+
+# --------------------------------------------------------------------------
+# AST nodes (each evaluates itself)
+
+
+class Break(Exception):
+    pass
+
+
+class Continue(Exception):
+    pass
+
+
+class Return(Exception):
+    def __init__(self, value):
+        Exception.__init__(self)
+        self.value = value
+
+
+class Node(object):
+    pos = 0
+    has_effect = False
+
+    def ev(self, env):
+        raise NotImplementedError
+
+
+class Lit(Node):
+    def __init__(self, v, pos):
+        self.v, self.pos = v, pos
+
+    def ev(self, env):
+        return self.v
+
+
+class ListInit(Node):
+    def __init__(self, items, pos):
+        self.items, self.pos = items, pos
+
+    def ev(self, env):
+        return [x.ev(env) for x in self.items]
+
+
+class MapInit(Node):
+    def __init__(self, pairs, pos):
+        self.pairs, self.pos = pairs, pos
+
+    def ev(self, env):
+        m = {}
+        for k, v in self.pairs:
+            m[k.ev(env)] = v.ev(env)
+        return m
+
+
+class Var(Node):
+    def __init__(self, name, pos):
+        self.name, self.pos = name, pos
+
+    def ev(self, env):
+        return env.vars[self.name]
+
+    def assign(self, env, v):
+        t = env.types.get(self.name)
+        env.vars[self.name] = cast_to(t, v) if t else v
+
+
+def get_field(obj, name):
+    if obj is None:
+        raise npe()
+    if isinstance(obj, Ctx):
+        return obj.get(name)
+    if isinstance(obj, dict):
+        return obj.get(name)
+    if isinstance(obj, list):
+        if name == "length":
+            pass
+        try:
+            idx = int(name)
+        except ValueError:
+            idx = None
+        if idx is not None:
+            return list_get(obj, idx)
+    if isinstance(obj, Entry):
+        if name == "key":
+            return obj.key
+        if name == "value":
+            return obj.value
+    raise rt("illegal_argument_exception", "dynamic getter [%s, %s] not found" % (java_class(obj), name))
+
+
+def set_field(obj, name, v):
+    if obj is None:
+        raise npe()
+    if isinstance(obj, Ctx):
+        obj.put(name, v)
+        return
+    if isinstance(obj, dict):
+        obj[name] = v
+        return
+    raise rt("illegal_argument_exception", "dynamic setter [%s, %s] not found" % (java_class(obj), name))
+
+
+def list_get(lst, idx):
+    if idx < 0:
+        idx += len(lst)  # Painless allows negative list indexes
+    if not 0 <= idx < len(lst):
+        raise rt("index_out_of_bounds_exception",
+                 "Index %d out of bounds for length %d" % (idx, len(lst)))
+    return lst[idx]
+
+
+class Field(Node):
+    def __init__(self, obj, name, pos, nullsafe=False):
+        self.obj, self.name, self.pos, self.nullsafe = obj, name, pos, nullsafe
+
+    def ev(self, env):
+        o = self.obj.ev(env)
+        if o is None and self.nullsafe:
+            return None
+        try:
+            return get_field(o, self.name)
+        except ScriptRuntimeError as e:
+            if e.offset is None:
+                e.offset = self.pos
+            raise
+
+    def assign(self, env, v):
+        o = self.obj.ev(env)
+        if o is None and self.nullsafe:
+            return
+        try:
+            set_field(o, self.name, v)
+        except ScriptRuntimeError as e:
+            if e.offset is None:
+                e.offset = self.pos
+            raise
+
+
+def index_get(o, k):
+    if o is None:
+        raise npe()
+    if isinstance(o, (dict, Ctx)):
+        return o.get(k) if isinstance(o, dict) else o.get(k)
+    if isinstance(o, list):
+        if not isinstance(k, int) or isinstance(k, bool):
+            raise rt("class_cast_exception", "Cannot cast %s to java.lang.Integer" % java_class(k))
+        return list_get(o, int(k))
+    raise rt("illegal_argument_exception",
+             "Attempting to address a non-array type [%s] as an array." % java_class(o))
+
+
+def index_set(o, k, v):
+    if o is None:
+        raise npe()
+    if isinstance(o, Ctx):
+        o.put(k, v)
+    elif isinstance(o, dict):
+        o[k] = v
+    elif isinstance(o, list):
+        if not isinstance(k, int) or isinstance(k, bool):
+            raise rt("class_cast_exception", "Cannot cast %s to java.lang.Integer" % java_class(k))
+        k = int(k)
+        if k < 0:
+            k += len(o)
+        if not 0 <= k < len(o):
+            raise rt("index_out_of_bounds_exception", "Index %d out of bounds for length %d" % (k, len(o)))
+        o[k] = v
+    else:
+        raise rt("illegal_argument_exception",
+                 "Attempting to address a non-array type [%s] as an array." % java_class(o))
+
+
+class Index(Node):
+    def __init__(self, obj, key, pos):
+        self.obj, self.key, self.pos = obj, key, pos
+
+    def ev(self, env):
+        o = self.obj.ev(env)
+        k = self.key.ev(env)
+        try:
+            return index_get(o, k)
+        except ScriptRuntimeError as e:
+            if e.offset is None:
+                e.offset = self.pos
+            raise
+
+    def assign(self, env, v):
+        o = self.obj.ev(env)
+        k = self.key.ev(env)
+        try:
+            index_set(o, k, v)
+        except ScriptRuntimeError as e:
+            if e.offset is None:
+                e.offset = self.pos
+            raise
+
+
+class Assign(Node):
+    has_effect = True
+
+    def __init__(self, target, op, value, pos):
+        self.target, self.op, self.value, self.pos = target, op, value, pos
+
+    def ev(self, env):
+        try:
+            if self.op == "=":
+                v = self.value.ev(env)
+            else:
+                cur = self.target.ev(env)
+                rhs = self.value.ev(env)
+                if self.op == "+=" and cur is None and isinstance(rhs, str):
+                    v = "null" + rhs
+                else:
+                    v = arith(self.op[:-1], cur, rhs)
+            self.target.assign(env, v)
+            return v
+        except ScriptRuntimeError as e:
+            if e.offset is None:
+                e.offset = self.pos
+            raise
+
+
+class IncDec(Node):
+    has_effect = True
+
+    def __init__(self, target, op, prefix, pos):
+        self.target, self.op, self.prefix, self.pos = target, op, prefix, pos
+
+    def ev(self, env):
+        try:
+            cur = self.target.ev(env)
+            if not is_num(cur):
+                if cur is None:
+                    raise npe()
+                raise rt("class_cast_exception",
+                         "Cannot apply [%s] operation to type [%s]." % (self.op, java_class(cur)))
+            new = arith("+" if self.op == "++" else "-", cur, 1)
+            self.target.assign(env, new)
+            return new if self.prefix else cur
+        except ScriptRuntimeError as e:
+            if e.offset is None:
+                e.offset = self.pos
+            raise
+
+
+class Unary(Node):
+    def __init__(self, op, operand, pos):
+        self.op, self.operand, self.pos = op, operand, pos
+
+    def ev(self, env):
+        v = self.operand.ev(env)
+        try:
+            if self.op == "!":
+                return not truth(v)
+            if v is None:
+                raise npe()
+            if not is_num(v):
+                raise rt("class_cast_exception",
+                         "Cannot apply [%s] operation to type [%s]." % (self.op, java_class(v)))
+            if self.op == "-":
+                if isinstance(v, float):
+                    return -v
+                return arith("-", JLong(0) if isinstance(v, JLong) else 0, v)
+            if self.op == "+":
+                return v
+            if self.op == "~":
+                if isinstance(v, float):
+                    raise rt("class_cast_exception", "Cannot apply [~] operation to type [java.lang.Double].")
+                return arith("^", v, JLong(-1) if isinstance(v, JLong) else -1)
+        except ScriptRuntimeError as e:
+            if e.offset is None:
+                e.offset = self.pos
+            raise
+
+
+class Binary(Node):
+    def __init__(self, op, left, right, pos):
+        self.op, self.left, self.right, self.pos = op, left, right, pos
+
+    def ev(self, env):
+        op = self.op
+        try:
+            if op == "&&":
+                return truth(self.left.ev(env)) and truth(self.right.ev(env))
+            if op == "||":
+                return truth(self.left.ev(env)) or truth(self.right.ev(env))
+            a = self.left.ev(env)
+            b = self.right.ev(env)
+            if op == "==":
+                return jequals(a, b)
+            if op == "!=":
+                return not jequals(a, b)
+            if op == "===":
+                return a is b or (is_num(a) and is_num(b) and jequals(a, b)) or (
+                    isinstance(a, (str, bool)) and type(a) is type(b) and a == b)
+            if op == "!==":
+                return not (a is b or (is_num(a) and is_num(b) and jequals(a, b)) or (
+                    isinstance(a, (str, bool)) and type(a) is type(b) and a == b))
+            if op in ("<", "<=", ">", ">="):
+                return compare(op, a, b)
+            return arith(op, a, b)
+        except ScriptRuntimeError as e:
+            if e.offset is None:
+                e.offset = self.pos
+            raise
+
+
+class Cond(Node):
+    def __init__(self, c, a, b, pos):
+        self.c, self.a, self.b, self.pos = c, a, b, pos
+
+    def ev(self, env):
+        try:
+            t = truth(self.c.ev(env))
+        except ScriptRuntimeError as e:
+            if e.offset is None:
+                e.offset = self.pos
+            raise
+        return self.a.ev(env) if t else self.b.ev(env)
+
+
+class Elvis(Node):
+    def __init__(self, a, b, pos):
+        self.a, self.b, self.pos = a, b, pos
+
+    def ev(self, env):
+        v = self.a.ev(env)
+        return self.b.ev(env) if v is None else v
+
+
+class InstanceOf(Node):
+    def __init__(self, expr, tname, pos):
+        self.expr, self.tname, self.pos = expr, tname, pos
+
+    def ev(self, env):
+        v = self.expr.ev(env)
+        t = self.tname
+        if v is None:
+            return False
+        if t in ("def", "Object"):
+            return True
+        if t in ("String", "CharSequence"):
+            return isinstance(v, str)
+        if t in ("Map", "HashMap"):
+            return isinstance(v, dict)
+        if t in ("List", "ArrayList", "Collection"):
+            return isinstance(v, list)
+        if t in ("Integer", "int"):
+            return isinstance(v, int) and not isinstance(v, (bool, JLong))
+        if t in ("Long", "long"):
+            return isinstance(v, JLong)
+        if t in ("Double", "double"):
+            return isinstance(v, float)
+        if t == "Number":
+            return is_num(v)
+        if t in ("Boolean", "boolean"):
+            return isinstance(v, bool)
+        if t in EXCEPTION_CLASSES:
+            return isinstance(v, JavaException) and (v.cls == t or t in ("Exception", "RuntimeException"))
+        return False
+
+
+class CastExpr(Node):
+    def __init__(self, tname, expr, pos):
+        self.tname, self.expr, self.pos = tname, expr, pos
+
+    def ev(self, env):
+        v = self.expr.ev(env)
+        t = self.tname
+        try:
+            if t in ("int", "long", "short", "byte") and is_num(v):
+                iv = int(v) if not isinstance(v, float) else int(math.trunc(v)) if not math.isnan(v) else 0
+                return wrap_long(iv) if t == "long" else wrap_int(iv)
+            if t in ("double", "float") and is_num(v):
+                return float(v)
+            return cast_to(t, v)
+        except ScriptRuntimeError as e:
+            if e.offset is None:
+                e.offset = self.pos
+            raise
+
+
+class New(Node):
+    has_effect = True
+
+    def __init__(self, cls, args, pos):
+        self.cls, self.args, self.pos = cls, args, pos
+
+    def ev(self, env):
+        args = [a.ev(env) for a in self.args]
+        c = self.cls
+        if c in ("HashMap", "LinkedHashMap", "TreeMap"):
+            if args:
+                if not isinstance(args[0], dict):
+                    raise ScriptRuntimeError("class_cast_exception", "Cannot cast %s to java.util.Map" % java_class(args[0]), self.pos)
+                return dict(args[0])
+            return {}
+        if c in ("ArrayList", "LinkedList", "HashSet"):
+            if args and isinstance(args[0], (list, KeySet)):
+                return list(args[0])
+            return []
+        if c in EXCEPTION_CLASSES:
+            msg = args[0] if args else None
+            if msg is not None and not isinstance(msg, str):
+                raise ScriptRuntimeError("class_cast_exception",
+                                         "Cannot cast %s to java.lang.String" % java_class(msg), self.pos)
+            return JavaException(c, msg)
+        raise ScriptRuntimeError("illegal_argument_exception", "cannot construct " + c, self.pos)
+
+
+class StaticField(Node):
+    VALUES = {
+        ("Integer", "MAX_VALUE"): INT_MAX, ("Integer", "MIN_VALUE"): INT_MIN,
+        ("Long", "MAX_VALUE"): JLong(LONG_MAX), ("Long", "MIN_VALUE"): JLong(LONG_MIN),
+        ("Math", "PI"): math.pi, ("Math", "E"): math.e,
+    }
+
+    def __init__(self, cls, name, pos):
+        self.cls, self.name, self.pos = cls, name, pos
+        self.v = self.VALUES[(cls, name)]
+
+    def ev(self, env):
+        return self.v
+
+
+def _num_arg(v, pos):
+    if v is None:
+        raise ScriptRuntimeError("null_pointer_exception", None, pos)
+    if not is_num(v):
+        raise ScriptRuntimeError("class_cast_exception", "Cannot cast %s to java.lang.Number" % java_class(v), pos)
+    return v
+
+
+def _parse_int(s, kind):
+    if s is None:
+        raise rt("number_format_exception", "Cannot parse null string: null")
+    if not isinstance(s, str):
+        raise rt("class_cast_exception", "Cannot cast %s to java.lang.String" % java_class(s))
+    try:
+        if not s or s.strip() != s or "_" in s:
+            raise ValueError
+        v = int(s, 10)
+    except ValueError:
+        raise rt("number_format_exception", 'For input string: "%s"' % s)
+    lo, hi = (INT_MIN, INT_MAX) if kind == "i" else (LONG_MIN, LONG_MAX)
+    if not lo <= v <= hi:
+        raise rt("number_format_exception", 'For input string: "%s"' % s)
+    return v if kind == "i" else JLong(v)
+
+
+def _math_minmax(fn, a, b):
+    k = num_kind(a, b)
+    r = fn(a, b)
+    if k == "d":
+        return float(r)
+    if k == "l":
+        return JLong(r)
+    return int(r)
+
+
+STATIC_METHODS = {
+    ("System", "currentTimeMillis", 0): lambda: JLong(int(time.time() * 1000)),
+    ("System", "nanoTime", 0): lambda: JLong(time.monotonic_ns()),
+    ("Math", "max", 2): lambda a, b: _math_minmax(max, a, b),
+    ("Math", "min", 2): lambda a, b: _math_minmax(min, a, b),
+    ("Math", "abs", 1): lambda a: type(a)(abs(a)) if not isinstance(a, JLong) else JLong(abs(a)),
+    ("Math", "floor", 1): lambda a: float(math.floor(a)),
+    ("Math", "ceil", 1): lambda a: float(math.ceil(a)),
+    ("Math", "round", 1): lambda a: JLong(math.floor(a + 0.5)),
+    ("Math", "sqrt", 1): lambda a: math.sqrt(a) if a >= 0 else float("nan"),
+    ("Math", "pow", 2): lambda a, b: float(math.pow(a, b)),
+    ("Integer", "parseInt", 1): lambda s: _parse_int(s, "i"),
+    ("Long", "parseLong", 1): lambda s: _parse_int(s, "l"),
+    ("Integer", "valueOf", 1): lambda s: _parse_int(s, "i") if isinstance(s, str) else cast_to("int", s),
+    ("Long", "valueOf", 1): lambda s: _parse_int(s, "l") if isinstance(s, str) else cast_to("long", s),
+    ("String", "valueOf", 1): to_str,
+    ("Objects", "equals", 2): jequals,
+    ("Objects", "isNull", 1): lambda a: a is None,
+    ("Objects", "nonNull", 1): lambda a: a is not None,
+}
+NUMERIC_STATIC = {("Math", "max", 2), ("Math", "min", 2), ("Math", "abs", 1), ("Math", "floor", 1),
+                  ("Math", "ceil", 1), ("Math", "round", 1), ("Math", "sqrt", 1), ("Math", "pow", 2)}
+
+
+class StaticCall(Node):
+    has_effect = True
+
+    def __init__(self, cls, name, args, pos):
+        self.cls, self.name, self.args, self.pos = cls, name, args, pos
+        self.key = (cls, name, len(args))
+        self.fn = STATIC_METHODS[self.key]
+
+    def ev(self, env):
+        args = [a.ev(env) for a in self.args]
+        if self.key in NUMERIC_STATIC:
+            args = [_num_arg(a, self.pos) for a in args]
+        try:
+            return self.fn(*args)
+        except ScriptRuntimeError as e:
+            if e.offset is None:
+                e.offset = self.pos
+            raise
+
+
+def call_method(o, name, args):
+    n = len(args)
+    if o is None:
+        raise npe()
+    if name == "equals" and n == 1:
+        return jequals(o, args[0])
+    if name == "toString" and n == 0:
+        return to_str(o)
+    if name == "hashCode" and n == 0:
+        return wrap_int(hash(to_str(o)))
+    if isinstance(o, Ctx):
+        o = o.fields
+    if isinstance(o, dict):
+        if name == "containsKey" and n == 1:
+            return args[0] in o if _hashable(args[0]) else False
+        if name == "containsValue" and n == 1:
+            return any(jequals(v, args[0]) for v in o.values())
+        if name == "get" and n == 1:
+            return o.get(args[0]) if _hashable(args[0]) else None
+        if name == "getOrDefault" and n == 2:
+            return o.get(args[0], args[1]) if _hashable(args[0]) else args[1]
+        if name == "put" and n == 2:
+            _check_key(args[0])
+            old = o.get(args[0])
+            o[args[0]] = args[1]
+            return old
+        if name == "putIfAbsent" and n == 2:
+            _check_key(args[0])
+            old = o.get(args[0])
+            if old is None:
+                o[args[0]] = args[1]
+            return old
+        if name == "putAll" and n == 1:
+            if not isinstance(args[0], dict):
+                raise npe() if args[0] is None else rt("class_cast_exception", "Cannot cast %s to java.util.Map" % java_class(args[0]))
+            o.update(args[0])
+            return None
+        if name == "remove" and n == 1:
+            return o.pop(args[0], None) if _hashable(args[0]) else None
+        if name == "size" and n == 0:
+            return len(o)
+        if name == "isEmpty" and n == 0:
+            return not o
+        if name == "keySet" and n == 0:
+            return KeySet(o.keys())
+        if name == "values" and n == 0:
+            return list(o.values())
+        if name == "entrySet" and n == 0:
+            return [Entry(o, k) for k in list(o.keys())]
+        if name == "clear" and n == 0:
+            o.clear()
+            return None
+    elif isinstance(o, (list, KeySet)):
+        seq = o.keys if isinstance(o, KeySet) else o
+        if name == "size" and n == 0:
+            return len(seq)
+        if name == "isEmpty" and n == 0:
+            return not seq
+        if name == "contains" and n == 1:
+            return any(jequals(x, args[0]) for x in seq)
+        if isinstance(o, list):
+            if name == "add" and n == 1:
+                o.append(args[0])
+                return True
+            if name == "add" and n == 2:
+                idx = args[0]
+                if not 0 <= idx <= len(o):
+                    raise rt("index_out_of_bounds_exception", "Index: %d, Size: %d" % (idx, len(o)))
+                o.insert(idx, args[1])
+                return None
+            if name == "addAll" and n == 1:
+                if args[0] is None:
+                    raise npe()
+                o.extend(list(args[0]))
+                return True
+            if name == "get" and n == 1:
+                return list_get(o, args[0]) if args[0] >= 0 else _oob(args[0], o)
+            if name == "set" and n == 2:
+                old = list_get(o, args[0]) if args[0] >= 0 else _oob(args[0], o)
+                o[args[0]] = args[1]
+                return old
+            if name == "remove" and n == 1:
+                a = args[0]
+                if isinstance(a, int) and not isinstance(a, (bool, JLong)):
+                    if not 0 <= a < len(o):
+                        _oob(a, o)
+                    return o.pop(a)
+                for i, x in enumerate(o):
+                    if jequals(x, a):
+                        del o[i]
+                        return True
+                return False
+            if name == "indexOf" and n == 1:
+                for i, x in enumerate(o):
+                    if jequals(x, args[0]):
+                        return i
+                return -1
+            if name == "clear" and n == 0:
+                del o[:]
+                return None
+    elif isinstance(o, str):
+        a = args[0] if args else None
+        if name in ("startsWith", "endsWith", "contains", "equalsIgnoreCase", "indexOf",
+                    "lastIndexOf", "compareTo") and n == 1:
+            if a is None:
+                if name == "equalsIgnoreCase":
+                    return False
+                raise npe()
+            if not isinstance(a, str):
+                raise rt("class_cast_exception", "Cannot cast %s to java.lang.String" % java_class(a))
+            if name == "startsWith":
+                return o.startswith(a)
+            if name == "endsWith":
+                return o.endswith(a)
+            if name == "contains":
+                return a in o
+            if name == "equalsIgnoreCase":
+                return o.lower() == a.lower()
+            if name == "indexOf":
+                return o.find(a)
+            if name == "lastIndexOf":
+                return o.rfind(a)
+            if name == "compareTo":
+                for x, y in zip(o, a):
+                    if x != y:
+                        return ord(x) - ord(y)
+                return len(o) - len(a)
+        if name == "length" and n == 0:
+            return len(o.encode("utf-16-le")) // 2
+        if name == "isEmpty" and n == 0:
+            return not o
+        if name == "toLowerCase" and n == 0:
+            return o.lower()
+        if name == "toUpperCase" and n == 0:
+            return o.upper()
+        if name == "trim" and n == 0:
+            return o.strip(" \t\r\n\x00\x0b\x0c")
+        if name == "substring" and n in (1, 2):
+            b = args[0]
+            e = args[1] if n == 2 else len(o)
+            if not (0 <= b <= e <= len(o)):
+                raise rt("string_index_out_of_bounds_exception",
+                         "begin %d, end %d, length %d" % (b, e, len(o)))
+            return o[b:e]
+        if name == "replace" and n == 2:
+            return o.replace(to_str(args[0]), to_str(args[1]))
+    elif is_num(o):
+        if name == "intValue" and n == 0:
+            return wrap_int(int(o))
+        if name == "longValue" and n == 0:
+            return wrap_long(int(o))
+        if name == "doubleValue" and n == 0:
+            return float(o)
+        if name == "compareTo" and n == 1:
+            if args[0] is None:
+                raise npe()
+            return (o > args[0]) - (o < args[0])
+    elif isinstance(o, bool):
+        if name == "booleanValue" and n == 0:
+            return o
+    elif isinstance(o, Entry):
+        if name == "getKey" and n == 0:
+            return o.key
+        if name == "getValue" and n == 0:
+            return o.value
+        if name == "setValue" and n == 1:
+            old = o.value
+            o.m[o.key] = args[0]
+            return old
+    elif isinstance(o, JavaException):
+        if name in ("getMessage", "getLocalizedMessage") and n == 0:
+            return o.message
+    raise rt("illegal_argument_exception",
+             "dynamic method [%s, %s/%d] not found" % (java_class(o), name, n))
+
+
+def _oob(i, o):
+    raise rt("index_out_of_bounds_exception", "Index %d out of bounds for length %d" % (i, len(o)))
+
+
+def _hashable(k):
+    return k is None or isinstance(k, (str, int, float, bool))
+
+
+def _check_key(k):
+    if not _hashable(k):
+        raise rt("illegal_argument_exception", "unsupported map key of type [%s]" % java_class(k))
+
+
+class Call(Node):
+    has_effect = True
+
+    def __init__(self, obj, name, args, pos, nullsafe=False):
+        self.obj, self.name, self.args, self.pos, self.nullsafe = obj, name, args, pos, nullsafe
+
+    def ev(self, env):
+        o = self.obj.ev(env)
+        if o is None and self.nullsafe:
+            return None
+        args = [a.ev(env) for a in self.args]
+        try:
+            return call_method(o, self.name, args)
+        except ScriptRuntimeError as e:
+            if e.offset is None:
+                e.offset = self.pos
+            raise
+
+
+# statements
+
+class Block(Node):
+    def __init__(self, stmts, pos):
+        self.stmts, self.pos = stmts, pos
+
+    def ev(self, env):
+        for s in self.stmts:
+            s.ev(env)
+
+
+class ExprStmt(Node):
+    def __init__(self, expr, pos):
+        self.expr, self.pos = expr, pos
+
+    def ev(self, env):
+        env.last = self.expr.ev(env)
+
+
+class Decl(Node):
+    def __init__(self, tname, decls, pos):
+        self.tname, self.decls, self.pos = tname, decls, pos
+
+    def ev(self, env):
+        for name, init, p in self.decls:
+            if init is None:
+                v = {"int": 0, "long": JLong(0), "short": 0, "byte": 0, "double": 0.0, "float": 0.0,
+                     "boolean": False}.get(self.tname)
+            else:
+                v = init.ev(env)
+                try:
+                    v = cast_to(self.tname, v)
+                except ScriptRuntimeError as e:
+                    e.offset = p
+                    raise
+            env.vars[name] = v
+            env.types[name] = self.tname if self.tname not in ("def", "var") else None
+
+
+class If(Node):
+    def __init__(self, cond, then, other, pos):
+        self.cond, self.then, self.other, self.pos = cond, then, other, pos
+
+    def ev(self, env):
+        try:
+            c = truth(self.cond.ev(env))
+        except ScriptRuntimeError as e:
+            if e.offset is None:
+                e.offset = self.cond.pos
+            raise
+        if c:
+            self.then.ev(env)
+        elif self.other is not None:
+            self.other.ev(env)
+
+
+def _loop_guard(env, pos):
+    env.loops += 1
+    if env.loops > MAX_LOOP:
+        raise ScriptRuntimeError("painless_error",
+                                 "The maximum number of statements that can be executed in a loop has been reached.", pos)
+
+
+class While(Node):
+    def __init__(self, cond, body, pos, do=False):
+        self.cond, self.body, self.pos, self.do = cond, body, pos, do
+
+    def ev(self, env):
+        first = self.do
+        while first or truth(self.cond.ev(env)):
+            first = False
+            _loop_guard(env, self.pos)
+            try:
+                if self.body is not None:
+                    self.body.ev(env)
+            except Break:
+                break
+            except Continue:
+                continue
+
+
+class For(Node):
+    def __init__(self, init, cond, update, body, pos):
+        self.init, self.cond, self.update, self.body, self.pos = init, cond, update, body, pos
+
+    def ev(self, env):
+        if self.init is not None:
+            self.init.ev(env)
+        while self.cond is None or truth(self.cond.ev(env)):
+            _loop_guard(env, self.pos)
+            try:
+                if self.body is not None:
+                    self.body.ev(env)
+            except Break:
+                break
+            except Continue:
+                pass
+            for u in self.update:
+                u.ev(env)
+
+
+class ForEach(Node):
+    def __init__(self, tname, name, coll, body, pos):
+        self.tname, self.name, self.coll, self.body, self.pos = tname, name, coll, body, pos
+
+    def ev(self, env):
+        c = self.coll.ev(env)
+        if c is None:
+            raise ScriptRuntimeError("null_pointer_exception", None, self.coll.pos)
+        if isinstance(c, dict):
+            raise ScriptRuntimeError("illegal_argument_exception",
+                                     "Cannot iterate over [java.util.HashMap]", self.coll.pos)
+        if not isinstance(c, (list, KeySet)):
+            raise ScriptRuntimeError("illegal_argument_exception",
+                                     "Cannot iterate over [%s]" % java_class(c), self.coll.pos)
+        snapshot = list(c)
+        for item in snapshot:
+            _loop_guard(env, self.pos)
+            env.vars[self.name] = cast_to(self.tname, item)
+            env.types[self.name] = None if self.tname in ("def", "var") else self.tname
+            try:
+                self.body.ev(env)
+            except Break:
+                break
+            except Continue:
+                continue
+            if isinstance(c, list) and len(c) != len(snapshot):
+                raise ScriptRuntimeError("concurrent_modification_exception", None, self.pos)
+
+
+class ReturnStmt(Node):
+    def __init__(self, expr, pos):
+        self.expr, self.pos = expr, pos
+
+    def ev(self, env):
+        raise Return(None if self.expr is None else self.expr.ev(env))
+
+
+class Throw(Node):
+    def __init__(self, expr, pos):
+        self.expr, self.pos = expr, pos
+
+    def ev(self, env):
+        v = self.expr.ev(env)
+        if v is None:
+            raise ScriptRuntimeError("null_pointer_exception", None, self.pos)
+        if not isinstance(v, JavaException):
+            raise ScriptRuntimeError("class_cast_exception",
+                                     "Cannot cast %s to java.lang.Throwable" % java_class(v), self.pos)
+        raise ScriptRuntimeError(v.type_name, v.message, self.pos)
+
+
+class BreakStmt(Node):
+    def __init__(self, pos):
+        self.pos = pos
+
+    def ev(self, env):
+        raise Break()
+
+
+class ContinueStmt(Node):
+    def __init__(self, pos):
+        self.pos = pos
+
+    def ev(self, env):
+        raise Continue()
+
+
+# --------------------------------------------------------------------------
+# parser
+
+BINARY_PREC = [
+    ("||",), ("&&",), ("|",), ("^",), ("&",), ("==", "!=", "===", "!=="),
+    ("<", "<=", ">", ">=", "instanceof"), ("<<", ">>", ">>>"), ("+", "-"), ("*", "/", "%"),
+]
+ASSIGN_OPS = {"=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>=", ">>>="}
+STATIC_CLASSES = {"Math", "System", "Integer", "Long", "String", "Objects", "Double", "Boolean"}
+CONSTRUCTIBLE = {"HashMap", "LinkedHashMap", "TreeMap", "ArrayList", "LinkedList", "HashSet"} | set(EXCEPTION_CLASSES)
+ALL_TYPES = PRIM_TYPES | REF_TYPES | set(EXCEPTION_CLASSES)
+
+
+class Parser(object):
+    def __init__(self, src, globals_):
+        self.src = src
+        self.toks = tokenize(src)
+        self.i = 0
+        self.scopes = [set(globals_)]
+        self.loop_depth = 0
+        self.stmt_starts = []
+
+    # token helpers
+    @property
+    def t(self):
+        return self.toks[self.i]
+
+    def peek(self, k=1):
+        j = min(self.i + k, len(self.toks) - 1)
+        return self.toks[j]
+
+    def at(self, val, kind=None):
+        t = self.t
+        return t.val == val and t.kind in ((kind,) if kind else ("op", "kw"))
+
+    def accept(self, val):
+        if self.at(val):
+            self.i += 1
+            return True
+        return False
+
+    def error(self, tok=None, msg=None):
+        tok = tok or self.t
+        if msg is None:
+            if tok.kind == "eof":
+                msg = "invalid sequence of tokens near ['<EOF>']."
+            else:
+                msg = "invalid sequence of tokens near ['%s']." % self.src[tok.pos:tok.end]
+        return CompileError(msg, tok.pos)
+
+    def expect(self, val):
+        if not self.accept(val):
+            raise self.error()
+
+    # scopes
+    def declare(self, name, tok):
+        for s in self.scopes[1:]:
+            if name in s:
+                raise CompileError("variable [%s] is already defined" % name, tok.pos)
+        if name in self.scopes[0]:
+            raise CompileError("variable [%s] is already defined" % name, tok.pos)
+        self.scopes[-1].add(name)
+
+    def defined(self, name):
+        return any(name in s for s in self.scopes)
+
+    # grammar
+    def parse(self):
+        stmts = []
+        while self.t.kind != "eof":
+            stmts.append(self.statement(top=True))
+        self.check_reachable(stmts)
+        return Block(stmts, 0)
+
+    def check_reachable(self, stmts):
+        for k, s in enumerate(stmts[:-1]):
+            if self.terminates(s):
+                raise CompileError("Unreachable statement.", stmts[k + 1].pos)
+
+    def terminates(self, s):
+        if isinstance(s, (ReturnStmt, Throw, BreakStmt, ContinueStmt)):
+            return True
+        if isinstance(s, Block):
+            return bool(s.stmts) and self.terminates(s.stmts[-1])
+        if isinstance(s, If):
+            return s.other is not None and self.terminates(s.then) and self.terminates(s.other)
+        return False
+
+    def block(self):
+        start = self.t
+        self.expect("{")
+        self.scopes.append(set())
+        stmts = []
+        while not self.at("}"):
+            if self.t.kind == "eof":
+                raise self.error()
+            stmts.append(self.statement(in_block=True))
+        self.expect("}")
+        self.scopes.pop()
+        self.check_reachable(stmts)
+        return Block(stmts, start.pos)
+
+    def trailer(self):
+        """A loop/if body: a block or a single statement."""
+        if self.at("{"):
+            return self.block()
+        self.scopes.append(set())
+        s = self.statement(in_block=False, single=True)
+        self.scopes.pop()
+        return s
+
+    def end_statement(self, in_block=False, top=False):
+        if self.accept(";"):
+            return
+        if self.t.kind == "eof" and top:
+            return
+        if in_block and self.at("}"):
+            return
+        raise self.error()
+
+    def statement(self, top=False, in_block=False, single=False):
+        tok = self.t
+        self.stmt_starts.append(tok.pos)
+        if tok.kind == "kw":
+            v = tok.val
+            if v == "if":
+                self.i += 1
+                self.expect("(")
+                cond = self.expression()
+                self.expect(")")
+                then = self.trailer()
+                other = None
+                if self.accept("else"):
+                    other = self.trailer()
+                return If(cond, then, other, tok.pos)
+            if v == "while":
+                self.i += 1
+                self.expect("(")
+                cond = self.expression()
+                self.expect(")")
+                self.loop_depth += 1
+                if self.accept(";"):
+                    body = None
+                else:
+                    body = self.trailer()
+                self.loop_depth -= 1
+                return While(cond, body, tok.pos)
+            if v == "do":
+                self.i += 1
+                self.loop_depth += 1
+                body = self.block()
+                self.loop_depth -= 1
+                self.expect("while")
+                self.expect("(")
+                cond = self.expression()
+                self.expect(")")
+                self.end_statement(in_block, top)
+                return While(cond, body, tok.pos, do=True)
+            if v == "for":
+                return self.for_statement(tok)
+            if v in ("break", "continue"):
+                self.i += 1
+                if self.loop_depth == 0:
+                    raise CompileError("Extraneous %s statement." % v, tok.pos)
+                self.end_statement(in_block, top)
+                return BreakStmt(tok.pos) if v == "break" else ContinueStmt(tok.pos)
+            if v == "return":
+                self.i += 1
+                expr = None
+                if not (self.at(";") or self.t.kind == "eof" or self.at("}")):
+                    expr = self.expression()
+                self.end_statement(in_block, top)
+                return ReturnStmt(expr, tok.pos)
+            if v == "throw":
+                self.i += 1
+                expr = self.expression()
+                self.end_statement(in_block, top)
+                return Throw(expr, tok.pos)
+            if v == "try":
+                raise CompileError("try/catch is not supported by this emulator", tok.pos)
+        if tok.kind == "op" and tok.val == "{" and not single:
+            return self.block()
+        if tok.kind == "op" and tok.val == ";":
+            raise self.error()
+        if self.is_declaration():
+            d = self.declaration()
+            self.end_statement(in_block, top)
+            return d
+        expr = self.expression()
+        last = (top and self.t.kind == "eof") or (top and self.at(";") and self.peek().kind == "eof")
+        if not expr.has_effect and not last:
+            raise CompileError("Not a statement.", tok.pos)
+        self.end_statement(in_block, top)
+        return ExprStmt(expr, tok.pos)
+
+    def is_declaration(self):
+        t = self.t
+        if t.kind != "id" or t.val not in ALL_TYPES:
+            return False
+        j = self.i + 1
+        # generic arguments are not supported, arrays neither
+        nxt = self.toks[j]
+        return nxt.kind == "id"
+
+    def declaration(self):
+        ttok = self.t
+        tname = ttok.val
+        self.i += 1
+        decls = []
+        while True:
+            ntok = self.t
+            if ntok.kind != "id":
+                raise self.error()
+            self.i += 1
+            init = None
+            if self.accept("="):
+                init = self.expression()
+            self.declare(ntok.val, ntok)
+            decls.append((ntok.val, init, ntok.pos))
+            if not self.accept(","):
+                break
+        return Decl(tname, decls, ttok.pos)
+
+    def for_statement(self, tok):
+        self.i += 1
+        self.expect("(")
+        self.scopes.append(set())
+        # for-each
+        if self.t.kind == "id" and self.t.val in ALL_TYPES and self.peek().kind == "id" and \
+                (self.peek(2).val == ":" or self.peek(2).val == "in"):
+            tname = self.t.val
+            ntok = self.peek()
+            self.i += 3
+            coll = self.expression()
+            self.expect(")")
+            self.declare(ntok.val, ntok)
+            self.loop_depth += 1
+            body = self.trailer()
+            self.loop_depth -= 1
+            self.scopes.pop()
+            return ForEach(tname, ntok.val, coll, body, tok.pos)
+        if self.t.kind == "id" and self.peek().val == "in" and self.peek().kind == "kw":
+            ntok = self.t
+            self.i += 2
+            coll = self.expression()
+            self.expect(")")
+            self.declare(ntok.val, ntok)
+            self.loop_depth += 1
+            body = self.trailer()
+            self.loop_depth -= 1
+            self.scopes.pop()
+            return ForEach("def", ntok.val, coll, body, tok.pos)
+        init = None
+        if not self.at(";"):
+            if self.is_declaration():
+                init = self.declaration()
+            else:
+                init = ExprStmt(self.expression(), self.t.pos)
+        self.expect(";")
+        cond = None if self.at(";") else self.expression()
+        self.expect(";")
+        update = []
+        if not self.at(")"):
+            while True:
+                update.append(self.expression())
+                if not self.accept(","):
+                    break
+        self.expect(")")
+        self.loop_depth += 1
+        if self.accept(";"):
+            body = None
+        else:
+            body = self.trailer()
+        self.loop_depth -= 1
+        self.scopes.pop()
+        return For(init, cond, update, body, tok.pos)
+
+    # expressions
+    def expression(self):
+        return self.assignment()
+
+    def assignment(self):
+        left = self.conditional()
+        t = self.t
+        if t.kind == "op" and t.val in ASSIGN_OPS:
+            if not isinstance(left, (Var, Field, Index)):
+                raise CompileError("invalid assignment: cannot assign a value to %s" % self._describe(left), t.pos)
+            self._check_writable(left)
+            self.i += 1
+            right = self.assignment()
+            return Assign(left, t.val, right, t.pos)
+        return left
+
+    def _describe(self, node):
+        return "this expression"
+
+    def _check_writable(self, node):
+        if isinstance(node, Var) and node.name in ("params", "ctx"):
+            raise CompileError("invalid assignment: cannot assign a value to read-only variable [%s]" % node.name,
+                               node.pos)
+
+    def conditional(self):
+        c = self.binary(0)
+        if self.at("?"):
+            q = self.t
+            self.i += 1
+            a = self.assignment()
+            self.expect(":")
+            b = self.assignment()
+            return Cond(c, a, b, q.pos)
+        if self.at("?:"):
+            q = self.t
+            self.i += 1
+            b = self.assignment()
+            return Elvis(c, b, q.pos)
+        return c
+
+    def binary(self, level):
+        if level == len(BINARY_PREC):
+            return self.unary()
+        left = self.binary(level + 1)
+        ops = BINARY_PREC[level]
+        while self.t.val in ops and self.t.kind in ("op", "kw"):
+            t = self.t
+            self.i += 1
+            if t.val == "instanceof":
+                tt = self.t
+                if tt.kind != "id" or tt.val not in ALL_TYPES:
+                    raise CompileError("cannot resolve type [%s]" % tt.val, tt.pos)
+                self.i += 1
+                left = InstanceOf(left, tt.val, t.pos)
+                continue
+            right = self.binary(level + 1)
+            left = Binary(t.val, left, right, t.pos)
+        return left
+
+    def unary(self):
+        t = self.t
+        if t.kind == "op" and t.val in ("++", "--"):
+            self.i += 1
+            target = self.unary()
+            if not isinstance(target, (Var, Field, Index)):
+                raise CompileError("invalid assignment: cannot assign a value to this expression", t.pos)
+            self._check_writable(target)
+            return IncDec(target, t.val, True, t.pos)
+        if t.kind == "op" and t.val in ("!", "-", "+", "~"):
+            self.i += 1
+            operand = self.unary()
+            if t.val == "-" and isinstance(operand, Lit) and is_num(operand.v) and not isinstance(operand.v, bool):
+                pass
+            return Unary(t.val, operand, t.pos)
+        # cast: (type) expr
+        if t.kind == "op" and t.val == "(" and self.peek().kind == "id" and self.peek().val in ALL_TYPES \
+                and self.peek(2).val == ")" and self.peek(2).kind == "op":
+            tname = self.peek().val
+            self.i += 3
+            return CastExpr(tname, self.unary(), t.pos)
+        return self.postfix()
+
+    def postfix(self):
+        e = self.primary()
+        while True:
+            t = self.t
+            if t.kind != "op":
+                break
+            if t.val in (".", "?."):
+                self.i += 1
+                nt = self.t
+                if nt.kind not in ("id", "num") and not (nt.kind == "kw"):
+                    raise self.error()
+                if nt.kind == "num":
+                    name = self.src[nt.pos:nt.end]
+                else:
+                    name = nt.val
+                self.i += 1
+                if self.at("("):
+                    args = self.arguments()
+                    e = Call(e, name, args, nt.pos, t.val == "?.")
+                else:
+                    e = Field(e, name, nt.pos, t.val == "?.")
+                continue
+            if t.val == "[":
+                self.i += 1
+                k = self.expression()
+                self.expect("]")
+                e = Index(e, k, t.pos)
+                continue
+            if t.val in ("++", "--"):
+                if not isinstance(e, (Var, Field, Index)):
+                    raise CompileError("invalid assignment: cannot assign a value to this expression", t.pos)
+                self._check_writable(e)
+                self.i += 1
+                e = IncDec(e, t.val, False, t.pos)
+                continue
+            break
+        return e
+
+    def arguments(self):
+        self.expect("(")
+        args = []
+        if not self.at(")"):
+            while True:
+                if self.at("->") or (self.t.kind == "id" and self.peek().val == "->"):
+                    raise CompileError("lambdas are not supported by this emulator", self.t.pos)
+                args.append(self.expression())
+                if not self.accept(","):
+                    break
+        self.expect(")")
+        return args
+
+    def number(self, t):
+        text, kind, is_hex = t.val
+        if is_hex:
+            v = text
+            if kind == "l":
+                if v > (1 << 64) - 1:
+                    raise CompileError("Invalid long constant [%s]." % self.src[t.pos:t.end], t.pos)
+                return wrap_long(v)
+            if v > 0xFFFFFFFF:
+                raise CompileError("Invalid int constant [%s]." % self.src[t.pos:t.end], t.pos)
+            return wrap_int(v)
+        if kind in ("d", "f"):
+            return float(text)
+        v = int(text, 10)
+        if kind == "l":
+            if v > LONG_MAX:
+                raise CompileError("Invalid long constant [%s]." % text, t.pos)
+            return JLong(v)
+        if v > INT_MAX:
+            raise CompileError("Invalid int constant [%s]." % text, t.pos)
+        return v
+
+    def primary(self):
+        t = self.t
+        if t.kind == "num":
+            self.i += 1
+            return Lit(self.number(t), t.pos)
+        if t.kind == "str":
+            self.i += 1
+            return Lit(t.val, t.pos)
+        if t.kind == "kw":
+            if t.val in ("true", "false"):
+                self.i += 1
+                return Lit(t.val == "true", t.pos)
+            if t.val == "null":
+                self.i += 1
+                return Lit(None, t.pos)
+            if t.val == "new":
+                self.i += 1
+                ct = self.t
+                if ct.kind != "id":
+                    raise self.error()
+                if ct.val not in CONSTRUCTIBLE:
+                    if ct.val in ALL_TYPES or ct.val in STATIC_CLASSES:
+                        raise CompileError("constructor [%s, <init>/%d] not found" % (ct.val, 0), ct.pos)
+                    raise CompileError("cannot resolve type [%s]" % ct.val, ct.pos)
+                self.i += 1
+                if self.at("["):
+                    raise CompileError("arrays are not supported by this emulator", self.t.pos)
+                if self.at("<"):
+                    raise CompileError("invalid sequence of tokens near ['<'].", self.t.pos)
+                args = self.arguments()
+                if ct.val in EXCEPTION_CLASSES and len(args) > 1:
+                    raise CompileError("constructor [java.lang.%s, <init>/%d] not found" % (ct.val, len(args)),
+                                       ct.pos)
+                if ct.val in ("HashMap", "LinkedHashMap", "TreeMap", "ArrayList", "LinkedList", "HashSet") \
+                        and len(args) > 1:
+                    raise CompileError("constructor [java.util.%s, <init>/%d] not found" % (ct.val, len(args)),
+                                       ct.pos)
+                return New(ct.val, args, t.pos)
+            raise self.error()
+        if t.kind == "op":
+            if t.val == "(":
+                self.i += 1
+                e = self.expression()
+                self.expect(")")
+                return e
+            if t.val == "[":
+                return self.collection_init()
+            raise self.error()
+        if t.kind == "id":
+            name = t.val
+            self.i += 1
+            if self.defined(name):
+                if self.at("("):
+                    raise CompileError("Unknown call [%s] with [%d] arguments." % (name, len(self.arguments())),
+                                       t.pos)
+                return Var(name, t.pos)
+            if name in STATIC_CLASSES:
+                if not self.at("."):
+                    raise CompileError("cannot resolve symbol [%s]" % name, t.pos)
+                self.i += 1
+                mt = self.t
+                if mt.kind != "id":
+                    raise self.error()
+                self.i += 1
+                if self.at("("):
+                    args = self.arguments()
+                    if (name, mt.val, len(args)) not in STATIC_METHODS:
+                        raise CompileError("unknown static method [%s] with [%d] arguments on type [%s]"
+                                           % (mt.val, len(args), name), mt.pos)
+                    return StaticCall(name, mt.val, args, mt.pos)
+                if (name, mt.val) not in StaticField.VALUES:
+                    raise CompileError("unknown static field [%s] on type [%s]" % (mt.val, name), mt.pos)
+                return StaticField(name, mt.val, mt.pos)
+            if self.at("("):
+                raise CompileError("Unknown call [%s] with [%d] arguments." % (name, len(self.arguments())), t.pos)
+            if self.t.kind in ("id", "num", "str") or (self.t.kind == "kw" and self.t.val in (
+                    "true", "false", "null", "new")):
+                # e.g. Groovy's `assert false`: a syntax error before any symbol lookup
+                raise self.error()
+            raise CompileError("cannot resolve symbol [%s]" % name, t.pos)
+        raise self.error()
+
+    def collection_init(self):
+        t = self.t
+        self.i += 1
+        if self.accept(":"):
+            self.expect("]")
+            return MapInit([], t.pos)
+        if self.accept("]"):
+            return ListInit([], t.pos)
+        first = self.expression()
+        if self.accept(":"):
+            pairs = [(first, self.expression())]
+            while self.accept(","):
+                k = self.expression()
+                self.expect(":")
+                pairs.append((k, self.expression()))
+            self.expect("]")
+            return MapInit(pairs, t.pos)
+        items = [first]
+        while self.accept(","):
+            items.append(self.expression())
+        self.expect("]")
+        return ListInit(items, t.pos)
+
+
+# --------------------------------------------------------------------------
+# compiled scripts
+
+
+class Env(object):
+    __slots__ = ("vars", "types", "last", "loops")
+
+    def __init__(self, vars_):
+        self.vars = vars_
+        self.types = {}
+        self.last = None
+        self.loops = 0
+
+
+class Script(object):
+    def __init__(self, source, tree, stmt_starts):
+        self.source = source
+        self.tree = tree
+        self.stmt_starts = sorted(set(stmt_starts))
+
+    def run(self, variables):
+        env = Env(dict(variables))
+        try:
+            self.tree.ev(env)
+        except Return as r:
+            return r.value
+        except RecursionError:
+            raise ScriptRuntimeError("stack_overflow_error", None, 0)
+        return env.last
+
+    def snippet(self, offset):
+        """(stack lines, position) in the style of PainlessScriptEngine."""
+        return script_stack(self.source, offset, self.stmt_starts)
+
+
+def script_stack(source, offset, starts):
+    if offset is None:
+        return ["<<< unknown portion of script >>>"], None
+    start = 0
+    for s in starts:
+        if s <= offset:
+            start = s
+        else:
+            break
+    end = len(source)
+    for s in starts:
+        if s > start:
+            end = s
+            break
+    snippet = source[start:end]
+    return [snippet, " " * (offset - start) + "^---- HERE"], {"offset": offset, "start": start, "end": end}
+
+
+_cache = {}
+_cache_lock = threading.Lock()
+UPDATE_GLOBALS = ("params", "ctx")
+
+
+def compile_script(source, globals_=UPDATE_GLOBALS):
+    key = (source, tuple(globals_))
+    s = _cache.get(key)
+    if s is not None:
+        return s
+    p = Parser(source, globals_)
+    try:
+        tree = p.parse()
+    except RecursionError:
+        raise CompileError("too many nested expressions", 0)
+    s = Script(source, tree, p.stmt_starts)
+    with _cache_lock:
+        if len(_cache) > 1000:
+            _cache.clear()
+        _cache[key] = s
+    return s
+
+
+def compile_error_stack(source, err):
+    """Stack/position for a compile error (statement starts found by a
+    tolerant re-scan of the tokens)."""
+    starts = [0]
+    try:
+        toks = tokenize(source)
+        prev = None
+        for t in toks:
+            if prev is not None and prev.kind == "op" and prev.val in (";", "{", "}"):
+                starts.append(t.pos)
+            prev = t
+    except CompileError:
+        pass
+    return script_stack(source, err.offset, starts)
