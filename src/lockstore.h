@@ -75,7 +75,10 @@ struct lockstore_ops {
 
 	/* Takes every item of PLAN for H, or none. Returns 0 (all held),
 	 * -EAGAIN (a conflict: nothing held, WHY filled, waiter marks left),
-	 * -ENOLCK (the store failed or refused us: nothing held). */
+	 * -ENOLCK (the store failed: unreachable, 5xx, 429, timeout; nothing
+	 * held; lockmgr retries until the deadline), -EACCES (the store
+	 * refuses us for good: credentials, a request it calls malformed;
+	 * nothing held; not retried). */
 	int (*try_acquire)(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h,
 			   struct tl_conflict *why);
 

@@ -1,0 +1,615 @@
+/* config.c - options of treelockfs and treelockctl, see config.h
+ *
+ * One fuse_opt table serves the command line and the config file: a file's
+ * "key = value" lines are turned into "-o key=value" arguments and parsed
+ * with the same table, so the two can never disagree about what an option
+ * means. Problems are collected in cfg->errors and reported all at once.
+ */
+#include <config.h>
+
+#include <ctype.h>
+#include <errno.h>
+#include <fuse_opt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "log.h"
+
+enum {
+	KEY_HELP,
+	KEY_VERSION,
+	KEY_FOREGROUND,
+	KEY_DEBUG,
+	KEY_ALLOW_OTHER,
+	KEY_NO_ALLOW_OTHER,
+	KEY_CONFIG_FILE_ONLY,
+};
+
+#define OPT_STR(name, field)                                                                       \
+	{"--" name "=%s", offsetof(struct tl_config, field), 0},                                   \
+	{name "=%s", offsetof(struct tl_config, field), 0}
+#define OPT_BOOL(name, field)                                                                      \
+	{"--" name, offsetof(struct tl_config, field), 1},                                         \
+	{name, offsetof(struct tl_config, field), 1},                                              \
+	{"--no_" name, offsetof(struct tl_config, field), 0},                                      \
+	{"no_" name, offsetof(struct tl_config, field), 0}
+
+static const struct fuse_opt tl_opts[] = {
+	OPT_STR("lock_store", lock_store_s),
+	OPT_STR("lock_strategy", lock_strategy_s),
+	OPT_STR("lock_scope", lock_scope_s),
+	OPT_STR("lock_timeout", lock_timeout_s),
+	OPT_STR("rename_delay_ms", rename_delay_ms_s),
+	OPT_STR("entry_timeout", entry_timeout_s),
+	OPT_STR("attr_timeout", attr_timeout_s),
+	OPT_STR("negative_timeout", negative_timeout_s),
+	OPT_STR("log_level", log_level_s),
+	OPT_STR("config", config_file),
+	OPT_STR("es_url", es_url),
+	OPT_STR("es_index", es_index),
+	OPT_STR("es_user", es_user),
+	OPT_STR("es_password_file", es_password_file),
+	OPT_STR("es_api_key_file", es_api_key_file),
+	OPT_STR("es_cacert", es_cacert),
+	OPT_STR("es_timeout_ms", es_timeout_ms_s),
+	OPT_STR("owner", owner),
+	OPT_STR("lease_ttl", lease_ttl_s),
+	OPT_BOOL("es_insecure", es_insecure),
+	FUSE_OPT_KEY("--allow_other", KEY_ALLOW_OTHER),
+	FUSE_OPT_KEY("allow_other", KEY_ALLOW_OTHER),
+	FUSE_OPT_KEY("--no_allow_other", KEY_NO_ALLOW_OTHER),
+	FUSE_OPT_KEY("no_allow_other", KEY_NO_ALLOW_OTHER),
+	FUSE_OPT_KEY("-h", KEY_HELP),
+	FUSE_OPT_KEY("--help", KEY_HELP),
+	FUSE_OPT_KEY("-V", KEY_VERSION),
+	FUSE_OPT_KEY("--version", KEY_VERSION),
+	FUSE_OPT_KEY("-f", KEY_FOREGROUND),
+	FUSE_OPT_KEY("-d", KEY_DEBUG),
+	FUSE_OPT_KEY("debug", KEY_DEBUG),
+	FUSE_OPT_END,
+};
+
+/* Parsing context of the callback (fuse_opt passes only cfg). */
+struct parse_ctx {
+	struct tl_config *cfg;
+	bool for_ctl;
+	const char *file;   /* non-NULL while parsing a config file */
+	struct fuse_args *passthrough; /* file options for libfuse */
+};
+
+static __thread struct parse_ctx *cur;
+
+void config_error(struct tl_config *cfg, const char *fmt, ...)
+{
+	char line[1024];
+	size_t old = cfg->errors ? strlen(cfg->errors) : 0, add;
+	char *e;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	add = strlen(line);
+	e = realloc(cfg->errors, old + add + 2);
+	if (!e)
+		return;
+	memcpy(e + old, line, add);
+	e[old + add] = '\n';
+	e[old + add + 1] = '\0';
+	cfg->errors = e;
+}
+
+int config_init(struct tl_config *cfg)
+{
+	char host[256];
+
+	memset(cfg, 0, sizeof(*cfg));
+	/* strdup the defaults: fuse_opt frees a string option it overwrites */
+	cfg->lock_store_s = strdup("mem");
+	cfg->lock_strategy_s = strdup("tree");
+	cfg->lock_scope_s = strdup("rename");
+	cfg->es_index = strdup(TL_DEFAULT_ES_INDEX);
+	if (gethostname(host, sizeof(host)) != 0)
+		strcpy(host, "localhost");
+	host[sizeof(host) - 1] = '\0';
+	cfg->owner = strdup(host);
+	cfg->log_level = LOG_NOTICE;
+	cfg->lock_timeout = TL_DEFAULT_LOCK_TIMEOUT;
+	cfg->entry_timeout = TL_DEFAULT_ENTRY_TIMEOUT;
+	cfg->attr_timeout = TL_DEFAULT_ATTR_TIMEOUT;
+	cfg->negative_timeout = TL_DEFAULT_NEGATIVE_TIMEOUT;
+	cfg->es_timeout_ms = TL_DEFAULT_ES_TIMEOUT_MS;
+	cfg->lease_ttl = TL_DEFAULT_LEASE_TTL;
+	if (!cfg->lock_store_s || !cfg->lock_strategy_s || !cfg->lock_scope_s || !cfg->es_index ||
+	    !cfg->owner)
+		return -ENOMEM;
+	return 0;
+}
+
+static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
+{
+	struct tl_config *cfg = data;
+	struct parse_ctx *ctx = cur;
+
+	switch (key) {
+	case KEY_HELP:
+		cfg->show_help = 1;
+		return 0;
+	case KEY_VERSION:
+		cfg->show_version = 1;
+		return 0;
+	case KEY_FOREGROUND:
+		cfg->foreground = 1;
+		return 1; /* libfuse needs it too */
+	case KEY_DEBUG:
+		cfg->debug = 1;
+		cfg->foreground = 1;
+		return ctx->for_ctl ? 0 : 1;
+	case KEY_ALLOW_OTHER:
+		cfg->allow_other = 1;
+		return 0; /* main() passes allow_other,default_permissions on */
+	case KEY_NO_ALLOW_OTHER:
+		cfg->allow_other = 0;
+		return 0;
+	case FUSE_OPT_KEY_NONOPT:
+		if (ctx->file) {
+			config_error(cfg, "config file '%s': cannot parse '%s'", ctx->file, arg);
+			return 0;
+		}
+		if (ctx->for_ctl)
+			return 1;
+		cfg->nonopt_count++;
+		if (cfg->nonopt_count == 1) {
+			free(cfg->backing);
+			cfg->backing = strdup(arg);
+			return 0;
+		}
+		if (cfg->nonopt_count == 2)
+			return 1; /* MOUNTPOINT, for libfuse */
+		config_error(cfg, "unexpected argument '%s'", arg);
+		return 0;
+	case FUSE_OPT_KEY_OPT:
+		if (ctx->file) {
+			/* a libfuse option (allow_root, fsname=...) in the file */
+			if (ctx->for_ctl)
+				return 0;
+			if (ctx->passthrough) {
+				fuse_opt_add_arg(ctx->passthrough, "-o");
+				fuse_opt_add_arg(ctx->passthrough, arg);
+			}
+			return 0;
+		}
+		if (ctx->for_ctl) {
+			if (arg[0] == '-' && arg[1] != '\0') {
+				config_error(cfg, "unknown option '%s'", arg);
+				return 0;
+			}
+			return 1;
+		}
+		return 1; /* libfuse's own option; fuse_new() checks it */
+	}
+	return 1;
+}
+
+/* Finds --config=F, --config F or -o ...config=F... in ARGS without
+ * touching them. Returns a new string or NULL. */
+static char *find_config_file(const struct fuse_args *args)
+{
+	char *found = NULL;
+	int i;
+
+	for (i = 1; i < args->argc; i++) {
+		const char *a = args->argv[i];
+		const char *o = NULL;
+
+		if (strncmp(a, "--config=", 9) == 0) {
+			o = a + 9;
+		} else if (strcmp(a, "--config") == 0 && i + 1 < args->argc) {
+			o = args->argv[i + 1];
+		} else if (strncmp(a, "-o", 2) == 0) {
+			const char *list = a[2] ? a + 2 : (i + 1 < args->argc ? args->argv[i + 1] : "");
+			const char *p = list;
+
+			while (p && *p) {
+				const char *end = strchr(p, ',');
+				size_t len = end ? (size_t)(end - p) : strlen(p);
+
+				if (len > 7 && strncmp(p, "config=", 7) == 0) {
+					free(found);
+					found = strndup(p + 7, len - 7);
+				}
+				p = end ? end + 1 : NULL;
+			}
+			continue;
+		}
+		if (o) {
+			free(found);
+			found = strdup(o);
+		}
+	}
+	return found;
+}
+
+static char *trim(char *s)
+{
+	char *e;
+
+	while (isspace((unsigned char)*s))
+		s++;
+	e = s + strlen(s);
+	while (e > s && isspace((unsigned char)e[-1]))
+		*--e = '\0';
+	return s;
+}
+
+/* Escapes ',' and '\' for one fuse_opt -o element. */
+static char *opt_escape(const char *s)
+{
+	char *out = malloc(strlen(s) * 2 + 1), *o = out;
+
+	if (!out)
+		return NULL;
+	for (; *s; s++) {
+		if (*s == ',' || *s == '\\')
+			*o++ = '\\';
+		*o++ = *s;
+	}
+	*o = '\0';
+	return out;
+}
+
+static int parse_config_file(struct tl_config *cfg, const char *file, struct parse_ctx *ctx)
+{
+	struct fuse_args fargs = FUSE_ARGS_INIT(0, NULL);
+	char *line = NULL;
+	size_t cap = 0;
+	unsigned lineno = 0;
+	FILE *f;
+	int err = 0;
+
+	f = fopen(file, "re");
+	if (!f) {
+		config_error(cfg, "cannot read config file '%s': %s", file, strerror(errno));
+		return 0;
+	}
+	fuse_opt_add_arg(&fargs, "config");
+	while (getline(&line, &cap, f) > 0) {
+		char *s = trim(line), *eq, *opt, *val;
+
+		lineno++;
+		if (*s == '\0' || *s == '#' || *s == ';')
+			continue;
+		eq = strchr(s, '=');
+		if (eq) {
+			*eq = '\0';
+			val = opt_escape(trim(eq + 1));
+			if (!val) {
+				err = -ENOMEM;
+				break;
+			}
+			if (asprintf(&opt, "%s=%s", trim(s), val) < 0)
+				opt = NULL;
+			free(val);
+		} else {
+			opt = strdup(s);
+		}
+		if (!opt) {
+			err = -ENOMEM;
+			break;
+		}
+		if (strncmp(opt, "config=", 7) == 0) {
+			config_error(cfg, "config file '%s' line %u: a config file cannot name another",
+				     file, lineno);
+			free(opt);
+			continue;
+		}
+		fuse_opt_add_arg(&fargs, "-o");
+		fuse_opt_add_arg(&fargs, opt);
+		free(opt);
+	}
+	free(line);
+	fclose(f);
+	if (!err) {
+		ctx->file = file;
+		if (fuse_opt_parse(&fargs, cfg, tl_opts, opt_proc) == -1)
+			config_error(cfg, "config file '%s': cannot parse", file);
+		ctx->file = NULL;
+	}
+	fuse_opt_free_args(&fargs);
+	return err;
+}
+
+int config_parse(struct tl_config *cfg, struct fuse_args *args, bool for_ctl)
+{
+	struct fuse_args file_fuse = FUSE_ARGS_INIT(0, NULL);
+	struct parse_ctx ctx = {.cfg = cfg, .for_ctl = for_ctl, .passthrough = &file_fuse};
+	char *file;
+	int err = 0, i;
+
+	cur = &ctx;
+	file = find_config_file(args);
+	if (file) {
+		err = parse_config_file(cfg, file, &ctx);
+		free(file);
+		if (err)
+			goto out;
+	}
+	/* "--config F" (two words) is not a fuse_opt template form: join it */
+	for (i = 1; i + 1 < args->argc; i++) {
+		if (strcmp(args->argv[i], "--config") == 0) {
+			char *joined;
+
+			if (asprintf(&joined, "--config=%s", args->argv[i + 1]) < 0) {
+				err = -ENOMEM;
+				goto out;
+			}
+			free(args->argv[i]);
+			args->argv[i] = joined;
+			memmove(&args->argv[i + 1], &args->argv[i + 2],
+				(size_t)(args->argc - i - 1) * sizeof(char *));
+			args->argc--;
+		}
+	}
+	if (fuse_opt_parse(args, cfg, tl_opts, opt_proc) == -1)
+		config_error(cfg, "cannot parse the command line");
+	/* libfuse options from the config file go before the command line's */
+	for (i = 0; i < file_fuse.argc; i++)
+		fuse_opt_insert_arg(args, 1 + i, file_fuse.argv[i]);
+out:
+	fuse_opt_free_args(&file_fuse);
+	cur = NULL;
+	return err;
+}
+
+static bool parse_seconds(struct tl_config *cfg, const char *name, const char *s, double min,
+			  double max, double *out)
+{
+	char *end;
+	double v;
+
+	if (!s)
+		return true;
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || *end != '\0' || !isfinite(v) || v < min || v > max) {
+		config_error(cfg, "invalid %s '%s': expected seconds from %g to %g", name, s, min,
+			     max);
+		return false;
+	}
+	*out = v;
+	return true;
+}
+
+static bool parse_uint(struct tl_config *cfg, const char *name, const char *s, unsigned long min,
+		       unsigned long max, unsigned int *out)
+{
+	char *end;
+	unsigned long v;
+
+	if (!s)
+		return true;
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || end == s || *end != '\0' || s[0] == '-' || v < min || v > max) {
+		config_error(cfg, "invalid %s '%s': expected a whole number from %lu to %lu", name,
+			     s, min, max);
+		return false;
+	}
+	*out = (unsigned int)v;
+	return true;
+}
+
+static bool valid_index_name(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n == 0 || n > 255 || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
+		return false;
+	if (s[0] == '-' || s[0] == '_' || s[0] == '+')
+		return false;
+	for (; *s; s++)
+		if (isupper((unsigned char)*s) || strchr("\\/*?\"<>| ,#:", *s))
+			return false;
+	return true;
+}
+
+static void validate_es(struct tl_config *cfg)
+{
+	const char *p;
+
+	if (!cfg->es_url || !*cfg->es_url) {
+		config_error(cfg, "lock_store=es needs es_url=URL[,URL...]");
+	} else {
+		for (p = cfg->es_url; *p;) {
+			size_t len = strcspn(p, ",; \t");
+
+			if (len && strncmp(p, "http://", 7) != 0 && strncmp(p, "https://", 8) != 0)
+				config_error(cfg, "invalid es_url '%.*s': expected http:// or https://",
+					     (int)len, p);
+			p += len;
+			p += strspn(p, ",; \t");
+		}
+	}
+	if (!valid_index_name(cfg->es_index))
+		config_error(cfg, "invalid es_index '%s': lowercase, no \\/*?\"<>|,#: or space, "
+				  "not starting with - _ +", cfg->es_index);
+	if (!cfg->owner || !*cfg->owner || strpbrk(cfg->owner, " \t\n#"))
+		config_error(cfg, "invalid owner '%s': expected a name without spaces or '#'",
+			     cfg->owner ? cfg->owner : "");
+	if (cfg->es_password_file && cfg->es_api_key_file)
+		config_error(cfg, "es_password_file and es_api_key_file exclude each other");
+	if (cfg->es_password_file && !cfg->es_user)
+		config_error(cfg, "es_password_file needs es_user=NAME");
+}
+
+int config_validate(struct tl_config *cfg)
+{
+	int lvl;
+
+	if (strcmp(cfg->lock_store_s, "mem") == 0)
+		cfg->lock_store = TL_STORE_MEM;
+	else if (strcmp(cfg->lock_store_s, "es") == 0)
+		cfg->lock_store = TL_STORE_ES;
+	else
+		config_error(cfg, "invalid lock_store '%s': expected mem or es", cfg->lock_store_s);
+	if (lockplan_strategy_parse(cfg->lock_strategy_s, &cfg->lock_strategy) != 0)
+		config_error(cfg, "invalid lock_strategy '%s': expected tree, global, document or none",
+			     cfg->lock_strategy_s);
+	if (strcmp(cfg->lock_scope_s, "rename") == 0)
+		cfg->lock_scope = TL_SCOPE_RENAME;
+	else if (strcmp(cfg->lock_scope_s, "namespace") == 0)
+		cfg->lock_scope = TL_SCOPE_NAMESPACE;
+	else
+		config_error(cfg, "invalid lock_scope '%s': expected rename or namespace",
+			     cfg->lock_scope_s);
+	parse_seconds(cfg, "lock_timeout", cfg->lock_timeout_s, 0.001, 86400, &cfg->lock_timeout);
+	parse_uint(cfg, "rename_delay_ms", cfg->rename_delay_ms_s, 0, 600000, &cfg->rename_delay_ms);
+	parse_seconds(cfg, "entry_timeout", cfg->entry_timeout_s, 0, 86400, &cfg->entry_timeout);
+	parse_seconds(cfg, "attr_timeout", cfg->attr_timeout_s, 0, 86400, &cfg->attr_timeout);
+	parse_seconds(cfg, "negative_timeout", cfg->negative_timeout_s, 0, 86400,
+		      &cfg->negative_timeout);
+	parse_uint(cfg, "es_timeout_ms", cfg->es_timeout_ms_s, 1, 600000, &cfg->es_timeout_ms);
+	parse_seconds(cfg, "lease_ttl", cfg->lease_ttl_s, 1, 3600, &cfg->lease_ttl);
+	if (cfg->log_level_s) {
+		lvl = tl_log_parse_level(cfg->log_level_s);
+		if (lvl < 0)
+			config_error(cfg, "invalid log_level '%s': expected err, warning, notice, "
+					  "info or debug", cfg->log_level_s);
+		else
+			cfg->log_level = lvl;
+	} else if (cfg->debug) {
+		cfg->log_level = LOG_DEBUG;
+	}
+	if (cfg->lock_store == TL_STORE_ES)
+		validate_es(cfg);
+	return cfg->errors ? -EINVAL : 0;
+}
+
+/* Reads the first line of a secret file that only its owner may read. */
+static char *read_secret(struct tl_config *cfg, const char *what, const char *file)
+{
+	struct stat st;
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t n;
+	FILE *f;
+
+	f = fopen(file, "re");
+	if (!f) {
+		config_error(cfg, "cannot read %s '%s': %s", what, file, strerror(errno));
+		return NULL;
+	}
+	if (fstat(fileno(f), &st) != 0 || (st.st_mode & 077)) {
+		config_error(cfg, "%s '%s' is accessible by group or others: chmod 600 it", what,
+			     file);
+		fclose(f);
+		return NULL;
+	}
+	n = getline(&line, &cap, f);
+	fclose(f);
+	if (n <= 0) {
+		free(line);
+		config_error(cfg, "%s '%s' is empty", what, file);
+		return NULL;
+	}
+	while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+		line[--n] = '\0';
+	return line;
+}
+
+int config_load_secrets(struct tl_config *cfg)
+{
+	const char *env = getenv(TL_PASSWORD_ENV);
+
+	if (cfg->es_password_file)
+		cfg->es_password = read_secret(cfg, "es_password_file", cfg->es_password_file);
+	else if (env && *env && cfg->es_user)
+		cfg->es_password = strdup(env);
+	if (cfg->es_api_key_file)
+		cfg->es_api_key = read_secret(cfg, "es_api_key_file", cfg->es_api_key_file);
+	if (cfg->es_user && !cfg->es_password && !cfg->es_password_file)
+		config_error(cfg, "es_user needs es_password_file=FILE or %s in the environment",
+			     TL_PASSWORD_ENV);
+	return cfg->errors ? -EINVAL : 0;
+}
+
+static const char help_common[] =
+	"Lock store options (each also as -o name=value, and as name=value in a config file):\n"
+	"    --config=FILE            read options from FILE (name = value lines)\n"
+	"    --lock_store=mem|es      where locks live (default mem: this mount only)\n"
+	"    --lock_strategy=S        tree|global|document|none (default tree)\n"
+	"    --lock_timeout=SECONDS   give up a rename with EBUSY after this (default 30)\n"
+	"    --es_url=URL[,URL...]    Elasticsearch/OpenSearch nodes, tried in turn\n"
+	"                             (in -o lists separate URLs with ';')\n"
+	"    --es_index=NAME          lock index (default treelockfs-locks)\n"
+	"    --es_user=NAME           user for basic authentication\n"
+	"    --es_password_file=FILE  its password (file mode 600); or the environment\n"
+	"                             variable TREELOCKFS_ES_PASSWORD\n"
+	"    --es_api_key_file=FILE   API key (id:key or encoded; file mode 600)\n"
+	"    --es_cacert=FILE         CA certificate(s) for https\n"
+	"    --es_insecure            do not verify the server's certificate (warns)\n"
+	"    --es_timeout_ms=MS       per-request timeout (default 5000)\n"
+	"    --owner=NAME             this host's name as shown to others (default host name)\n"
+	"    --lease_ttl=SECONDS      lease of this mount's locks (default 10)\n"
+	"    --log_level=LEVEL        err|warning|notice|info|debug (default notice)\n";
+
+static const char help_mount[] =
+	"Mount options:\n"
+	"    --lock_scope=SCOPE       rename|namespace (default rename); namespace also locks\n"
+	"                             create, mkdir, mknod, symlink, link, unlink, rmdir\n"
+	"    --rename_delay_ms=N      testing: hold the locks N ms before renaming (default 0)\n"
+	"    --entry_timeout=SECONDS  cache names this long (default 1)\n"
+	"    --attr_timeout=SECONDS   cache attributes this long (default 1)\n"
+	"    --negative_timeout=SECONDS cache missing names this long (default 0)\n"
+	"    --allow_other            let other users in; turns on default_permissions,\n"
+	"                             each request then acts as its user\n"
+	"    -f                       stay in the foreground, log to stderr\n"
+	"    -d, -o debug             foreground, libfuse debug output, log_level=debug\n"
+	"    -s                       single-threaded\n"
+	"    -h, --help               this help\n"
+	"    -V, --version            version\n";
+
+void config_print_help(bool for_ctl)
+{
+	if (!for_ctl)
+		fputs(help_mount, stdout);
+	fputs(help_common, stdout);
+}
+
+static void wipe_free(char *s)
+{
+	if (!s)
+		return;
+	explicit_bzero(s, strlen(s));
+	free(s);
+}
+
+void config_free(struct tl_config *cfg)
+{
+	char **strs[] = {
+		&cfg->lock_store_s,     &cfg->lock_strategy_s,    &cfg->lock_scope_s,
+		&cfg->lock_timeout_s,   &cfg->rename_delay_ms_s,  &cfg->entry_timeout_s,
+		&cfg->attr_timeout_s,   &cfg->negative_timeout_s, &cfg->log_level_s,
+		&cfg->config_file,      &cfg->es_url,             &cfg->es_index,
+		&cfg->es_user,          &cfg->es_password_file,   &cfg->es_api_key_file,
+		&cfg->es_cacert,        &cfg->es_timeout_ms_s,    &cfg->owner,
+		&cfg->lease_ttl_s,      &cfg->backing,            &cfg->errors,
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
+		free(*strs[i]);
+		*strs[i] = NULL;
+	}
+	wipe_free(cfg->es_password);
+	wipe_free(cfg->es_api_key);
+	cfg->es_password = cfg->es_api_key = NULL;
+}

@@ -1,0 +1,208 @@
+/* lockmgr.c - runs lock plans against a store, see lockmgr.h
+ *
+ *   acquire:  try --ok--> held
+ *              |  \--EAGAIN (conflict)--> wait (store's, or backoff) --> try
+ *              |  \--ENOLCK (store failed)--> backoff --> try
+ *              |  \--EACCES (store refuses us)--> ENOLCK at once
+ *              \-- deadline passed --> abandon marks --> EBUSY / ENOLCK
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "lockmgr.h"
+#include "log.h"
+
+#define BACKOFF_MIN_US 1000
+#define BACKOFF_MAX_US 200000
+#define WAIT_LOG_MS 1000
+
+static int64_t mono_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static int64_t wall_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static struct timespec us_to_ts(int64_t us)
+{
+	struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (us % 1000000) * 1000};
+
+	return ts;
+}
+
+/* A per-thread xorshift generator for jitter; no locking, no shared state. */
+static uint64_t jitter_next(void)
+{
+	static __thread uint64_t x;
+
+	if (!x)
+		x = (uint64_t)mono_us() ^ ((uint64_t)(uintptr_t)&x << 17) ^ 0x9e3779b97f4a7c15u;
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	return x;
+}
+
+/* Sleeps a jittered exponential backoff, never past DEADLINE_US. */
+static void backoff_sleep(unsigned int attempt, int64_t deadline_us)
+{
+	int64_t d = BACKOFF_MIN_US, now = mono_us();
+	struct timespec ts;
+
+	while (attempt-- > 0 && d < BACKOFF_MAX_US)
+		d *= 2;
+	if (d > BACKOFF_MAX_US)
+		d = BACKOFF_MAX_US;
+	d = d / 2 + (int64_t)(jitter_next() % (uint64_t)(d / 2 + 1));
+	if (now + d > deadline_us)
+		d = deadline_us - now;
+	if (d <= 0)
+		return;
+	ts = us_to_ts(d);
+	nanosleep(&ts, NULL);
+}
+
+void lockmgr_init(struct lockmgr *m, struct lockstore *store, double timeout, const char *owner)
+{
+	memset(m, 0, sizeof(*m));
+	m->store = store;
+	m->timeout = timeout;
+	snprintf(m->owner, sizeof(m->owner), "%s", owner ? owner : "local");
+}
+
+static const char *plan_desc(const struct tl_plan *plan, char *buf, size_t size)
+{
+	if (plan->to)
+		snprintf(buf, size, "rename '%s' -> '%s'", plan->from, plan->to);
+	else
+		snprintf(buf, size, "change of '%s'", plan->from);
+	return buf;
+}
+
+int lockmgr_acquire(struct lockmgr *m, const struct tl_plan *plan, uint32_t pid,
+		    struct tl_holder *h)
+{
+	struct lockstore *st = m->store;
+	struct tl_conflict why;
+	int64_t start = mono_us(), deadline = start + (int64_t)(m->timeout * 1e6);
+	unsigned int attempt = 0;
+	bool logged = false;
+	char desc[600];
+	int err;
+
+	memset(h, 0, sizeof(*h));
+	h->ticket = __atomic_add_fetch(&m->next_ticket, 1, __ATOMIC_RELAXED);
+	h->start_ms = wall_ms();
+	h->pid = pid;
+	snprintf(h->id, sizeof(h->id), "%s#%" PRIu64, m->owner, h->ticket);
+	stats_add(plan->to ? &m->stats.renames : &m->stats.entry_ops, 1);
+	if (plan->n == 0) {
+		stats_add(&m->stats.acquired, 1);
+		return 0;
+	}
+	for (;;) {
+		int64_t now;
+
+		memset(&why, 0, sizeof(why));
+		why.held_ms = -1;
+		err = st->ops->try_acquire(st, plan, h, &why);
+		if (err == 0)
+			break;
+		if (err == -EAGAIN)
+			stats_add(&m->stats.conflicts, 1);
+		if (err != -EAGAIN && err != -ENOLCK) {
+			/* refused for good (credentials, a bug): the store logged it */
+			if (st->ops->abandon)
+				st->ops->abandon(st, plan, h);
+			stats_add(&m->stats.errors, 1);
+			return -ENOLCK;
+		}
+		if (attempt == 0)
+			stats_add(&m->stats.waits, 1);
+		now = mono_us();
+		if (!logged && now - start >= WAIT_LOG_MS * 1000) {
+			logged = true;
+			if (err == -EAGAIN)
+				tl_log(LOG_NOTICE,
+				       "%s waits for '%s', held by %s, for %" PRId64 " ms so far",
+				       plan_desc(plan, desc, sizeof(desc)), why.key, why.holder,
+				       (now - start) / 1000);
+			else
+				tl_log(LOG_WARNING,
+				       "%s waits for the lock store, failing for %" PRId64 " ms so far",
+				       plan_desc(plan, desc, sizeof(desc)), (now - start) / 1000);
+		}
+		if (now >= deadline) {
+			if (st->ops->abandon)
+				st->ops->abandon(st, plan, h);
+			stats_record_wait(&m->stats, (uint64_t)(now - start));
+			if (err == -EAGAIN) {
+				stats_add(&m->stats.timeouts, 1);
+				tl_log(LOG_WARNING,
+				       "%s timed out after %" PRId64 " ms: '%s' held by %s",
+				       plan_desc(plan, desc, sizeof(desc)), (now - start) / 1000,
+				       why.key, why.holder);
+				return -EBUSY;
+			}
+			stats_add(&m->stats.errors, 1);
+			tl_log(LOG_ERR, "%s failed after %" PRId64 " ms: lock store unavailable",
+			       plan_desc(plan, desc, sizeof(desc)), (now - start) / 1000);
+			return -ENOLCK;
+		}
+		if (err == -EAGAIN && st->ops->wait) {
+			struct timespec dl = us_to_ts(deadline);
+
+			st->ops->wait(st, plan, h, attempt, &dl);
+		} else {
+			backoff_sleep(attempt, deadline);
+		}
+		attempt++;
+	}
+	if (attempt) {
+		int64_t waited = mono_us() - start;
+
+		stats_record_wait(&m->stats, (uint64_t)waited);
+		if (logged)
+			tl_log(LOG_NOTICE, "%s got its locks after %" PRId64 " ms",
+			       plan_desc(plan, desc, sizeof(desc)), waited / 1000);
+	}
+	stats_add(&m->stats.acquired, 1);
+	return 0;
+}
+
+int lockmgr_release(struct lockmgr *m, const struct tl_plan *plan, struct tl_holder *h)
+{
+	char desc[600];
+	int err;
+
+	if (plan->n == 0)
+		return 0;
+	err = m->store->ops->release(m->store, plan, h);
+	if (err) {
+		stats_add(&m->stats.errors, 1);
+		tl_log(LOG_ERR, "cannot release the locks of %s: %s; they expire with the lease",
+		       plan_desc(plan, desc, sizeof(desc)), strerror(-err));
+		return -ENOLCK;
+	}
+	return 0;
+}
+
+bool lockmgr_lease_fresh(struct lockmgr *m)
+{
+	return !m->store->ops->lease_fresh || m->store->ops->lease_fresh(m->store);
+}

@@ -1,0 +1,201 @@
+/* treelockfs.c - main(): options, validation, store, mount, loop
+ *
+ *   treelockfs [options] BACKING MOUNTPOINT
+ *
+ * Everything that can be wrong with the options is reported at once, before
+ * anything is mounted (exit 1). The backing directory is opened before the
+ * mount, so mounting over BACKING itself works. The lock store is opened
+ * (and, for es, checked and bootstrapped) before daemonising; its threads
+ * start in the FUSE init callback, after the fork.
+ */
+#include <config.h>
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <fuse.h>
+#include <fuse_lowlevel.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "fsops.h"
+#include "lockstore.h"
+#include "log.h"
+
+static void usage(const char *prog)
+{
+	printf("usage: %s [options] BACKING MOUNTPOINT\n\n"
+	       "Mounts the directory BACKING at MOUNTPOINT and passes every operation through,\n"
+	       "wrapping rename() in tree locks (see treelockfs(1)).\n\n",
+	       prog);
+	config_print_help(false);
+}
+
+/* Escapes ',' and '\' for a -o value (fsname=BACKING). */
+static char *opt_value_escape(const char *s)
+{
+	char *out = malloc(strlen(s) * 2 + 1), *o = out;
+
+	if (!out)
+		return NULL;
+	for (; *s; s++) {
+		if (*s == ',' || *s == '\\')
+			*o++ = '\\';
+		*o++ = *s;
+	}
+	*o = '\0';
+	return out;
+}
+
+static int add_mount_options(struct tl_config *cfg, struct fuse_args *args)
+{
+	char *esc, *opt;
+	int err = 0;
+
+	if (cfg->allow_other)
+		err |= fuse_opt_add_arg(args, "-oallow_other,default_permissions");
+	esc = opt_value_escape(cfg->backing);
+	if (!esc || asprintf(&opt, "-ofsname=%s", esc) < 0) {
+		free(esc);
+		return -ENOMEM;
+	}
+	free(esc);
+	err |= fuse_opt_add_arg(args, opt);
+	free(opt);
+	return err ? -ENOMEM : 0;
+}
+
+int main(int argc, char *argv[])
+{
+	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+	struct fuse_cmdline_opts opts = {0};
+	struct fuse_loop_config *loop_cfg = NULL;
+	struct tl_config cfg;
+	struct tlfs fs = {.backing_fd = -1};
+	struct fuse *fuse = NULL;
+	struct stat st;
+	int ret = 1, err;
+
+	tl_log_init("treelockfs", LOG_NOTICE);
+	if (config_init(&cfg) != 0 || config_parse(&cfg, &args, false) != 0) {
+		fprintf(stderr, "treelockfs: out of memory\n");
+		return 1;
+	}
+	if (cfg.show_version) {
+		printf("treelockfs %s (libfuse %s)\n", PACKAGE_VERSION, fuse_pkgversion());
+		ret = 0;
+		goto out_free_cfg;
+	}
+	if (cfg.show_help) {
+		usage(argv[0]);
+		printf("\nlibfuse options:\n");
+		fuse_cmdline_help();
+		fuse_lib_help(&args);
+		ret = 0;
+		goto out_free_cfg;
+	}
+	config_validate(&cfg);
+	tl_log_init("treelockfs", cfg.log_level);
+	if (cfg.nonopt_count < 1)
+		config_error(&cfg, "missing BACKING directory");
+	else if (cfg.nonopt_count < 2)
+		config_error(&cfg, "missing MOUNTPOINT");
+	if (cfg.backing) {
+		if (stat(cfg.backing, &st) != 0)
+			config_error(&cfg, "cannot use BACKING '%s': %s", cfg.backing,
+				     strerror(errno));
+		else if (!S_ISDIR(st.st_mode))
+			config_error(&cfg, "cannot use BACKING '%s': not a directory", cfg.backing);
+	}
+	if (cfg.lock_store == TL_STORE_ES)
+		config_load_secrets(&cfg);
+	if (cfg.backing && add_mount_options(&cfg, &args) != 0)
+		config_error(&cfg, "out of memory");
+	if (fuse_parse_cmdline(&args, &opts) != 0)
+		config_error(&cfg, "cannot parse the libfuse options");
+	if (!cfg.errors) {
+		/* also reports libfuse options it does not know, on stderr */
+		fuse = fuse_new(&args, &tlfs_ops, sizeof(tlfs_ops), &fs);
+		if (!fuse)
+			config_error(&cfg, "libfuse refused the options above");
+	}
+	if (cfg.errors) {
+		const char *p = cfg.errors;
+
+		while (*p) {
+			const char *nl = strchr(p, '\n');
+
+			fprintf(stderr, "treelockfs: %.*s\n", (int)(nl - p), p);
+			p = nl + 1;
+		}
+		fprintf(stderr, "Try '%s --help' for more information.\n", argv[0]);
+		goto out_destroy;
+	}
+
+	fs.cfg = &cfg;
+	fs.backing_fd = open(cfg.backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fs.backing_fd == -1) {
+		tl_log(LOG_ERR, "cannot open BACKING '%s': %s", cfg.backing, strerror(errno));
+		goto out_destroy;
+	}
+	fs.switch_creds = cfg.allow_other && geteuid() == 0;
+	/* libcurl's global state, once, before any thread exists */
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	err = lockstore_open(&cfg, &fs.store);
+	if (err) {
+		tl_log(LOG_ERR, "cannot open the %s lock store: %s", cfg.lock_store_s,
+		       strerror(-err));
+		goto out_close_backing;
+	}
+	lockmgr_init(&fs.mgr, fs.store, cfg.lock_timeout, cfg.owner);
+	/* modes arrive with the caller's umask applied; ours must not apply again */
+	umask(0);
+
+	if (fuse_mount(fuse, opts.mountpoint) != 0)
+		goto out_close_store;
+	if (fuse_daemonize(opts.foreground) != 0)
+		goto out_unmount;
+	if (!opts.foreground)
+		tl_log_use_syslog();
+	if (fuse_set_signal_handlers(fuse_get_session(fuse)) != 0)
+		goto out_unmount;
+	tl_log(LOG_NOTICE, "serving '%s' at '%s'", cfg.backing, opts.mountpoint);
+	if (opts.singlethread) {
+		err = fuse_loop(fuse);
+	} else {
+		loop_cfg = fuse_loop_cfg_create();
+		if (!loop_cfg)
+			goto out_signals;
+		fuse_loop_cfg_set_clone_fd(loop_cfg, (unsigned)opts.clone_fd);
+		fuse_loop_cfg_set_idle_threads(loop_cfg, opts.max_idle_threads);
+		if (opts.max_threads && opts.max_threads <= 100000)
+			fuse_loop_cfg_set_max_threads(loop_cfg, opts.max_threads);
+		err = fuse_loop_mt(fuse, loop_cfg);
+		fuse_loop_cfg_destroy(loop_cfg);
+	}
+	ret = err == 0 ? 0 : 1;
+	if (err)
+		tl_log(LOG_ERR, "the FUSE loop ended with an error: %s", strerror(err < 0 ? -err : err));
+
+out_signals:
+	fuse_remove_signal_handlers(fuse_get_session(fuse));
+out_unmount:
+	fuse_unmount(fuse);
+out_close_store:
+	lockstore_close(fs.store);
+out_close_backing:
+	close(fs.backing_fd);
+	curl_global_cleanup();
+out_destroy:
+	if (fuse)
+		fuse_destroy(fuse);
+	free(opts.mountpoint);
+	fuse_opt_free_args(&args);
+out_free_cfg:
+	config_free(&cfg);
+	return ret;
+}
