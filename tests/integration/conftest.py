@@ -1,0 +1,213 @@
+"""Fixtures that mount treelockfs for real.
+
+Every test gets fresh directories under pytest's tmp_path. A mount is a
+`treelockfs BACKING MNT -f ...` child process; it is waited for with a
+deadline while checking that the daemon is alive, unmounted with
+`fusermount3 -u MNT` at teardown, and the daemon must then exit 0. Only
+mounts and processes started here are ever unmounted or killed.
+
+Tests are skipped (not failed) where /dev/fuse or fusermount3 is missing,
+as in a package build chroot.
+"""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRCDIR = os.environ.get("TREELOCKFS_SRCDIR") or os.path.dirname(os.path.dirname(HERE))
+BIN = os.environ.get("TREELOCKFS_BIN") or os.path.join(SRCDIR, "src", "treelockfs")
+CTL = os.environ.get("TREELOCKCTL_BIN") or os.path.join(SRCDIR, "src", "treelockctl")
+FUSERMOUNT = shutil.which("fusermount3")
+
+
+def fuse_available():
+    return os.path.exists("/dev/fuse") and FUSERMOUNT is not None and os.access(BIN, os.X_OK)
+
+
+def pytest_collection_modifyitems(config, items):
+    if fuse_available():
+        return
+    skip = pytest.mark.skip(reason="no /dev/fuse, fusermount3 or built treelockfs")
+    for item in items:
+        if "nofuse" not in item.keywords:
+            item.add_marker(skip)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "nofuse: test needs no FUSE mount")
+    config.addinivalue_line("markers", "root: test needs root")
+
+
+def is_mounted(path):
+    path = os.path.realpath(path)
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+        for line in f:
+            fields = line.split()
+            mnt = fields[4].encode().decode("unicode_escape")
+            if mnt == path:
+                return True
+    return False
+
+
+class Mount:
+    """One treelockfs process. `opts` are -o options, e.g. ["lock_timeout=2"]."""
+
+    def __init__(self, backing, mnt, opts=(), args=(), env=None, log=None):
+        self.backing = str(backing)
+        self.mnt = str(mnt)
+        self.opts = list(opts)
+        self.args = list(args)
+        self.env = env
+        self.log_path = log or (self.mnt.rstrip("/") + ".log")
+        self.proc = None
+
+    def cmd(self):
+        cmd = [BIN, self.backing, self.mnt, "-f"]
+        if self.opts:
+            cmd += ["-o", ",".join(self.opts)]
+        return cmd + self.args
+
+    def start(self, timeout=10):
+        env = dict(os.environ)
+        if self.env:
+            env.update(self.env)
+        self.logf = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.cmd(), stdout=self.logf, stderr=subprocess.STDOUT,
+                                     env=env, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("treelockfs exited with %d before mounting:\n%s"
+                                   % (self.proc.returncode, self.log()))
+            if is_mounted(self.mnt):
+                return self
+            time.sleep(0.02)
+        self.kill()
+        raise RuntimeError("treelockfs did not mount within %ss:\n%s" % (timeout, self.log()))
+
+    def log(self):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def path(self, *parts):
+        return os.path.join(self.mnt, *parts)
+
+    def bpath(self, *parts):
+        return os.path.join(self.backing, *parts)
+
+    def ctl(self, name):
+        with open(os.path.join(self.mnt, ".treelockfs", name), encoding="utf-8") as f:
+            return f.read()
+
+    def stats(self):
+        out = {}
+        for line in self.ctl("stats").splitlines():
+            k, _, v = line.partition(" ")
+            out[k] = int(v) if v.isdigit() else v
+        return out
+
+    def locks(self):
+        return [l for l in self.ctl("locks").splitlines() if l and not l.startswith("#")]
+
+    def stop(self, check=True, timeout=15):
+        """Unmounts and waits for the daemon; with CHECK it must exit 0."""
+        if self.proc is None:
+            return
+        if is_mounted(self.mnt):
+            subprocess.run([FUSERMOUNT, "-u", "-z", self.mnt], check=False,
+                           stderr=subprocess.DEVNULL)
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            rc = None
+        self.logf.close()
+        proc, self.proc = self.proc, None
+        if check:
+            assert rc == 0, "treelockfs exited with %r:\n%s" % (rc, self.log())
+        return proc.returncode
+
+    def kill(self, sig=signal.SIGKILL):
+        """Kills this mount's daemon (by its pid) and detaches the mount."""
+        if self.proc is None:
+            return
+        try:
+            os.kill(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=15)
+        if is_mounted(self.mnt):
+            subprocess.run([FUSERMOUNT, "-u", "-z", self.mnt], check=False,
+                           stderr=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def mount_factory(tmp_path):
+    """mount_factory(opts=[...], backing=None, name="mnt") -> started Mount."""
+    mounts = []
+
+    def make(opts=(), backing=None, name="mnt", args=(), env=None, start=True):
+        if backing is None:
+            backing = tmp_path / "backing"
+            backing.mkdir(exist_ok=True)
+        mnt = tmp_path / name
+        mnt.mkdir(exist_ok=True)
+        m = Mount(backing, mnt, opts=opts, args=args, env=env)
+        mounts.append(m)
+        if start:
+            m.start()
+        return m
+
+    yield make
+    errors = []
+    for m in reversed(mounts):
+        if m.proc is not None:
+            try:
+                m.stop(check=True)
+            except AssertionError as e:
+                errors.append(str(e))
+    if errors:
+        pytest.fail("\n".join(errors))
+
+
+@pytest.fixture
+def mnt(mount_factory):
+    """A mount with the defaults (mem store, tree strategy)."""
+    return mount_factory()
+
+
+def run_as(uid, gid, func, groups=()):
+    """Runs FUNC() in a child process with UID, GID and GROUPS; returns what
+    it returns (pickled back) or re-raises its OSError. Needs root."""
+    import pickle
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            os.setgroups(list(groups))
+            os.setgid(gid)
+            os.setuid(uid)
+            os.umask(0o022)
+            res = ("ok", func())
+        except BaseException as e:  # noqa: B902 - report everything to the parent
+            res = ("err", e if isinstance(e, OSError) else RuntimeError(repr(e)))
+        with os.fdopen(w, "wb") as f:
+            pickle.dump(res, f)
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    kind, val = pickle.loads(data)
+    if kind == "err":
+        raise val
+    return val

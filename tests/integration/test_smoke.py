@@ -1,0 +1,15 @@
+"""The smallest end-to-end check: mount, write, rename, read, unmount."""
+import os
+
+
+def test_smoke__write_rename_read(mnt):
+    os.makedirs(mnt.path("a", "b"))
+    with open(mnt.path("a", "b", "f"), "w") as f:
+        f.write("hello")
+    os.rename(mnt.path("a", "b", "f"), mnt.path("a", "g"))
+    with open(mnt.path("a", "g")) as f:
+        assert f.read() == "hello"
+    assert os.path.exists(mnt.bpath("a", "g"))
+    assert not os.path.exists(mnt.bpath("a", "b", "f"))
+    assert mnt.stats()["renames"] == 1
+    assert mnt.locks() == []
