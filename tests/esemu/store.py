@@ -859,14 +859,15 @@ def lite_query(q):
 
 
 class Doc(object):
-    __slots__ = ("id", "source", "seq_no", "version", "term")
+    __slots__ = ("id", "source", "seq_no", "version", "term", "raw")
 
-    def __init__(self, doc_id, source, seq_no, version, term=1):
+    def __init__(self, doc_id, source, seq_no, version, term=1, raw=None):
         self.id = doc_id
         self.source = source
         self.seq_no = seq_no
         self.version = version
         self.term = term
+        self.raw = raw  # the source exactly as sent (Elasticsearch returns it verbatim)
 
 
 class Index(object):
@@ -919,7 +920,7 @@ class Index(object):
                        {"index_uuid": self.uuid, "shard": "0", "index": self.name})
 
     def doc_missing(self, doc_id, flavor):
-        reason = "[%s]: document missing" % doc_id if flavor in ("es8", "opensearch2") else \
+        reason = "[%s]: document missing" % doc_id if flavor == "es8" else \
             "[_doc][%s]: document missing" % doc_id
         return EsError(404, "document_missing_exception", reason,
                        {"index_uuid": self.uuid, "shard": "0", "index": self.name})
@@ -1117,7 +1118,7 @@ class Store(object):
         return idx.max_seq_no
 
     def write_index(self, idx, doc_id, source, op_type="index", if_seq_no=None, if_primary_term=None,
-                    version=None, version_type=None):
+                    version=None, version_type=None, raw=None):
         """Index/create one document.  Returns (result, Doc)."""
         auto = doc_id is None
         if auto:
@@ -1151,7 +1152,7 @@ class Store(object):
                 else:
                     ts = idx.live_tombstone(doc_id)
                     new_version = ts[0] + 1 if ts else 1
-                doc = Doc(doc_id, source, self._next_seq(idx), new_version)
+                doc = Doc(doc_id, source, self._next_seq(idx), new_version, raw=raw)
                 idx.docs[doc_id] = doc
                 idx.tombstones.pop(doc_id, None)
                 self.gen += 1
@@ -1316,7 +1317,7 @@ class Store(object):
                     out["indices"][name] = {
                         "uuid": idx.uuid, "created": idx.created, "mappings": idx.mappings,
                         "settings": idx.settings, "max_seq_no": idx.max_seq_no,
-                        "docs": {d.id: [d.source, d.seq_no, d.version] for d in idx.docs.values()},
+                        "docs": {d.id: [d.source, d.seq_no, d.version, d.raw] for d in idx.docs.values()},
                         "tombstones": {k: [v[0], v[1], GC_DELETES_SECONDS - (now - v[2])]
                                        for k, v in idx.tombstones.items()
                                        if now - v[2] <= GC_DELETES_SECONDS},
@@ -1355,8 +1356,8 @@ class Store(object):
         for name, d in data.get("indices", {}).items():
             idx = Index(name, d.get("mappings") or {}, d.get("settings") or {}, d.get("uuid"), d.get("created"))
             idx.max_seq_no = d.get("max_seq_no", -1)
-            for doc_id, (src, seq, ver) in d.get("docs", {}).items():
-                idx.docs[doc_id] = Doc(doc_id, src, seq, ver)
+            for doc_id, v in d.get("docs", {}).items():
+                idx.docs[doc_id] = Doc(doc_id, v[0], v[1], v[2], raw=v[3] if len(v) > 3 else None)
             for doc_id, v in d.get("tombstones", {}).items():
                 left = v[2] if len(v) > 2 else GC_DELETES_SECONDS
                 idx.tombstones[doc_id] = (v[0], v[1], now - (GC_DELETES_SECONDS - left))

@@ -1,0 +1,2366 @@
+#!/usr/bin/env python3
+"""esemu: an Elasticsearch-compatible emulator (a test double).
+
+This is NOT Elasticsearch.  It is a small HTTP/1.1 server (Python standard
+library only) that answers the document, index and search requests a lock
+client makes the way Elasticsearch 7.17 / 8.15 or OpenSearch 2.11 answers
+them: same status codes, same error envelopes (``root_cause``, ``type``,
+``reason``, ``caused_by``, ``status``), same reason texts for the errors a
+client acts on, same headers (``X-Elastic-Product``), and the same refusals
+(unknown parameters, wrong Content-Type, over-long ids, bad scripts).
+
+Layout: this file holds the HTTP server, routing, parameter checks, response
+rendering, authentication, fault injection and the command line;
+``store.py`` holds indices, documents, queries and persistence;
+``painless.py`` is the Painless tokenizer, parser and evaluator.
+
+Fidelity choices made here
+--------------------------
+* Request pipeline order: admin namespace, pause/block/latency, routing
+  (unknown path: 400 ``no handler found``; known path, wrong method: 405),
+  authentication, Content-Type (406), unknown parameters (400), body checks,
+  then the action.  Elasticsearch 7 routes before authenticating; 8
+  authenticates first; the emulator follows the flavour.
+* Documents keep the exact bytes they were indexed with, so ``_source`` in
+  GET/search answers is returned verbatim (Elasticsearch embeds the stored
+  bytes); sources rewritten by an update are re-serialised compactly.
+* ``?pretty`` output imitates Jackson's pretty printer (``"key" : value``).
+* The admin namespace ``/_esemu/`` is not part of Elasticsearch, needs no
+  credentials and is never counted.
+"""
+
+import argparse
+import base64
+import binascii
+import json
+import os
+import random
+import re
+import socket
+import ssl
+import struct
+import sys
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+import painless  # noqa: E402
+import store as st  # noqa: E402
+from store import EsError  # noqa: E402
+
+FLAVORS = {
+    "es7": {"number": "7.17.18", "lucene": "8.11.1", "wire": "6.8.0", "index": "6.0.0-beta1",
+            "hash": "8682172c2130b9a411b1bd5ff37c9792367de6b0", "date": "2024-02-02T12:04:59.691750271Z",
+            "types": True, "product": True},
+    "es8": {"number": "8.15.0", "lucene": "9.11.1", "wire": "7.17.0", "index": "7.0.0",
+            "hash": "1a77947f34deddb41af25e6f0ddb8e830159c179", "date": "2024-08-05T10:05:34.233336849Z",
+            "types": False, "product": True},
+    "opensearch1": {"number": "1.3.14", "lucene": "8.10.1", "wire": "6.8.0", "index": "6.0.0-beta1",
+                    "hash": "25e14e1b9ab26c5fd2e9a5fbd5b1c85d7fbd4b8d", "date": "2023-12-12T19:17:26.071178Z",
+                    "types": True, "product": False},
+    "opensearch2": {"number": "2.11.0", "lucene": "9.7.0", "wire": "7.10.0", "index": "7.0.0",
+                    "hash": "4dcad6dd1fd45b6bd91f041a041829c8687278fa", "date": "2023-10-13T02:55:55.511945994Z",
+                    "types": False, "product": False},
+}
+
+GLOBAL_PARAMS = {"pretty", "human", "error_trace", "filter_path", "source", "source_content_type"}
+
+WRITE_COMMON = {"wait_for_active_shards", "refresh", "routing", "timeout"}
+GET_PARAMS = {"stored_fields", "preference", "realtime", "refresh", "routing", "_source", "_source_excludes",
+              "_source_includes", "version", "version_type"}
+SEARCH_PARAMS = {
+    "analyzer", "analyze_wildcard", "ccs_minimize_roundtrips", "default_operator", "df", "explain",
+    "stored_fields", "docvalue_fields", "from", "ignore_unavailable", "ignore_throttled", "allow_no_indices",
+    "expand_wildcards", "lenient", "preference", "q", "routing", "scroll", "search_type", "size", "sort",
+    "_source", "_source_excludes", "_source_includes", "terminate_after", "stats", "suggest_field",
+    "suggest_mode", "suggest_size", "suggest_text", "timeout", "track_scores", "track_total_hits",
+    "allow_partial_search_results", "typed_keys", "version", "seq_no_primary_term", "request_cache",
+    "batched_reduce_size", "max_concurrent_shard_requests", "pre_filter_shard_size", "rest_total_hits_as_int",
+    "min_compatible_shard_node"}
+DBQ_PARAMS = {
+    "analyzer", "analyze_wildcard", "default_operator", "df", "from", "ignore_unavailable", "allow_no_indices",
+    "conflicts", "expand_wildcards", "lenient", "preference", "q", "routing", "scroll", "search_type",
+    "search_timeout", "size", "max_docs", "sort", "terminate_after", "stats", "version", "request_cache",
+    "refresh", "timeout", "wait_for_active_shards", "scroll_size", "wait_for_completion", "requests_per_second",
+    "slices"}
+
+API_PARAMS = {
+    "info": set(),
+    "ping": set(),
+    "cluster.health": {"expand_wildcards", "level", "local", "master_timeout", "timeout", "wait_for_active_shards",
+                       "wait_for_nodes", "wait_for_events", "wait_for_no_relocating_shards",
+                       "wait_for_no_initializing_shards", "wait_for_status", "return_200_for_cluster_health_timeout"},
+    "indices.create": {"wait_for_active_shards", "timeout", "master_timeout"},
+    "indices.exists": {"local", "ignore_unavailable", "allow_no_indices", "expand_wildcards", "flat_settings",
+                       "include_defaults"},
+    "indices.delete": {"timeout", "master_timeout", "ignore_unavailable", "allow_no_indices", "expand_wildcards"},
+    "indices.get": {"local", "ignore_unavailable", "allow_no_indices", "expand_wildcards", "flat_settings",
+                    "include_defaults", "master_timeout"},
+    "indices.get_mapping": {"ignore_unavailable", "allow_no_indices", "expand_wildcards", "master_timeout", "local"},
+    "indices.put_mapping": {"timeout", "master_timeout", "ignore_unavailable", "allow_no_indices",
+                            "expand_wildcards", "write_index_only"},
+    "indices.refresh": {"ignore_unavailable", "allow_no_indices", "expand_wildcards"},
+    "index": WRITE_COMMON | {"op_type", "version", "version_type", "if_seq_no", "if_primary_term", "pipeline",
+                             "require_alias"},
+    "create": WRITE_COMMON | {"version", "version_type", "pipeline"},
+    "update": WRITE_COMMON | {"_source", "_source_excludes", "_source_includes", "lang", "retry_on_conflict",
+                              "if_seq_no", "if_primary_term", "require_alias"},
+    "delete": WRITE_COMMON | {"if_seq_no", "if_primary_term", "version", "version_type"},
+    "get": GET_PARAMS,
+    "exists": GET_PARAMS,
+    "get_source": GET_PARAMS - {"stored_fields"},
+    "bulk": WRITE_COMMON | {"_source", "_source_excludes", "_source_includes", "pipeline", "require_alias"},
+    "mget": {"stored_fields", "preference", "realtime", "refresh", "routing", "_source", "_source_excludes",
+             "_source_includes"},
+    "search": SEARCH_PARAMS,
+    "count": {"ignore_unavailable", "ignore_throttled", "allow_no_indices", "expand_wildcards", "min_score",
+              "preference", "routing", "q", "analyzer", "analyze_wildcard", "default_operator", "df", "lenient",
+              "terminate_after"},
+    "delete_by_query": DBQ_PARAMS,
+}
+ES7_EXTRA_PARAMS = {"indices.create": {"include_type_name"}, "indices.get": {"include_type_name"},
+                    "indices.get_mapping": {"include_type_name"}, "indices.put_mapping": {"include_type_name"},
+                    "bulk": {"type"}, "mget": set(), "search": set()}
+
+# apis that take a body; others refuse one (400 "does not support having a body")
+BODY_APIS = {"indices.create", "indices.put_mapping", "index", "create", "update", "bulk", "mget", "search",
+             "count", "delete_by_query"}
+
+# routes: (segments, {method: api}); "{x}" is a path parameter
+ROUTES = [
+    ([], {"GET": "info", "HEAD": "ping"}),
+    (["_cluster", "health"], {"GET": "cluster.health"}),
+    (["_cluster", "health", "{index}"], {"GET": "cluster.health"}),
+    (["_refresh"], {"POST": "indices.refresh", "GET": "indices.refresh"}),
+    (["_bulk"], {"POST": "bulk", "PUT": "bulk"}),
+    (["_mget"], {"GET": "mget", "POST": "mget"}),
+    (["_search"], {"GET": "search", "POST": "search"}),
+    (["_count"], {"GET": "count", "POST": "count"}),
+    (["_mapping"], {"GET": "indices.get_mapping"}),
+    (["{index}"], {"PUT": "indices.create", "HEAD": "indices.exists", "DELETE": "indices.delete",
+                   "GET": "indices.get"}),
+    (["{index}", "_mapping"], {"GET": "indices.get_mapping", "PUT": "indices.put_mapping",
+                               "POST": "indices.put_mapping"}),
+    (["{index}", "_refresh"], {"POST": "indices.refresh", "GET": "indices.refresh"}),
+    (["{index}", "_doc"], {"POST": "index"}),
+    (["{index}", "_doc", "{id}"], {"PUT": "index", "POST": "index", "GET": "get", "HEAD": "exists",
+                                   "DELETE": "delete"}),
+    (["{index}", "_create", "{id}"], {"PUT": "create", "POST": "create"}),
+    (["{index}", "_update", "{id}"], {"POST": "update"}),
+    (["{index}", "_source", "{id}"], {"GET": "get_source", "HEAD": "exists_source"}),
+    (["{index}", "_bulk"], {"POST": "bulk", "PUT": "bulk"}),
+    (["{index}", "_mget"], {"GET": "mget", "POST": "mget"}),
+    (["{index}", "_search"], {"GET": "search", "POST": "search"}),
+    (["{index}", "_count"], {"GET": "count", "POST": "count"}),
+    (["{index}", "_delete_by_query"], {"POST": "delete_by_query"}),
+]
+# typed (deprecated) endpoints of Elasticsearch 7 / OpenSearch 1, as used by the Definitive Guide
+TYPED_ROUTES = [
+    (["{index}", "{type}"], {"POST": "index"}),
+    (["{index}", "{type}", "{id}"], {"PUT": "index", "POST": "index", "GET": "get", "HEAD": "exists",
+                                     "DELETE": "delete"}),
+    (["{index}", "{type}", "{id}", "_create"], {"PUT": "create", "POST": "create"}),
+    (["{index}", "{type}", "{id}", "_update"], {"POST": "update"}),
+    (["{index}", "{type}", "_bulk"], {"POST": "bulk", "PUT": "bulk"}),
+    (["{index}", "{type}", "_search"], {"GET": "search", "POST": "search"}),
+    (["{index}", "{type}", "_mget"], {"GET": "mget", "POST": "mget"}),
+]
+API_PARAMS["exists_source"] = API_PARAMS["get_source"]
+
+
+def levenshtein_similarity(a, b):
+    """Lucene's LevenshteinDistance.getDistance (1 - d / max length)."""
+    n, m = len(a), len(b)
+    if n == 0 or m == 0:
+        return 1.0 if n == m else 0.0
+    prev = list(range(m + 1))
+    for i in range(1, n + 1):
+        cur = [i] + [0] * m
+        for j in range(1, m + 1):
+            cost = 0 if a[i - 1] == b[j - 1] else 1
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+        prev = cur
+    return 1.0 - float(prev[m]) / max(n, m)
+
+
+def did_you_mean(key, candidates):
+    scored = [(levenshtein_similarity(key, c), c) for c in candidates]
+    scored = [s for s in scored if s[0] > 0.5]
+    scored.sort(key=lambda s: (-s[0], s[1]))
+    keys = [c for _, c in scored]
+    if not keys:
+        return ""
+    if len(keys) == 1:
+        return " -> did you mean [%s]?" % keys[0]
+    return " -> did you mean any of [%s]?" % ", ".join(keys)
+
+
+# --------------------------------------------------------------------------
+# JSON rendering (compact like Jackson, or Jackson's pretty printer)
+
+
+class Raw(object):
+    """Already-encoded JSON (a document's original source)."""
+    __slots__ = ("text",)
+
+    def __init__(self, text):
+        self.text = text
+
+
+def _enc_str(s):
+    return json.dumps(s, ensure_ascii=False)
+
+
+def render_compact(v, out):
+    if isinstance(v, Raw):
+        out.append(v.text)
+    elif isinstance(v, dict):
+        out.append("{")
+        first = True
+        for k, x in v.items():
+            if not first:
+                out.append(",")
+            first = False
+            out.append(_enc_str(str(k)))
+            out.append(":")
+            render_compact(x, out)
+        out.append("}")
+    elif isinstance(v, (list, tuple)):
+        out.append("[")
+        for i, x in enumerate(v):
+            if i:
+                out.append(",")
+            render_compact(x, out)
+        out.append("]")
+    else:
+        out.append(_scalar(v))
+
+
+def _scalar(v):
+    if v is None:
+        return "null"
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    if isinstance(v, int):
+        return str(int(v))
+    if isinstance(v, float):
+        if v != v or v in (float("inf"), float("-inf")):
+            return _enc_str(painless.fmt_double(v))
+        return painless.fmt_double(v)
+    return _enc_str(str(v))
+
+
+def render_pretty(v, out, indent=0):
+    pad = "  " * (indent + 1)
+    if isinstance(v, Raw):
+        render_pretty(json.loads(v.text), out, indent)
+    elif isinstance(v, dict):
+        if not v:
+            out.append("{ }")
+            return
+        out.append("{\n")
+        first = True
+        for k, x in v.items():
+            if not first:
+                out.append(",\n")
+            first = False
+            out.append(pad + _enc_str(str(k)) + " : ")
+            render_pretty(x, out, indent + 1)
+        out.append("\n" + "  " * indent + "}")
+    elif isinstance(v, (list, tuple)):
+        if not v:
+            out.append("[ ]")
+            return
+        out.append("[\n")
+        for i, x in enumerate(v):
+            if i:
+                out.append(",\n")
+            out.append(pad)
+            render_pretty(x, out, indent + 1)
+        out.append("\n" + "  " * indent + "]")
+    else:
+        out.append(_scalar(v))
+
+
+def materialize(v):
+    if isinstance(v, Raw):
+        return json.loads(v.text)
+    if isinstance(v, dict):
+        return {k: materialize(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [materialize(x) for x in v]
+    return v
+
+
+def apply_filter_path(obj, filters):
+    """filter_path with dotted paths, ``*``/``**`` wildcards and ``-`` exclusions."""
+    incl = [f.split(".") for f in filters if f and not f.startswith("-")]
+    excl = [f[1:].split(".") for f in filters if f.startswith("-")]
+    obj = materialize(obj)
+
+    def seg_match(pat, key):
+        return pat == key or (("*" in pat) and re.fullmatch(re.escape(pat).replace(r"\*", ".*"), key))
+
+    def include(v, pats):
+        if any(not p for p in pats):
+            return v, True
+        if isinstance(v, list):
+            items = []
+            for x in v:
+                r, ok = include(x, pats)
+                if ok:
+                    items.append(r)
+            return items, bool(items)
+        if not isinstance(v, dict):
+            return None, False
+        out = {}
+        for k, x in v.items():
+            sub = []
+            for p in pats:
+                if p[0] == "**":
+                    sub.append(p)
+                    sub.append(p[1:])
+                    if len(p) > 1 and seg_match(p[1], k):
+                        sub.append(p[2:])
+                elif seg_match(p[0], k):
+                    sub.append(p[1:])
+            if sub:
+                r, ok = include(x, sub)
+                if ok:
+                    out[k] = r
+        return out, bool(out)
+
+    def exclude(v, pats):
+        if isinstance(v, list):
+            return [exclude(x, pats) for x in v]
+        if not isinstance(v, dict):
+            return v
+        out = {}
+        for k, x in v.items():
+            sub = [p[1:] for p in pats if seg_match(p[0], k)]
+            if any(not p for p in sub):
+                continue
+            out[k] = exclude(x, sub) if sub else x
+        return out
+
+    if incl:
+        obj, ok = include(obj, incl)
+        if not ok:
+            obj = {}
+    if excl:
+        obj = exclude(obj, excl)
+    return obj
+
+
+# --------------------------------------------------------------------------
+# control state shared by the server
+
+
+class Control(object):
+    def __init__(self, args):
+        self.lock = threading.Condition()
+        self.stats = {}
+        self.total = 0
+        self.paused = False
+        self.fail_queue = []  # kinds of the next injected failures
+        self.latency_ms = args.latency_ms or 0
+        self.fail_rate = args.fail_rate or 0.0
+        self.rng = random.Random(args.seed)
+        self.blocks = {}  # opaque id -> mode
+        self.stopping = False
+
+    def count(self, api):
+        with self.lock:
+            self.stats[api] = self.stats.get(api, 0) + 1
+            self.total += 1
+
+    def next_failure(self):
+        with self.lock:
+            if self.fail_queue:
+                return self.fail_queue.pop(0)
+            if self.fail_rate > 0 and self.rng.random() < self.fail_rate:
+                return self.rng.choice(["503", "429", "reset"])
+        return None
+
+    def wait_unpaused(self, opaque):
+        with self.lock:
+            while not self.stopping:
+                if self.paused:
+                    self.lock.wait(0.2)
+                    continue
+                mode = self.blocks.get(opaque) if opaque is not None else None
+                if mode == "hang":
+                    self.lock.wait(0.2)
+                    continue
+                return mode
+        return None
+
+
+def rejection(flavor):
+    t = "rejected_execution_exception" if flavor.startswith("opensearch") else "es_rejected_execution_exception"
+    return EsError(429, t, "rejected execution of coordinating operation [coordinating_and_primary_bytes=0, "
+                           "replica_bytes=0, all_bytes=0, coordinating_operation_bytes=1, "
+                           "max_coordinating_and_primary_bytes=0]")
+
+
+def unavailable():
+    return EsError(503, "cluster_block_exception",
+                   "blocked by: [SERVICE_UNAVAILABLE/1/state not recovered / initialized];")
+
+
+# --------------------------------------------------------------------------
+# request object
+
+
+class Request(object):
+    def __init__(self, method, raw_path, path, segs, params, headers, body):
+        self.method = method
+        self.raw_path = raw_path  # path with query string, as sent
+        self.path = path  # path without the query string
+        self.segs = segs
+        self.params = params
+        self.headers = headers
+        self.body = body
+        self.consumed = set()
+        self.api = None
+        self.pp = {}
+
+    def param(self, name, default=None):
+        self.consumed.add(name)
+        return self.params.get(name, default)
+
+    def has(self, name):
+        self.consumed.add(name)
+        return name in self.params
+
+    def bool_param(self, name, default=False):
+        v = self.param(name)
+        if v is None:
+            return default
+        if v in ("", "true"):
+            return True
+        if v == "false":
+            return False
+        raise EsError(400, "illegal_argument_exception",
+                      "Failed to parse value [%s] as only [true] or [false] are allowed." % v)
+
+    def long_param(self, name, default=None):
+        v = self.param(name)
+        if v is None:
+            return default
+        try:
+            return int(v)
+        except ValueError:
+            raise EsError(400, "illegal_argument_exception",
+                          "Failed to parse long parameter [%s] with value [%s]" % (name, v),
+                          caused_by={"type": "number_format_exception", "reason": 'For input string: "%s"' % v})
+
+    def int_param(self, name, default=None):
+        v = self.param(name)
+        if v is None:
+            return default
+        try:
+            n = int(v)
+            if not -(1 << 31) <= n < (1 << 31):
+                raise ValueError
+            return n
+        except ValueError:
+            raise EsError(400, "illegal_argument_exception",
+                          "Failed to parse int parameter [%s] with value [%s]" % (name, v),
+                          caused_by={"type": "number_format_exception", "reason": 'For input string: "%s"' % v})
+
+
+def dup_check_hook(pairs):
+    d = {}
+    for k, v in pairs:
+        if k in d:
+            raise ValueError("Duplicate field '%s'" % k)
+        d[k] = v
+    return d
+
+
+def parse_json(text, what="body"):
+    try:
+        return json.loads(text, object_pairs_hook=dup_check_hook)
+    except ValueError as e:
+        msg = str(e)
+        raise EsError(400, "x_content_parse_exception" if "Duplicate" not in msg else "json_parse_exception",
+                      "[1:1] Unexpected token: %s" % msg if "Duplicate" not in msg else msg,
+                      root=None)
+
+
+# --------------------------------------------------------------------------
+# the emulator
+
+
+class Emulator(object):
+    def __init__(self, args):
+        self.args = args
+        self.flavor = args.flavor
+        self.fl = FLAVORS[args.flavor]
+        self.store = st.Store(args.flavor, args.data)
+        self.control = Control(args)
+        self.cluster_uuid = "esemu" + base64.urlsafe_b64encode(os.urandom(12)).decode()[:17]
+        self.user = args.user
+        self.password = None
+        if args.password_file:
+            with open(args.password_file) as f:
+                self.password = f.read().strip("\r\n")
+        self.api_key = None
+        if args.api_key_file:
+            with open(args.api_key_file) as f:
+                self.api_key = f.read().strip()
+        self.types = self.fl["types"]
+
+    # ------------------------------------------------------------ helpers
+    def meta(self, index, doc_id, type_name="_doc"):
+        d = {"_index": index}
+        if self.types:
+            d["_type"] = type_name
+        d["_id"] = doc_id
+        return d
+
+    def write_body(self, req, idx, doc_id, result, version, seq_no, forced=False, shards=None):
+        d = self.meta(idx.name, doc_id, req.pp.get("type", "_doc"))
+        d["_version"] = version
+        d["result"] = result
+        if forced:
+            d["forced_refresh"] = True
+        d["_shards"] = shards if shards is not None else idx.shards()
+        if seq_no is not None and seq_no >= 0:
+            d["_seq_no"] = seq_no
+            d["_primary_term"] = 1
+        return d
+
+    def source_value(self, doc, includes=None, excludes=None):
+        if includes or excludes:
+            return st.filter_source(doc.source, includes, excludes)
+        if doc.raw is not None:
+            return Raw(doc.raw)
+        return doc.source
+
+    def source_filter(self, req, body_source=None):
+        """(fetch, includes, excludes) from _source params."""
+        src = req.param("_source")
+        inc = req.param("_source_includes")
+        exc = req.param("_source_excludes")
+        fetch = True
+        includes, excludes = [], []
+        if src is not None:
+            if src in ("true", ""):
+                fetch = True
+            elif src == "false":
+                fetch = False
+            else:
+                includes = src.split(",")
+        if inc:
+            includes = inc.split(",")
+        if exc:
+            excludes = exc.split(",")
+        return fetch, includes, excludes
+
+    def refresh_policy(self, req):
+        v = req.param("refresh")
+        if v is None or v == "false":
+            return None
+        if v in ("true", ""):
+            return "true"
+        if v == "wait_for":
+            return "wait_for"
+        raise EsError(400, "illegal_argument_exception", "Unknown value for refresh: [%s]." % v)
+
+    def check_cas_params(self, req, api):
+        if_seq_no = req.long_param("if_seq_no")
+        if_term = req.long_param("if_primary_term")
+        msgs = []
+        if if_seq_no is not None and if_seq_no < 0:
+            raise EsError(400, "illegal_argument_exception",
+                          "sequence numbers must be non negative. got [%d]." % if_seq_no)
+        if if_term is not None and if_term < 0:
+            raise EsError(400, "illegal_argument_exception",
+                          "primary term must be non negative. got [%d]" % if_term)
+        if if_seq_no is not None and (if_term is None or if_term == 0):
+            msgs.append("ifSeqNo is set, but primary term is [0]")
+        if if_term not in (None, 0) and if_seq_no is None:
+            msgs.append("ifSeqNo is unassigned, but primary term is [%d]" % if_term)
+        return if_seq_no, if_term, msgs
+
+    def version_params(self, req):
+        version = req.long_param("version")
+        vt = req.param("version_type")
+        if vt is not None and vt not in ("internal", "external", "external_gte", "force"):
+            raise EsError(400, "illegal_argument_exception", "No version type match [%s]" % vt)
+        if vt == "force":
+            raise EsError(400, "illegal_argument_exception", "version type [force] may no longer be used")
+        return version, vt
+
+    def get_index_for_write(self, name, req=None, create=True):
+        if req is not None and req.bool_param("require_alias"):
+            raise EsError(404, "index_not_found_exception",
+                          "no such index [%s] and [require_alias] request flag is [true] and [%s] is not an alias"
+                          % (name, name), {"index_uuid": "_na_", "index": name})
+        st.check_index_name(name)
+        idx, created = self.store.auto_create(name)
+        return idx
+
+    def pipeline_check(self, req):
+        p = req.param("pipeline")
+        if p not in (None, "_none"):
+            raise EsError(400, "illegal_argument_exception", "pipeline with id [%s] does not exist" % p)
+
+    def do_refresh(self, idx, policy):
+        if policy:
+            idx.refresh()
+        return policy == "true"
+
+    def json_body(self, req, required=False, what=None):
+        if not req.body:
+            if required:
+                raise EsError(400, "parse_exception", "request body is required")
+            return None
+        text = req.body.decode("utf-8", errors="replace")
+        try:
+            return json.loads(text, object_pairs_hook=dup_check_hook)
+        except ValueError as e:
+            msg = str(e)
+            if msg.startswith("Duplicate field"):
+                raise EsError(400, "json_parse_exception", msg)
+            raise EsError(400, "json_parse_exception", "Unexpected character: " + msg)
+
+    def doc_source_body(self, req, doc_id):
+        text = req.body.decode("utf-8", errors="replace") if req.body else ""
+        return self.parse_source(text, doc_id)
+
+    def parse_source(self, text, doc_id):
+        if not text.strip():
+            raise validation_source_missing()
+        try:
+            src = json.loads(text, object_pairs_hook=dup_check_hook)
+        except ValueError as e:
+            msg = str(e)
+            cause = {"type": "json_parse_exception",
+                     "reason": msg if msg.startswith("Duplicate") else "Unexpected character: " + msg}
+            raise EsError(400, "mapper_parsing_exception", "failed to parse", caused_by=cause,
+                          root=[{"type": "mapper_parsing_exception", "reason": "failed to parse"}])
+        if not isinstance(src, dict):
+            raise EsError(400, "mapper_parsing_exception", "failed to parse",
+                          caused_by={"type": "not_x_content_exception",
+                                     "reason": "Compressor detection can only be called on some xcontent bytes or "
+                                               "compressed xcontent bytes"},
+                          root=[{"type": "mapper_parsing_exception", "reason": "failed to parse"}])
+        return src, text.strip("\r\n")
+
+    # ------------------------------------------------------------ painless
+    def run_script(self, script, ctx_fields, idx, doc_id):
+        src, params, lang = script
+        try:
+            compiled = painless.compile_script(src)
+        except painless.CompileError as e:
+            stack, pos = painless.compile_error_stack(src, e)
+            raise script_error(src, "compile error", stack, pos, e.exc_type, e.message)
+        ctx = painless.Ctx(ctx_fields, self.flavor == "es8")
+        try:
+            compiled.run({"ctx": ctx, "params": painless.from_json(params)})
+        except painless.ScriptRuntimeError as e:
+            stack, pos = compiled.snippet(e.offset)
+            raise script_error(src, "runtime error", stack, pos, e.exc_type, e.message)
+
+    def parse_script(self, s, lang_param=None):
+        if isinstance(s, str):
+            return (s, {}, lang_param or "painless")
+        if not isinstance(s, dict):
+            raise EsError(400, "x_content_parse_exception", "[1:1] [UpdateRequest] failed to parse field [script]",
+                          caused_by={"type": "illegal_argument_exception", "reason": "expected a script"})
+        source = None
+        params = {}
+        lang = None
+        for k, v in s.items():
+            if k in ("source", "inline"):
+                source = v
+            elif k == "params":
+                if not isinstance(v, dict):
+                    raise EsError(400, "x_content_parse_exception",
+                                  "[1:1] [UpdateRequest] failed to parse field [script]",
+                                  caused_by={"type": "parsing_exception",
+                                             "reason": "Value must be of type object: [params]"})
+                params = v
+            elif k == "lang":
+                lang = v
+            elif k == "id":
+                raise EsError(400, "illegal_argument_exception", "failed to execute script",
+                              caused_by={"type": "resource_not_found_exception",
+                                         "reason": "unable to find script [%s] in cluster state" % v},
+                              root=[{"type": "resource_not_found_exception",
+                                     "reason": "unable to find script [%s] in cluster state" % v}])
+            elif k == "options":
+                pass
+            else:
+                raise EsError(400, "x_content_parse_exception",
+                              "[1:1] [UpdateRequest] failed to parse field [script]",
+                              caused_by={"type": "illegal_argument_exception",
+                                         "reason": "[script] unknown field [%s]%s" % (
+                                             k, did_you_mean(k, ["source", "id", "lang", "params", "options"])
+                                             .replace(" -> did you mean", " did you mean"))})
+        if source is None:
+            raise EsError(400, "x_content_parse_exception", "[1:1] [UpdateRequest] failed to parse field [script]",
+                          caused_by={"type": "illegal_argument_exception",
+                                     "reason": "must specify either [source] for an inline script or [id] for a "
+                                               "stored script"})
+        lang = lang or lang_param or "painless"
+        if lang != "painless":
+            reason = "script_lang not supported [%s]" % lang
+            if lang in ("expression", "mustache"):
+                reason = "%s engine does not know how to handle script context [update]" % lang
+            raise EsError(400, "illegal_argument_exception", "failed to execute script",
+                          caused_by={"type": "illegal_argument_exception", "reason": reason})
+        if not isinstance(source, str):
+            raise EsError(400, "x_content_parse_exception", "[1:1] [UpdateRequest] failed to parse field [script]",
+                          caused_by={"type": "illegal_argument_exception", "reason": "expected a string source"})
+        return (source, params, lang)
+
+    # ------------------------------------------------------------ handlers
+    def h_info(self, req):
+        fl = self.fl
+        version = {}
+        if self.flavor.startswith("opensearch"):
+            version["distribution"] = "opensearch"
+        version["number"] = fl["number"]
+        if not self.flavor.startswith("opensearch"):
+            version["build_flavor"] = "default"
+        version.update({"build_type": "deb", "build_hash": fl["hash"], "build_date": fl["date"],
+                        "build_snapshot": False, "lucene_version": fl["lucene"],
+                        "minimum_wire_compatibility_version": fl["wire"],
+                        "minimum_index_compatibility_version": fl["index"]})
+        tagline = "The OpenSearch Project: https://opensearch.org/" if self.flavor.startswith("opensearch") \
+            else "You Know, for Search"
+        return 200, {"name": "esemu-node", "cluster_name": "esemu", "cluster_uuid": self.cluster_uuid,
+                     "version": version, "tagline": tagline}
+
+    def h_ping(self, req):
+        return 200, None
+
+    def h_cluster_health(self, req):
+        for p in ("level", "local", "master_timeout", "wait_for_active_shards", "wait_for_nodes", "wait_for_events",
+                  "wait_for_no_relocating_shards", "wait_for_no_initializing_shards", "expand_wildcards"):
+            req.param(p)
+        want = req.param("wait_for_status")
+        if want is not None and want not in ("green", "yellow", "red"):
+            raise EsError(400, "illegal_argument_exception", "unknown cluster health status [%s]" % want)
+        timeout = parse_time(req.param("timeout"), 30.0)
+        r200 = req.bool_param("return_200_for_cluster_health_timeout")
+        expr = req.pp.get("index")
+        missing = False
+        try:
+            idxs = self.store.resolve(expr) if expr else list(self.store.indices.values())
+        except EsError:
+            idxs = []
+            missing = True
+        primaries = len(idxs)
+        unassigned = sum(i.replicas for i in idxs)
+        status = "red" if missing else ("yellow" if unassigned else "green")
+        rank = {"green": 0, "yellow": 1, "red": 2}
+        timed_out = False
+        if missing or (want is not None and rank[status] > rank[want]):
+            time.sleep(min(timeout, 30.0))
+            timed_out = True
+        total = primaries + unassigned
+        body = {"cluster_name": "esemu", "status": status, "timed_out": timed_out, "number_of_nodes": 1,
+                "number_of_data_nodes": 1, "active_primary_shards": primaries, "active_shards": primaries,
+                "relocating_shards": 0, "initializing_shards": 0, "unassigned_shards": unassigned,
+                "delayed_unassigned_shards": 0, "number_of_pending_tasks": 0, "number_of_in_flight_fetch": 0,
+                "task_max_waiting_in_queue_millis": 0,
+                "active_shards_percent_as_number": 100.0 if total == 0 else 100.0 * primaries / total}
+        return (408 if timed_out and not r200 else 200), body
+
+    def h_indices_create(self, req):
+        name = req.pp["index"]
+        for p in ("wait_for_active_shards", "timeout", "master_timeout"):
+            req.param(p)
+        body = self.json_body(req) or {}
+        if self.types and req.bool_param("include_type_name") and isinstance(body.get("mappings"), dict):
+            m = body["mappings"]
+            if len(m) == 1 and isinstance(list(m.values())[0], dict):
+                body = dict(body, mappings=list(m.values())[0])
+        self.store.create_index(name, body)
+        self.store.persist()
+        return 200, {"acknowledged": True, "shards_acknowledged": True, "index": name}
+
+    def h_indices_exists(self, req):
+        for p in ("local", "flat_settings", "include_defaults", "expand_wildcards"):
+            req.param(p)
+        try:
+            idxs = self.store.resolve(req.pp["index"], allow_no_indices=req.bool_param("allow_no_indices", False),
+                                      ignore_unavailable=req.bool_param("ignore_unavailable"))
+        except EsError:
+            return 404, None
+        return (200 if idxs else 404), None
+
+    def h_indices_delete(self, req):
+        for p in ("timeout", "master_timeout", "expand_wildcards"):
+            req.param(p)
+        req.bool_param("allow_no_indices")
+        ignore = req.bool_param("ignore_unavailable")
+        expr = req.pp["index"]
+        if expr in ("_all", "*") and False:
+            pass
+        try:
+            self.store.delete_index(expr)
+        except EsError:
+            if not ignore:
+                raise
+        self.store.persist()
+        return 200, {"acknowledged": True}
+
+    def _settings_body(self, idx):
+        s = {"index": {}}
+        ix = s["index"]
+        ix["creation_date"] = str(idx.created)
+        ix["number_of_shards"] = "1"
+        ix["number_of_replicas"] = str(idx.replicas)
+        ix["uuid"] = idx.uuid
+        ix["version"] = {"created": {"es7": "7171899", "es8": "8512000", "opensearch1": "135238227",
+                                     "opensearch2": "136327827"}[self.flavor]}
+        ix["provided_name"] = idx.name
+        for k, v in idx.settings.items():
+            if k not in ("number_of_shards", "number_of_replicas"):
+                ix[k] = v if isinstance(v, (dict, list)) else str(v).lower() if isinstance(v, bool) else str(v)
+        return s
+
+    def h_indices_get(self, req):
+        for p in ("local", "flat_settings", "include_defaults", "expand_wildcards", "master_timeout",
+                  "include_type_name"):
+            req.param(p)
+        idxs = self.store.resolve(req.pp["index"], ignore_unavailable=req.bool_param("ignore_unavailable"))
+        req.bool_param("allow_no_indices")
+        out = {}
+        for i in idxs:
+            out[i.name] = {"aliases": {}, "mappings": i.mappings, "settings": self._settings_body(i)}
+        return 200, out
+
+    def h_indices_get_mapping(self, req):
+        for p in ("expand_wildcards", "master_timeout", "local"):
+            req.param(p)
+        itn = self.types and req.bool_param("include_type_name")
+        idxs = self.store.resolve(req.pp.get("index"), ignore_unavailable=req.bool_param("ignore_unavailable"))
+        req.bool_param("allow_no_indices")
+        out = {}
+        for i in idxs:
+            out[i.name] = {"mappings": ({"_doc": i.mappings} if itn and i.mappings else i.mappings)}
+        return 200, out
+
+    def h_indices_put_mapping(self, req):
+        for p in ("timeout", "master_timeout", "expand_wildcards", "write_index_only", "include_type_name"):
+            req.param(p)
+        body = self.json_body(req, required=True)
+        st.validate_mapping(body)
+        idxs = self.store.resolve(req.pp["index"], ignore_unavailable=req.bool_param("ignore_unavailable"))
+        req.bool_param("allow_no_indices")
+        for i in idxs:
+            for f, spec in (body.get("properties") or {}).items():
+                old = (i.mappings.get("properties") or {}).get(f)
+                if old is not None and old.get("type", "object") != spec.get("type", "object"):
+                    raise EsError(400, "illegal_argument_exception",
+                                  "mapper [%s] cannot be changed from type [%s] to [%s]"
+                                  % (f, old.get("type", "object"), spec.get("type", "object")))
+            with i.lock:
+                i.mappings = st.merge_mapping(i.mappings, body)
+        self.store._dirty()
+        self.store.persist()
+        return 200, {"acknowledged": True}
+
+    def h_indices_refresh(self, req):
+        req.param("expand_wildcards")
+        idxs = self.store.resolve(req.pp.get("index"), allow_no_indices=req.bool_param("allow_no_indices", True),
+                                  ignore_unavailable=req.bool_param("ignore_unavailable"))
+        for i in idxs:
+            i.refresh()
+        total = sum(1 + i.replicas for i in idxs)
+        return 200, {"_shards": {"total": total, "successful": len(idxs), "failed": 0}}
+
+    # documents
+    def h_index(self, req, create=False):
+        name = req.pp["index"]
+        doc_id = req.pp.get("id")
+        st.check_id(doc_id)
+        op_type = req.param("op_type")
+        if create:
+            op_type = "create"
+        elif op_type is None:
+            op_type = "index"
+        elif op_type not in ("index", "create"):
+            raise EsError(400, "illegal_argument_exception", "opType must be 'create' or 'index', found: [%s]"
+                          % op_type)
+        if_seq_no, if_term, msgs = (None, None, []) if create else self.check_cas_params(req, "index")
+        version, vt = self.version_params(req)
+        policy = self.refresh_policy(req)
+        for p in ("wait_for_active_shards", "timeout", "routing"):
+            req.param(p)
+        self.pipeline_check(req)
+        if vt in ("external", "external_gte") and version is None:
+            msgs.append("version type [%s] requires a version" % vt if False else
+                        "an external version is required" if False else "version is required")
+        if op_type == "create" and vt in ("external", "external_gte"):
+            msgs.append("create operations only support internal versioning. use index instead")
+        if op_type == "create" and if_seq_no is not None:
+            msgs.append("create operations do not support compare and set. use index instead")
+        if version is not None and vt in (None, "internal"):
+            if op_type == "create":
+                msgs.append("create operations do not support explicit versions. use index instead")
+            else:
+                msgs.append("internal versioning can not be used for optimistic concurrency control. "
+                            "Please use `if_seq_no` and `if_primary_term` instead")
+        if if_seq_no is not None and vt in ("external", "external_gte"):
+            msgs.append("compare and write operations can not use versioning")
+        source, raw = self.doc_source_body(req, doc_id)
+        if msgs:
+            raise st.validation_error(*msgs)
+        idx = self.get_index_for_write(name, req)
+        result, doc = self.store.write_index(idx, doc_id, source, op_type=op_type, if_seq_no=if_seq_no,
+                                             if_primary_term=if_term, version=version, version_type=vt, raw=raw)
+        forced = self.do_refresh(idx, policy)
+        self.store.persist()
+        status = 201 if result == "created" else 200
+        body = self.write_body(req, idx, doc.id, result, doc.version, doc.seq_no, forced)
+        headers = {}
+        if status == 201:
+            headers["Location"] = "/%s/%s/%s" % (urllib.parse.quote(idx.name, safe=""),
+                                                 req.pp.get("type", "_doc"),
+                                                 urllib.parse.quote(doc.id, safe=""))
+        return status, body, headers
+
+    def h_create(self, req):
+        return self.h_index(req, create=True)
+
+    def h_get(self, req, head=False, source_only=False):
+        name = req.pp["index"]
+        doc_id = req.pp["id"]
+        realtime = req.bool_param("realtime", True)
+        if req.bool_param("refresh"):
+            pass
+        for p in ("stored_fields", "preference", "routing"):
+            req.param(p)
+        fetch, inc, exc = self.source_filter(req)
+        version, vt = self.version_params(req)
+        idx = self.store.indices.get(name)
+        if idx is None:
+            if head:
+                return 404, None
+            raise st.index_not_found(name)
+        if req.params.get("refresh") in ("", "true"):
+            idx.refresh()
+        doc = self.store.get_doc(idx, doc_id, realtime)
+        if doc is not None and version is not None and vt not in ("external", "external_gte") \
+                and doc.version != version:
+            raise idx.vce(doc_id, "current version [%d] is different than the one provided [%d]"
+                          % (doc.version, version))
+        if head:
+            return (200 if doc is not None else 404), None
+        if source_only:
+            if doc is None:
+                raise EsError(404, "resource_not_found_exception",
+                              "Document not found [%s]/[%s]" % (name, doc_id) if self.flavor != "es7" else
+                              "Document not found [%s]/[_doc]/[%s]" % (name, doc_id))
+            return 200, self.source_value(doc, inc, exc)
+        body = self.meta(name, doc_id, req.pp.get("type", "_doc"))
+        if doc is None:
+            body["found"] = False
+            return 404, body
+        body["_version"] = doc.version
+        body["_seq_no"] = doc.seq_no
+        body["_primary_term"] = doc.term
+        body["found"] = True
+        if fetch:
+            body["_source"] = self.source_value(doc, inc, exc)
+        return 200, body
+
+    def h_exists(self, req):
+        return self.h_get(req, head=True)
+
+    def h_get_source(self, req):
+        return self.h_get(req, source_only=True)
+
+    def h_exists_source(self, req):
+        return self.h_get(req, head=True)
+
+    def h_delete(self, req):
+        name = req.pp["index"]
+        doc_id = req.pp["id"]
+        st.check_id(doc_id)
+        if_seq_no, if_term, msgs = self.check_cas_params(req, "delete")
+        version, vt = self.version_params(req)
+        policy = self.refresh_policy(req)
+        for p in ("wait_for_active_shards", "timeout", "routing"):
+            req.param(p)
+        if version is not None and vt in (None, "internal"):
+            msgs.append("internal versioning can not be used for optimistic concurrency control. "
+                        "Please use `if_seq_no` and `if_primary_term` instead")
+        if if_seq_no is not None and vt in ("external", "external_gte"):
+            msgs.append("compare and write operations can not use versioning")
+        if msgs:
+            raise st.validation_error(*msgs)
+        if vt in ("external", "external_gte"):
+            idx = self.get_index_for_write(name)
+        else:
+            idx = self.store.indices.get(name)
+            if idx is None:
+                st.check_index_name(name)
+                raise st.index_not_found(name)
+        result, ver, seq = self.store.write_delete(idx, doc_id, if_seq_no, if_term, version, vt)
+        forced = self.do_refresh(idx, policy)
+        self.store.persist()
+        return (200 if result == "deleted" else 404), self.write_body(req, idx, doc_id, result, ver, seq, forced)
+
+    UPDATE_FIELDS = ["script", "scripted_upsert", "upsert", "doc", "doc_as_upsert", "detect_noop", "_source",
+                     "if_seq_no", "if_primary_term"]
+
+    def parse_update_body(self, body, text=None, lang_param=None, line=None):
+        if not isinstance(body, dict):
+            raise EsError(400, "x_content_parse_exception", "[1:1] [UpdateRequest] Expected START_OBJECT")
+        req = {}
+        for k, v in body.items():
+            if k not in self.UPDATE_FIELDS:
+                col = (text.find('"%s"' % k) + 1) if text else 1
+                dym = did_you_mean(k, self.UPDATE_FIELDS).replace(" -> did you mean", " did you mean")
+                raise EsError(400, "x_content_parse_exception",
+                              "[1:%d] [UpdateRequest] unknown field [%s]%s" % (max(col, 1), k, dym))
+            if k == "script":
+                req["script"] = self.parse_script(v, lang_param)
+            elif k in ("doc", "upsert"):
+                if not isinstance(v, dict):
+                    raise EsError(400, "x_content_parse_exception",
+                                  "[1:1] [UpdateRequest] failed to parse field [%s]" % k,
+                                  caused_by={"type": "not_x_content_exception",
+                                             "reason": "Compressor detection can only be called on some xcontent "
+                                                       "bytes or compressed xcontent bytes"})
+                req[k] = v
+            elif k in ("scripted_upsert", "doc_as_upsert", "detect_noop"):
+                if not isinstance(v, bool) and v not in ("true", "false"):
+                    raise EsError(400, "x_content_parse_exception",
+                                  "[1:1] [UpdateRequest] failed to parse field [%s]" % k,
+                                  caused_by={"type": "illegal_argument_exception",
+                                             "reason": "Failed to parse value [%s] as only [true] or [false] are "
+                                                       "allowed." % painless.to_str(v)})
+                req[k] = v in (True, "true")
+            elif k == "_source":
+                req["_source"] = v
+            elif k in ("if_seq_no", "if_primary_term"):
+                req[k] = int(v)
+        return req
+
+    def validate_update(self, u, retry):
+        msgs = []
+        if u.get("script") is None and u.get("doc") is None:
+            msgs.append("script or doc is missing")
+        if u.get("script") is not None and u.get("doc") is not None:
+            msgs.append("can't provide both script and doc")
+        if u.get("doc_as_upsert") and u.get("upsert") is not None:
+            msgs.append("doc must be specified if doc_as_upsert is enabled" if u.get("doc") is None else
+                        "can't provide both upsert request and doc_as_upsert")
+        if u.get("if_seq_no") is not None and retry > 0:
+            msgs.append("compare and write operations can not be retried")
+        if u.get("if_seq_no") is not None and u.get("doc_as_upsert"):
+            msgs.append("compare and write operations can not be used with upsert")
+        if u.get("if_seq_no") is not None and u.get("upsert") is not None:
+            msgs.append("upsert requests don't support `if_seq_no` and `if_primary_term`")
+        return msgs
+
+    def do_update(self, idx, doc_id, u):
+        try:
+            return self.store.update(idx, doc_id, u, self.run_script)
+        finally:
+            pass
+
+    def h_update(self, req):
+        name = req.pp["index"]
+        doc_id = req.pp["id"]
+        st.check_id(doc_id)
+        if_seq_no, if_term, msgs = self.check_cas_params(req, "update")
+        retry = req.int_param("retry_on_conflict", 0)
+        policy = self.refresh_policy(req)
+        lang = req.param("lang")
+        fetch, inc, exc = self.source_filter(req)
+        want_get = req.has("_source") or req.has("_source_includes") or req.has("_source_excludes")
+        for p in ("wait_for_active_shards", "timeout", "routing"):
+            req.param(p)
+        if req.bool_param("require_alias"):
+            raise EsError(404, "index_not_found_exception",
+                          "no such index [%s] and [require_alias] request flag is [true] and [%s] is not an alias"
+                          % (name, name), {"index_uuid": "_na_", "index": name})
+        if not req.body:
+            raise EsError(400, "action_request_validation_exception",
+                          "Validation Failed: 1: script or doc is missing;")
+        text = req.body.decode("utf-8", errors="replace")
+        body = self.json_body(req)
+        u = self.parse_update_body(body, text, lang)
+        if if_seq_no is not None:
+            u["if_seq_no"], u["if_primary_term"] = if_seq_no, if_term
+        u["retry_on_conflict"] = retry
+        msgs += self.validate_update(u, retry)
+        if retry < 0:
+            msgs.append("retry_on_conflict must be greater than or equal to 0")
+        if msgs:
+            raise st.validation_error(*msgs)
+        if "_source" in u:
+            want_get = True
+            s = u["_source"]
+            fetch = s is not False
+            if isinstance(s, (list, str)) and not isinstance(s, bool):
+                inc = [s] if isinstance(s, str) else s
+        idx = self.get_index_for_write(name)
+        result, doc, _ = self.do_update(idx, doc_id, u)
+        forced = self.do_refresh(idx, policy) if result != "noop" else False
+        if result != "noop":
+            self.store.persist()
+        return self.update_response(req, idx, doc_id, result, doc, forced, want_get and fetch, inc, exc)
+
+    def update_response(self, req, idx, doc_id, result, doc, forced, want_get=False, inc=None, exc=None):
+        if result == "noop":
+            shards = {"total": 0, "successful": 0, "failed": 0}
+            if doc is None:
+                body = self.write_body(req, idx, doc_id, "noop", -1, None, False, shards)
+            else:
+                body = self.write_body(req, idx, doc_id, "noop", doc.version, doc.seq_no, False, shards)
+            status = 200
+        else:
+            body = self.write_body(req, idx, doc_id, result, doc.version, doc.seq_no, forced)
+            status = 201 if result == "created" else 200
+        if want_get and doc is not None and doc.source is not None:
+            body["get"] = {"_seq_no": doc.seq_no, "_primary_term": 1, "found": True,
+                           "_source": st.filter_source(doc.source, inc, exc)}
+        headers = {}
+        if status == 201:
+            headers["Location"] = "/%s/_doc/%s" % (urllib.parse.quote(idx.name, safe=""),
+                                                   urllib.parse.quote(doc_id, safe=""))
+        return status, body, headers
+
+    # bulk
+    BULK_ACTION_PARAMS = {"_index", "_id", "routing", "if_seq_no", "if_primary_term", "retry_on_conflict",
+                          "require_alias", "pipeline", "version", "version_type", "op_type", "_source",
+                          "dynamic_templates", "require_data_stream", "list_executed_pipelines"}
+
+    def h_bulk(self, req):
+        started = time.monotonic()
+        policy = self.refresh_policy(req)
+        default_index = req.pp.get("index")
+        for p in ("wait_for_active_shards", "timeout", "routing", "_source", "_source_includes",
+                  "_source_excludes", "type"):
+            req.param(p)
+        self.pipeline_check(req)
+        default_require_alias = req.bool_param("require_alias")
+        data = req.body or b""
+        if not data:
+            raise st.validation_error("no requests added")
+        if not data.endswith(b"\n"):
+            raise EsError(400, "illegal_argument_exception", "The bulk request must be terminated by a newline [\\n]")
+        lines = data.split(b"\n")[:-1]
+        actions = []
+        i = 0
+        while i < len(lines):
+            lineno = i + 1
+            text = lines[i].decode("utf-8", errors="replace").rstrip("\r")
+            i += 1
+            if not text.strip():
+                if lineno == len(lines) or True:
+                    raise EsError(400, "illegal_argument_exception",
+                                  "Malformed action/metadata line [%d], expected START_OBJECT or END_OBJECT but "
+                                  "found [null]" % lineno)
+            try:
+                action = json.loads(text, object_pairs_hook=dup_check_hook)
+            except ValueError as e:
+                raise EsError(400, "x_content_parse_exception" if "Duplicate" not in str(e) else
+                              "json_parse_exception", "[%d:1] Unexpected character: %s" % (lineno, e))
+            if not isinstance(action, dict) or not action:
+                raise EsError(400, "illegal_argument_exception",
+                              "Malformed action/metadata line [%d], expected FIELD_NAME but found [END_OBJECT]"
+                              % lineno)
+            if len(action) != 1:
+                raise EsError(400, "illegal_argument_exception",
+                              "Malformed action/metadata line [%d], expected END_OBJECT but found [FIELD_NAME]"
+                              % lineno)
+            (op, meta), = action.items()
+            if op not in ("index", "create", "update", "delete"):
+                raise EsError(400, "illegal_argument_exception",
+                              "Malformed action/metadata line [%d], expected one of [create, delete, index, "
+                              "update] but found [%s]" % (lineno, op))
+            if not isinstance(meta, dict):
+                raise EsError(400, "illegal_argument_exception",
+                              "Malformed action/metadata line [%d], expected START_OBJECT but found [%s]"
+                              % (lineno, "VALUE_STRING" if isinstance(meta, str) else "VALUE_NUMBER"))
+            for k, v in meta.items():
+                if k == "_type" and self.types:
+                    continue
+                if k not in self.BULK_ACTION_PARAMS or (k == "op_type" and op != "index"):
+                    raise EsError(400, "illegal_argument_exception",
+                                  "Action/metadata line [%d] contains an unknown parameter [%s]" % (lineno, k))
+                if isinstance(v, (dict, list)) and k not in ("_source", "dynamic_templates"):
+                    raise EsError(400, "illegal_argument_exception",
+                                  "Malformed action/metadata line [%d], expected a simple value for field [%s] "
+                                  "but found [START_%s]" % (lineno, k, "OBJECT" if isinstance(v, dict) else "ARRAY"))
+            src_text = None
+            if op != "delete":
+                if i >= len(lines):
+                    break  # Elasticsearch drops an action whose source line is missing
+                src_text = lines[i].decode("utf-8", errors="replace").rstrip("\r")
+                i += 1
+            actions.append((lineno, op, meta, src_text))
+        if not actions:
+            raise st.validation_error("no requests added")
+        missing = [k for k, a in enumerate(actions) if not (a[2].get("_index") or default_index)]
+        if missing:
+            raise st.validation_error(*(["index is missing"] * len(missing)))
+        # update bodies are parsed up front (a bad one fails the whole request)
+        parsed = []
+        for lineno, op, meta, src_text in actions:
+            u = None
+            if op == "update":
+                try:
+                    ub = json.loads(src_text, object_pairs_hook=dup_check_hook)
+                except ValueError as e:
+                    raise EsError(400, "json_parse_exception", "Unexpected character: %s" % e)
+                u = self.parse_update_body(ub, src_text)
+            parsed.append((lineno, op, meta, src_text, u))
+        items = []
+        errors = False
+        touched = {}
+        for lineno, op, meta, src_text, u in parsed:
+            name = str(meta.get("_index") or default_index)
+            doc_id = meta.get("_id")
+            if doc_id is not None:
+                doc_id = str(doc_id)
+            report_op = "create" if (op == "index" and meta.get("op_type") == "create") else op
+            try:
+                item = self.bulk_item(req, name, doc_id, op, meta, src_text, u, default_require_alias, touched)
+            except EsError as e:
+                item = {"_index": name}
+                if self.types:
+                    item["_type"] = meta.get("_type", "_doc")
+                item["_id"] = doc_id
+                item["status"] = e.status
+                item["error"] = e.inner()
+                if not (op == "delete" and e.status == 404 and e.etype != "index_not_found_exception"):
+                    errors = True
+            items.append({report_op: item})
+        forced = False
+        for idx in touched.values():
+            if policy:
+                idx.refresh()
+                forced = policy == "true"
+        if forced:
+            for it in items:
+                for v in it.values():
+                    if "result" in v and v.get("result") != "noop" and "error" not in v:
+                        v_items = list(v.items())
+                        v.clear()
+                        for k, x in v_items:
+                            if k == "_shards":
+                                v["forced_refresh"] = True
+                            v[k] = x
+        self.store.persist()
+        took = int((time.monotonic() - started) * 1000)
+        return 200, {"took": took, "errors": errors, "items": items}
+
+    def bulk_item(self, req, name, doc_id, op, meta, src_text, u, default_require_alias, touched):
+        st.check_index_name(name)
+        type_name = meta.get("_type", "_doc")
+        if doc_id is not None:
+            st.check_id(doc_id)
+        require_alias = meta.get("require_alias", default_require_alias)
+        if require_alias in (True, "true") and op != "delete":
+            raise EsError(404, "index_not_found_exception",
+                          "no such index [%s] and [require_alias] request flag is [true] and [%s] is not an alias"
+                          % (name, name), {"index_uuid": "_na_", "index": name})
+        if meta.get("pipeline") not in (None, "_none"):
+            raise EsError(400, "illegal_argument_exception", "pipeline with id [%s] does not exist"
+                          % meta.get("pipeline"))
+        if_seq_no = meta.get("if_seq_no")
+        if_term = meta.get("if_primary_term")
+        if if_seq_no is not None:
+            if_seq_no = int(if_seq_no)
+        if if_term is not None:
+            if_term = int(if_term)
+        msgs = []
+        if if_seq_no is not None and not if_term:
+            msgs.append("ifSeqNo is set, but primary term is [0]")
+        if if_term and if_seq_no is None:
+            msgs.append("ifSeqNo is unassigned, but primary term is [%d]" % if_term)
+        version = meta.get("version")
+        vt = meta.get("version_type")
+        if vt is not None and vt not in ("internal", "external", "external_gte", "force"):
+            raise EsError(400, "illegal_argument_exception", "No version type match [%s]" % vt)
+        sub = Request(req.method, req.raw_path, req.path, req.segs, {}, req.headers, None)
+        sub.pp = {"type": type_name}
+        if op == "delete":
+            if doc_id is None:
+                raise st.validation_error("id is missing")
+            if version is not None and vt in (None, "internal"):
+                msgs.append("internal versioning can not be used for optimistic concurrency control. "
+                            "Please use `if_seq_no` and `if_primary_term` instead")
+            if msgs:
+                raise st.validation_error(*msgs)
+            idx = self.store.indices.get(name)
+            if idx is None:
+                if vt in ("external", "external_gte"):
+                    idx, _ = self.store.auto_create(name)
+                else:
+                    raise st.index_not_found(name)
+            touched[name] = idx
+            result, ver, seq = self.store.write_delete(idx, doc_id, if_seq_no, if_term,
+                                                       int(version) if version is not None else None, vt)
+            body = self.write_body(sub, idx, doc_id, result, ver, seq)
+            body["status"] = 200 if result == "deleted" else 404
+            return body
+        if op in ("index", "create"):
+            op_type = "create" if op == "create" or meta.get("op_type") == "create" else "index"
+            if version is not None and vt in (None, "internal"):
+                msgs.append("internal versioning can not be used for optimistic concurrency control. "
+                            "Please use `if_seq_no` and `if_primary_term` instead" if op_type == "index" else
+                            "create operations do not support explicit versions. use index instead")
+            if op_type == "create" and vt in ("external", "external_gte"):
+                msgs.append("create operations only support internal versioning. use index instead")
+            if op_type == "create" and if_seq_no is not None:
+                msgs.append("create operations do not support compare and set. use index instead")
+            if msgs:
+                raise st.validation_error(*msgs)
+            source, raw = self.parse_source(src_text, doc_id)
+            idx, _ = self.store.auto_create(name)
+            touched[name] = idx
+            result, doc = self.store.write_index(idx, doc_id, source, op_type=op_type, if_seq_no=if_seq_no,
+                                                 if_primary_term=if_term,
+                                                 version=int(version) if version is not None else None,
+                                                 version_type=vt, raw=raw)
+            body = self.write_body(sub, idx, doc.id, result, doc.version, doc.seq_no)
+            body["status"] = 201 if result == "created" else 200
+            return body
+        # update
+        if doc_id is None:
+            raise st.validation_error("id is missing")
+        retry = int(meta.get("retry_on_conflict", 0))
+        if if_seq_no is not None:
+            u["if_seq_no"], u["if_primary_term"] = if_seq_no, if_term
+        u["retry_on_conflict"] = retry
+        msgs += self.validate_update(u, retry)
+        if msgs:
+            raise st.validation_error(*msgs)
+        idx, _ = self.store.auto_create(name)
+        touched[name] = idx
+        result, doc, _ = self.store.update(idx, doc_id, u, self.run_script)
+        status, body, _h = self.update_response(sub, idx, doc_id, result, doc, False)
+        body["status"] = status
+        return body
+
+    # mget
+    def h_mget(self, req):
+        default_index = req.pp.get("index")
+        realtime = req.bool_param("realtime", True)
+        refresh = req.bool_param("refresh")
+        for p in ("stored_fields", "preference", "routing"):
+            req.param(p)
+        fetch, inc, exc = self.source_filter(req)
+        body = self.json_body(req)
+        if body is None:
+            raise st.validation_error("no documents to get")
+        if not isinstance(body, dict):
+            raise EsError(400, "parse_exception", "Failed to derive xcontent")
+        specs = []
+        for k, v in body.items():
+            if k == "docs":
+                if not isinstance(v, list):
+                    raise EsError(400, "parsing_exception", "docs array element should include an object")
+                for d in v:
+                    if not isinstance(d, dict):
+                        raise EsError(400, "parsing_exception", "docs array element should include an object")
+                    for dk in d:
+                        if dk not in ("_index", "_id", "_type", "routing", "_routing", "stored_fields", "_source",
+                                      "version", "version_type") or (dk == "_type" and not self.types):
+                            raise EsError(400, "parsing_exception",
+                                          "Unknown key for a VALUE_STRING in [%s]." % dk if not isinstance(
+                                              d[dk], (dict, list)) else "Unknown key for a START_OBJECT in [%s]." % dk)
+                    specs.append(d)
+            elif k == "ids":
+                if not isinstance(v, list):
+                    raise EsError(400, "parsing_exception", "ids array element should only contain ids")
+                for x in v:
+                    if not isinstance(x, (str, int)) or isinstance(x, bool):
+                        raise EsError(400, "parsing_exception", "ids array element should only contain ids")
+                    specs.append({"_id": str(x)})
+            else:
+                raise EsError(400, "parsing_exception",
+                              "unknown parameter [%s] in request body or parameter is of the wrong type[%s] " % (
+                                  k, "START_ARRAY" if isinstance(v, list) else "START_OBJECT" if isinstance(v, dict)
+                                  else "VALUE_STRING"))
+        msgs = []
+        for n, d in enumerate(specs):
+            if not (d.get("_index") or default_index):
+                msgs.append("index is missing for doc %d" % n)
+            if d.get("_id") in (None, ""):
+                msgs.append("id is missing for doc %d" % n)
+        if not specs:
+            msgs.append("no documents to get")
+        if msgs:
+            raise st.validation_error(*msgs)
+        docs = []
+        for d in specs:
+            name = str(d.get("_index") or default_index)
+            doc_id = str(d["_id"])
+            tname = d.get("_type", "_doc")
+            idx = self.store.indices.get(name)
+            if idx is None:
+                item = self.meta(name, doc_id, tname)
+                item["error"] = st.index_not_found(name).body()["error"]
+                docs.append(item)
+                continue
+            if refresh:
+                idx.refresh()
+            doc = self.store.get_doc(idx, doc_id, realtime)
+            item = self.meta(name, doc_id, tname)
+            if doc is None:
+                item["found"] = False
+            else:
+                item["_version"] = doc.version
+                item["_seq_no"] = doc.seq_no
+                item["_primary_term"] = doc.term
+                item["found"] = True
+                s = d.get("_source", None)
+                f, i2, e2 = fetch, inc, exc
+                if s is not None:
+                    if s is False:
+                        f = False
+                    elif isinstance(s, list):
+                        i2 = s
+                    elif isinstance(s, str):
+                        i2 = [s]
+                    elif isinstance(s, dict):
+                        i2 = _as_list(s.get("includes", s.get("include", [])))
+                        e2 = _as_list(s.get("excludes", s.get("exclude", [])))
+                if f:
+                    item["_source"] = self.source_value(doc, i2, e2)
+            docs.append(item)
+        return 200, {"docs": docs}
+
+    # search
+    SEARCH_BODY_KEYS = {"query", "size", "from", "sort", "_source", "seq_no_primary_term", "version",
+                        "track_total_hits", "timeout", "terminate_after", "stored_fields", "track_scores",
+                        "min_score", "explain", "stats", "profile", "search_after", "post_filter"}
+    SEARCH_UNSUPPORTED = {"aggs", "aggregations", "highlight", "indices_boost", "collapse", "pit",
+                          "runtime_mappings", "fields", "script_fields", "suggest", "rescore", "slice", "ext",
+                          "docvalue_fields", "knn", "rank", "sub_searches", "retriever"}
+
+    def search_request(self, req, count=False):
+        body = self.json_body(req) or {}
+        if not isinstance(body, dict):
+            raise EsError(400, "parsing_exception", "Expected [START_OBJECT] but found [%s]" % (
+                "START_ARRAY" if isinstance(body, list) else "VALUE_STRING"))
+        for k in body:
+            if count:
+                if k not in ("query",):
+                    raise EsError(400, "parsing_exception", "request does not support [%s]" % k)
+                continue
+            if k in self.SEARCH_UNSUPPORTED:
+                raise EsError(400, "illegal_argument_exception",
+                              "[esemu] search option [%s] is not supported by the emulator" % k)
+            if k not in self.SEARCH_BODY_KEYS:
+                v = body[k]
+                tok = "START_OBJECT" if isinstance(v, dict) else "START_ARRAY" if isinstance(v, list) else \
+                    "VALUE_STRING" if isinstance(v, str) else "VALUE_NUMBER" if is_number(v) else "VALUE_BOOLEAN"
+                raise EsError(400, "parsing_exception", "Unknown key for a %s in [%s]." % (tok, k),
+                              {"line": 1, "col": 1 + (req.body.decode("utf-8", "replace").find('"%s"' % k) + 1)})
+        q = req.param("q")
+        query = body.get("query")
+        if q is not None:
+            query = st.lite_query(q)
+        return body, query
+
+    def h_search(self, req):
+        started = time.monotonic()
+        body, query = self.search_request(req)
+        for p in ("analyzer", "analyze_wildcard", "ccs_minimize_roundtrips", "default_operator", "df", "explain",
+                  "stored_fields", "docvalue_fields", "ignore_throttled", "expand_wildcards", "lenient",
+                  "preference", "routing", "scroll", "search_type", "stats", "suggest_field", "suggest_mode",
+                  "suggest_size", "suggest_text", "timeout", "track_scores", "allow_partial_search_results",
+                  "typed_keys", "request_cache", "batched_reduce_size", "max_concurrent_shard_requests",
+                  "pre_filter_shard_size", "min_compatible_shard_node", "terminate_after", "type"):
+            req.param(p)
+        if req.params.get("scroll") is not None:
+            raise EsError(400, "illegal_argument_exception", "[esemu] scroll is not supported by the emulator")
+        size = req.int_param("size", body.get("size", 10))
+        from_ = req.int_param("from", body.get("from", 0))
+        if not isinstance(size, int) or size < 0:
+            raise EsError(400, "illegal_argument_exception", "[size] parameter cannot be negative, found [%s]" % size)
+        if not isinstance(from_, int) or from_ < 0:
+            raise EsError(400, "illegal_argument_exception", "[from] parameter cannot be negative but was [%s]" % from_)
+        sqpt = req.bool_param("seq_no_primary_term", body.get("seq_no_primary_term", False) is True)
+        version = req.bool_param("version", body.get("version", False) is True)
+        rest_int = req.bool_param("rest_total_hits_as_int")
+        tth = req.param("track_total_hits")
+        tth = body.get("track_total_hits", True) if tth is None else (True if tth in ("", "true") else
+                                                                      False if tth == "false" else int(tth))
+        sort = body.get("sort")
+        if req.param("sort"):
+            sort = [s if ":" not in s else {s.split(":")[0]: s.split(":")[1]} for s in req.params["sort"].split(",")]
+        fetch, inc, exc = self.source_filter(req)
+        bs = body.get("_source")
+        if bs is not None:
+            if bs is False:
+                fetch = False
+            elif isinstance(bs, (list, str)):
+                inc = _as_list(bs)
+            elif isinstance(bs, dict):
+                inc = _as_list(bs.get("includes", bs.get("include", [])))
+                exc = _as_list(bs.get("excludes", bs.get("exclude", [])))
+        idxs = self.store.resolve(req.pp.get("index"), ignore_unavailable=req.bool_param("ignore_unavailable"),
+                                  allow_no_indices=req.bool_param("allow_no_indices", True))
+        if from_ + size > 10000:
+            raise EsError(400, "search_phase_execution_exception", "all shards failed",
+                          {"phase": "query", "grouped": True, "failed_shards": []},
+                          root=[{"type": "illegal_argument_exception",
+                                 "reason": "Result window is too large, from + size must be less than or equal to: "
+                                           "[10000] but was [%d]. See the scroll api for a more efficient way to "
+                                           "request large data sets. This limit can be set by changing the "
+                                           "[index.max_result_window] index level setting." % (from_ + size)}])
+        self.store.check_query(idxs, query)
+        hits = self.store.search(idxs, query)
+        if body.get("post_filter") is not None:
+            pf = {}
+            for idx in idxs:
+                pq = st.parse_query(body["post_filter"], st.QueryContext(idx, idx.searchable, self.flavor))
+                pf[idx.name] = pq
+            hits = [h for h in hits if pf[h[0].name].fn(h[1]) is not None]
+        if body.get("min_score") is not None:
+            hits = [h for h in hits if h[2] >= float(body["min_score"])]
+        sort_values = None
+        if sort:
+            hits, sort_values = self.sort_hits(hits, sort)
+        else:
+            hits = sorted(hits, key=lambda h: -h[2])
+        total = len(hits)
+        page = hits[from_:from_ + size]
+        out_hits = []
+        scored = not sort or any(self._sort_field(s)[0] == "_score" for s in _as_list(sort))
+        for n, (idx, d, score) in enumerate(page):
+            h = {"_index": idx.name}
+            if self.types:
+                h["_type"] = "_doc"
+            h["_id"] = d.id
+            if version:
+                h["_version"] = d.version
+            if sqpt:
+                h["_seq_no"] = d.seq_no
+                h["_primary_term"] = d.term
+            h["_score"] = score if scored else None
+            if fetch:
+                h["_source"] = self.source_value(d, inc, exc)
+            if sort_values is not None:
+                h["sort"] = sort_values[from_ + n]
+            out_hits.append(h)
+        max_score = max((h[2] for h in hits), default=None) if scored else None
+        if tth is False:
+            total_obj = None
+        elif rest_int:
+            total_obj = total
+        else:
+            limit = 10000 if tth is True else tth
+            total_obj = {"value": min(total, limit), "relation": "eq" if total <= limit else "gte"}
+        hits_obj = {}
+        if total_obj is not None:
+            hits_obj["total"] = total_obj
+        hits_obj["max_score"] = max_score
+        hits_obj["hits"] = out_hits
+        n = len(idxs)
+        return 200, {"took": int((time.monotonic() - started) * 1000), "timed_out": False,
+                     "_shards": {"total": n, "successful": n, "skipped": 0, "failed": 0}, "hits": hits_obj}
+
+    def _sort_field(self, s):
+        if isinstance(s, str):
+            return s, ("desc" if s == "_score" else "asc")
+        if isinstance(s, dict) and len(s) == 1:
+            (f, o), = s.items()
+            if isinstance(o, str):
+                return f, o
+            if isinstance(o, dict):
+                return f, o.get("order", "desc" if f == "_score" else "asc")
+        raise EsError(400, "parsing_exception", "malformed sort format, within the sort array, an object, or an "
+                                                "actual string are allowed")
+
+    def sort_hits(self, hits, sort):
+        keys = [self._sort_field(s) for s in _as_list(sort)]
+        for f, o in keys:
+            if o not in ("asc", "desc"):
+                raise EsError(400, "illegal_argument_exception", "Unknown SortOrder [%s]" % o)
+        rows = []
+        for h in hits:
+            idx, d, score = h
+            vals = []
+            for f, o in keys:
+                if f == "_score":
+                    vals.append(score)
+                elif f == "_doc":
+                    vals.append(d.seq_no)
+                elif f == "_id" and self.flavor != "es7":
+                    vals.append(d.id)
+                else:
+                    spec, parts = st.field_spec(idx.mappings, f)
+                    if spec is None:
+                        raise EsError(400, "search_phase_execution_exception", "all shards failed",
+                                      {"phase": "query", "grouped": True, "failed_shards": []},
+                                      root=[{"type": "query_shard_exception",
+                                             "reason": "No mapping found for [%s] in order to sort on" % f,
+                                             "index_uuid": idx.uuid, "index": idx.name}])
+                    if spec.get("type") in ("text", "match_only_text"):
+                        raise EsError(400, "search_phase_execution_exception", "all shards failed",
+                                      {"phase": "query", "grouped": True, "failed_shards": []},
+                                      root=[{"type": "illegal_argument_exception",
+                                             "reason": "Text fields are not optimised for operations that require "
+                                                       "per-document field data like aggregations and sorting, so "
+                                                       "these operations are disabled by default. Please use a "
+                                                       "keyword field instead. Alternatively, set fielddata=true on "
+                                                       "[%s] in order to load field data by uninverting the "
+                                                       "inverted index. Note that this can use significant "
+                                                       "memory." % f}])
+                    terms = st.indexed_terms(spec, st.extract(d.source, parts))
+                    if not terms:
+                        vals.append(None)
+                    else:
+                        vals.append(min(terms) if o == "asc" else max(terms))
+            rows.append((h, vals))
+
+        import functools
+
+        def cmp(a, b):
+            for (f, o), x, y in zip(keys, a[1], b[1]):
+                if x == y:
+                    continue
+                if x is None:
+                    return 1
+                if y is None:
+                    return -1
+                r = -1 if x < y else 1
+                return r if o == "asc" else -r
+            return a[0][1].seq_no - b[0][1].seq_no
+        rows.sort(key=functools.cmp_to_key(cmp))
+        out_vals = []
+        for h, vals in rows:
+            sv = []
+            for (f, o), v in zip(keys, vals):
+                if v is None:
+                    sv.append(9223372036854775807 if o == "asc" else -9223372036854775808)
+                elif isinstance(v, bool):
+                    sv.append(1 if v else 0)
+                else:
+                    sv.append(v)
+            out_vals.append(sv)
+        return [r[0] for r in rows], out_vals
+
+    def h_count(self, req):
+        body, query = self.search_request(req, count=True)
+        for p in ("ignore_throttled", "expand_wildcards", "min_score", "preference", "routing", "analyzer",
+                  "analyze_wildcard", "default_operator", "df", "lenient", "terminate_after"):
+            req.param(p)
+        idxs = self.store.resolve(req.pp.get("index"), ignore_unavailable=req.bool_param("ignore_unavailable"),
+                                  allow_no_indices=req.bool_param("allow_no_indices", True))
+        self.store.check_query(idxs, query)
+        n = len(self.store.search(idxs, query))
+        return 200, {"count": n, "_shards": {"total": len(idxs), "successful": len(idxs), "skipped": 0,
+                                             "failed": 0}}
+
+    def h_delete_by_query(self, req):
+        started = time.monotonic()
+        conflicts = req.param("conflicts", "abort")
+        if conflicts not in ("abort", "proceed"):
+            raise EsError(400, "illegal_argument_exception",
+                          "conflicts may only be \"proceed\" or \"abort\" but was [%s]" % conflicts)
+        policy = req.param("refresh")
+        if policy not in (None, "", "true", "false"):
+            raise EsError(400, "illegal_argument_exception",
+                          "Failed to parse value [%s] as only [true] or [false] are allowed." % policy)
+        refresh = policy in ("", "true")
+        wfc = req.bool_param("wait_for_completion", True)
+        for p in ("analyzer", "analyze_wildcard", "default_operator", "df", "lenient", "preference", "routing",
+                  "scroll", "search_type", "search_timeout", "sort", "terminate_after", "stats", "version",
+                  "request_cache", "timeout", "wait_for_active_shards", "scroll_size", "requests_per_second",
+                  "slices", "expand_wildcards", "from", "size"):
+            req.param(p)
+        max_docs = req.int_param("max_docs")
+        body = self.json_body(req) or {}
+        if not isinstance(body, dict):
+            raise EsError(400, "parsing_exception", "Expected [START_OBJECT] but found [START_ARRAY]")
+        for k in body:
+            if k not in ("query", "max_docs", "size", "conflicts", "slice", "sort"):
+                raise EsError(400, "parsing_exception", "Unknown key for a %s in [%s]." % (
+                    "START_OBJECT" if isinstance(body[k], dict) else "VALUE_STRING", k))
+        if "conflicts" in body:
+            conflicts = body["conflicts"]
+        if "max_docs" in body:
+            max_docs = int(body["max_docs"])
+        q = req.param("q")
+        query = body.get("query")
+        if q is not None:
+            query = st.lite_query(q)
+        if query is None:
+            raise st.validation_error("query is missing")
+        idxs = self.store.resolve(req.pp.get("index"), ignore_unavailable=req.bool_param("ignore_unavailable"),
+                                  allow_no_indices=req.bool_param("allow_no_indices", True))
+        self.store.check_query(idxs, query)
+        hits = self.store.search(idxs, query)
+        if max_docs is not None:
+            hits = hits[:max_docs]
+        deleted = 0
+        vc = 0
+        failures = []
+        for idx, d, _ in hits:
+            try:
+                res, ver, seq = self.store.write_delete(idx, d.id, d.seq_no, d.term)
+                deleted += 1
+            except EsError as e:
+                vc += 1
+                if conflicts == "abort":
+                    f = {"index": idx.name}
+                    if self.types:
+                        f["type"] = "_doc"
+                    f["id"] = d.id
+                    f["cause"] = e.inner()
+                    f["status"] = 409
+                    failures.append(f)
+        touched = {i.name: i for i, _, _ in hits}
+        if refresh:
+            for i in idxs:
+                i.refresh()
+        if hits:
+            self.store.persist()
+        body = {"took": int((time.monotonic() - started) * 1000), "timed_out": False, "total": len(hits),
+                "deleted": deleted, "batches": (len(hits) + 999) // 1000, "version_conflicts": vc, "noops": 0,
+                "retries": {"bulk": 0, "search": 0}, "throttled_millis": 0, "requests_per_second": -1.0,
+                "throttled_until_millis": 0, "failures": failures}
+        if not wfc:
+            self.tasks = getattr(self, "tasks", 0) + 1
+            return 200, {"task": "esemu-node:%d" % self.tasks}
+        return (409 if failures else 200), body
+
+
+def _as_list(v):
+    if v is None:
+        return []
+    return v if isinstance(v, list) else [v]
+
+
+def is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def parse_time(v, default):
+    if v is None:
+        return default
+    m = re.match(r"^(\d+)(nanos|micros|ms|s|m|h|d)$", v)
+    if not m:
+        if v == "-1":
+            return default
+        raise EsError(400, "parse_exception",
+                      "failed to parse setting [timeout] with value [%s] as a time value: unit is missing or "
+                      "unrecognized" % v)
+    n = int(m.group(1))
+    return n * {"nanos": 1e-9, "micros": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+def validation_source_missing():
+    return st.validation_error("source is missing", "content type is missing")
+
+
+def script_error(src, reason, stack, pos, exc_type, message):
+    se = {"type": "script_exception", "reason": reason, "script_stack": stack, "script": src, "lang": "painless"}
+    if pos is not None:
+        se["position"] = pos
+    root = dict(se)
+    cause = dict(se)
+    cause["caused_by"] = {"type": exc_type, "reason": message}
+    return EsError(400, "illegal_argument_exception", "failed to execute script", caused_by=cause, root=[root])
+
+
+# --------------------------------------------------------------------------
+# HTTP layer
+
+MEDIA_JSON = re.compile(r"^application/(json|x-ndjson|vnd\.elasticsearch\+(json|x-ndjson);\s*compatible-with=(\d+))"
+                        r"\s*(;\s*charset=utf-8)?\s*$", re.I)
+
+
+def media_compat(value):
+    m = MEDIA_JSON.match(value.strip()) if value else None
+    if not m:
+        return None, None
+    return m.group(1).lower(), (int(m.group(3)) if m.group(3) else None)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "esemu"
+    sys_version = ""
+
+    def log_message(self, fmt, *args):
+        if self.server.emu.args.verbose:
+            sys.stderr.write("esemu: %s - %s\n" % (self.address_string(), fmt % args))
+
+    def version_string(self):
+        return ""
+
+    def send_header(self, keyword, value):
+        if keyword.lower() in ("server", "date"):
+            return
+        BaseHTTPRequestHandler.send_header(self, keyword, value)
+
+    def handle_one_request(self):
+        try:
+            BaseHTTPRequestHandler.handle_one_request(self)
+        except (ConnectionError, socket.timeout, ssl.SSLError, OSError, ValueError):
+            self.close_connection = True
+
+    def do_GET(self):
+        self.dispatch()
+
+    do_POST = do_PUT = do_DELETE = do_HEAD = do_PATCH = do_OPTIONS = do_GET
+
+    # -------------------------------------------------------------- body
+    def read_body(self):
+        te = self.headers.get("Transfer-Encoding", "")
+        if "chunked" in te.lower():
+            chunks = []
+            while True:
+                line = self.rfile.readline(65537)
+                if not line:
+                    raise ConnectionError("eof in chunked body")
+                size = int(line.split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while True:
+                        t = self.rfile.readline(65537)
+                        if t in (b"\r\n", b"\n", b""):
+                            break
+                    break
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline(65537)
+            return b"".join(chunks)
+        n = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(n) if n > 0 else b""
+
+    # -------------------------------------------------------------- send
+    def send(self, status, body, headers=None, ctype="application/json; charset=UTF-8"):
+        emu = self.server.emu
+        req = getattr(self, "_req", None)
+        if body is None:
+            data = b""
+        elif isinstance(body, bytes):
+            data = body
+        else:
+            if req is not None and req.params.get("filter_path"):
+                body = apply_filter_path(body, req.params["filter_path"].split(","))
+            out = []
+            if req is not None and req.params.get("pretty") in ("", "true"):
+                render_pretty(body, out)
+                out.append("\n")
+            else:
+                render_compact(body, out)
+            data = "".join(out).encode("utf-8")
+        self.send_response(status)
+        if emu.fl["product"]:
+            self.send_header("X-Elastic-Product", "Elasticsearch")
+        for k, v in (headers or {}).items():
+            if isinstance(v, list):
+                for x in v:
+                    self.send_header(k, x)
+            else:
+                self.send_header(k, v)
+        if self.command == "HEAD":
+            if status == 200 and body is None:
+                ctype = "text/plain; charset=UTF-8"
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", "0" if body is None else str(len(data)))
+            self.end_headers()
+            return
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def send_error_obj(self, e):
+        self.send(e.status, e.body(), e.headers)
+
+    def reset_connection(self):
+        try:
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass
+        for f in (self.rfile, self.wfile):
+            try:
+                f.close()
+            except Exception:
+                pass
+        try:
+            self.connection.close()
+        except OSError:
+            pass
+        self.close_connection = True
+
+    # -------------------------------------------------------------- main
+    def dispatch(self):
+        emu = self.server.emu
+        self._req = None
+        try:
+            body = self.read_body()
+        except (ValueError, ConnectionError):
+            self.close_connection = True
+            return
+        raw_path = self.path
+        if raw_path.startswith("http://") or raw_path.startswith("https://"):
+            raw_path = "/" + raw_path.split("/", 3)[3] if raw_path.count("/") >= 3 else "/"
+        path, _, query = raw_path.partition("?")
+        if path == "/_esemu" or path.startswith("/_esemu/"):
+            return self.admin(path, body)
+        ctl = emu.control
+        mode = ctl.wait_unpaused(self.headers.get("X-Opaque-Id"))
+        if mode == "reset":
+            return self.reset_connection()
+        if ctl.latency_ms:
+            time.sleep(ctl.latency_ms / 1000.0)
+        try:
+            params = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
+        except ValueError:
+            params = {}
+        try:
+            segs = [urllib.parse.unquote(s, errors="strict") for s in path.split("/")[1:] if s != ""]
+        except UnicodeDecodeError:
+            segs = []
+        req = Request(self.command, raw_path, path, segs, params, self.headers, body)
+        self._req = req
+        api, pp, allowed = self.route(segs)
+        ctl.count(api or "unknown")
+        fail = ctl.next_failure()
+        if fail == "reset":
+            return self.reset_connection()
+        try:
+            if fail == "503":
+                raise unavailable()
+            if fail == "429":
+                raise rejection(emu.flavor)
+            self.handle_api(req, api, pp, allowed)
+        except EsError as e:
+            self.send_error_obj(e)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception as e:  # an emulator bug: answer like an unexpected server error
+            import traceback
+            traceback.print_exc()
+            self.send_error_obj(EsError(500, "exception", "[esemu] internal error: %r" % (e,)))
+
+    def route(self, segs):
+        emu = self.server.emu
+        routes = ROUTES + (TYPED_ROUTES if emu.types else [])
+        best = None
+        for pattern, methods in routes:
+            if len(pattern) != len(segs):
+                continue
+            score = 0
+            pp = {}
+            ok = True
+            for p, s in zip(pattern, segs):
+                if p.startswith("{"):
+                    if p in ("{type}",) and s.startswith("_"):
+                        ok = False
+                        break
+                    pp[p[1:-1]] = s
+                elif p == s:
+                    score += 1
+                else:
+                    ok = False
+                    break
+            if not ok:
+                continue
+            # prefer literal segments earlier in the path (a path trie)
+            key = tuple(0 if p.startswith("{") else 1 for p in pattern)
+            if best is None or key > best[0]:
+                best = (key, methods, pp)
+        if best is None:
+            return None, {}, None
+        methods, pp = best[1], best[2]
+        api = methods.get(self.command)
+        return api, pp, methods
+
+    def authenticate(self, req):
+        emu = self.server.emu
+        if not emu.user and not emu.api_key:
+            return
+        auth = self.headers.get("Authorization")
+        uri = req.raw_path
+        os_flavor = emu.flavor.startswith("opensearch")
+        if os_flavor:
+            ok = False
+            if auth and auth.startswith("Basic ") and emu.user:
+                try:
+                    u, _, p = base64.b64decode(auth[6:].strip()).decode("utf-8").partition(":")
+                    ok = u == emu.user and p == emu.password
+                except (binascii.Error, UnicodeDecodeError):
+                    ok = False
+            if not ok:
+                raise OsUnauthorized()
+            return
+        www = ['Basic realm="security" charset="UTF-8"', "ApiKey"]
+        hdr = {"WWW-Authenticate": www}
+        if not auth:
+            reason = "missing authentication credentials for REST request [%s]" % uri
+            raise EsError(401, "security_exception", reason, {"header": {"WWW-Authenticate": www}}, headers=hdr)
+        scheme, _, cred = auth.partition(" ")
+        scheme = scheme.lower()
+        if scheme == "basic" and emu.user:
+            try:
+                u, _, p = base64.b64decode(cred.strip(), validate=True).decode("utf-8").partition(":")
+            except (binascii.Error, UnicodeDecodeError, ValueError):
+                u, p = None, None
+            if u == emu.user and p == emu.password:
+                return
+            if u is None:
+                reason = "missing authentication credentials for REST request [%s]" % uri
+            else:
+                reason = "unable to authenticate user [%s] for REST request [%s]" % (u, uri)
+            raise EsError(401, "security_exception", reason, {"header": {"WWW-Authenticate": www}}, headers=hdr)
+        if scheme == "apikey" and emu.api_key:
+            try:
+                decoded = base64.b64decode(cred.strip(), validate=True).decode("utf-8")
+            except (binascii.Error, UnicodeDecodeError, ValueError):
+                decoded = None
+            if decoded == emu.api_key:
+                return
+            reason = "unable to authenticate with provided credentials and anonymous access is not allowed for " \
+                     "this request"
+            raise EsError(401, "security_exception", reason,
+                          {"additional_unsuccessful_credentials": "API key: invalid credentials for API key [%s]"
+                           % ((decoded or "").partition(":")[0]), "header": {"WWW-Authenticate": www}},
+                          headers=hdr)
+        if scheme in ("basic", "apikey", "bearer"):
+            reason = "unable to authenticate with provided credentials and anonymous access is not allowed for " \
+                     "this request" if scheme != "basic" else \
+                "missing authentication credentials for REST request [%s]" % uri
+            raise EsError(401, "security_exception", reason, {"header": {"WWW-Authenticate": www}}, headers=hdr)
+        reason = "missing authentication credentials for REST request [%s]" % uri
+        raise EsError(401, "security_exception", reason, {"header": {"WWW-Authenticate": www}}, headers=hdr)
+
+    def check_content_type(self, req):
+        emu = self.server.emu
+        ct = self.headers.get("Content-Type")
+        accept = self.headers.get("Accept")
+        ct_kind, ct_compat = media_compat(ct) if ct else (None, None)
+        acc_compat = None
+        if accept:
+            ak, acc_compat = media_compat(accept.split(",")[0])
+        if req.body:
+            if ct is None:
+                raise PlainError(406, "Content-Type header is missing")
+            if ct_kind is None:
+                raise PlainError(406, "Content-Type header [%s] is not supported" % ct)
+        major = 8 if emu.flavor == "es8" else 7
+        for c in (ct_compat if req.body else None, acc_compat):
+            if c is not None and (emu.flavor.startswith("opensearch") or c not in (major, major - 1) or
+                                  (major == 7 and c != 7)):
+                if c is ct_compat:
+                    raise PlainError(406, "Content-Type header [%s] is not supported" % ct)
+                raise PlainError(406, "Accept header [%s] is not supported" % accept)
+        if emu.flavor == "es8" and ((ct_compat if req.body else None) is not None or acc_compat is not None):
+            a = acc_compat
+            c = ct_compat if req.body else a
+            if a != c or (req.body and (ct_compat is None) != (acc_compat is None)):
+                raise EsError(400, "media_type_header_exception", "Invalid media-type value on headers [Accept, "
+                                                                  "Content-Type]",
+                              caused_by={"type": "status_exception",
+                                         "reason": "A compatible version is required on both Content-Type and Accept "
+                                                   "headers if either one has requested a compatible version and the "
+                                                   "compatible versions must match. Accept=%s, Content-Type=%s"
+                                                   % (accept, ct)})
+
+    def handle_api(self, req, api, pp, allowed):
+        emu = self.server.emu
+        if emu.flavor in ("es8", "opensearch2"):
+            self.authenticate(req)
+        if allowed is None:
+            raise PlainError(400, "no handler found for uri [%s] and method [%s]" % (req.raw_path, req.method))
+        if api is None:
+            order = ["HEAD", "POST", "GET", "PUT", "DELETE"]
+            ms = sorted(allowed, key=lambda m: order.index(m) if m in order else 9)
+            if self.command == "OPTIONS":
+                raise PlainOk(ms)
+            raise PlainError(405, "Incorrect HTTP method for uri [%s] and method [%s], allowed: [%s]"
+                             % (req.raw_path, req.method, ", ".join(ms)), {"Allow": ",".join(ms)})
+        if emu.flavor not in ("es8", "opensearch2"):
+            self.authenticate(req)
+        req.api = api
+        req.pp = pp
+        # query-string body (source + source_content_type)
+        if not req.body and "source" in req.params:
+            if "source_content_type" not in req.params:
+                raise EsError(400, "illegal_argument_exception",
+                              "source and source_content_type parameters are required")
+            req.body = req.params["source"].encode("utf-8")
+            self.headers.replace_header("Content-Type", req.params["source_content_type"]) \
+                if "Content-Type" in self.headers else self.headers.add_header(
+                "Content-Type", req.params["source_content_type"])
+        self.check_content_type(req)
+        allowed_params = set(API_PARAMS.get(api, set())) | GLOBAL_PARAMS
+        if emu.types:
+            allowed_params |= ES7_EXTRA_PARAMS.get(api, set())
+        unknown = sorted(k for k in req.params if k not in allowed_params)
+        if unknown:
+            parts = []
+            for k in unknown:
+                parts.append("[%s]%s" % (k, did_you_mean(k, sorted(allowed_params - GLOBAL_PARAMS))))
+            reason = "request [%s] contains unrecognized parameter%s: %s" % (
+                req.path, "s" if len(unknown) > 1 else "", ", ".join(parts))
+            raise EsError(400, "illegal_argument_exception", reason)
+        if req.body and api not in BODY_APIS:
+            raise EsError(400, "illegal_argument_exception", "request [%s %s] does not support having a body"
+                          % (req.method, req.path))
+        if "type" in pp:
+            pass
+        handler = getattr(emu, "h_" + api.replace(".", "_"))
+        res = handler(req)
+        if len(res) == 2:
+            status, body = res
+            headers = {}
+        else:
+            status, body, headers = res
+        if "type" in pp and emu.types:
+            headers = dict(headers)
+            headers["Warning"] = ('299 Elasticsearch-%s-%s "[types removal] Specifying types in document %s '
+                                  'requests is deprecated, use the typed endpoints instead."'
+                                  % (emu.fl["number"], emu.fl["hash"], api))
+        self.send(status, body, headers)
+
+    # -------------------------------------------------------------- admin
+    def admin(self, path, body):
+        emu = self.server.emu
+        ctl = emu.control
+        cmd = path[len("/_esemu/"):] if path.startswith("/_esemu/") else ""
+        try:
+            data = json.loads(body.decode("utf-8")) if body else {}
+        except ValueError:
+            return self.send_admin(400, {"error": "invalid JSON body"})
+        m = self.command
+        if cmd == "stats" and m == "GET":
+            with ctl.lock:
+                return self.send_admin(200, {"requests": dict(ctl.stats), "total": ctl.total})
+        if cmd == "reset_stats" and m == "POST":
+            with ctl.lock:
+                ctl.stats.clear()
+                ctl.total = 0
+            return self.send_admin(200, {"acknowledged": True})
+        if cmd == "reset" and m == "POST":
+            emu.store.reset()
+            with ctl.lock:
+                ctl.stats.clear()
+                ctl.total = 0
+                ctl.fail_queue = []
+                ctl.blocks.clear()
+                ctl.paused = False
+                ctl.latency_ms = 0
+                ctl.lock.notify_all()
+            return self.send_admin(200, {"acknowledged": True})
+        if cmd == "pause" and m == "POST":
+            with ctl.lock:
+                ctl.paused = True
+            return self.send_admin(200, {"acknowledged": True})
+        if cmd == "resume" and m == "POST":
+            with ctl.lock:
+                ctl.paused = False
+                ctl.lock.notify_all()
+            return self.send_admin(200, {"acknowledged": True})
+        if cmd == "fail" and m == "POST":
+            kind = str(data.get("kind", "503"))
+            count = int(data.get("count", 1))
+            if kind not in ("503", "429", "reset"):
+                return self.send_admin(400, {"error": "kind must be 503, 429 or reset"})
+            with ctl.lock:
+                ctl.fail_queue = [kind] * max(0, count)
+            return self.send_admin(200, {"acknowledged": True})
+        if cmd == "latency" and m == "POST":
+            with ctl.lock:
+                ctl.latency_ms = max(0, int(data.get("ms", 0)))
+            return self.send_admin(200, {"acknowledged": True})
+        if cmd == "fail_rate" and m == "POST":
+            with ctl.lock:
+                ctl.fail_rate = float(data.get("rate", 0))
+                if "seed" in data:
+                    ctl.rng = random.Random(data["seed"])
+            return self.send_admin(200, {"acknowledged": True})
+        if cmd == "block" and m == "POST":
+            oid = data.get("opaque_id")
+            mode = data.get("mode", "none")
+            if not isinstance(oid, str) or mode not in ("reset", "hang", "none"):
+                return self.send_admin(400, {"error": "need opaque_id and mode reset|hang|none"})
+            with ctl.lock:
+                if mode == "none":
+                    ctl.blocks.pop(oid, None)
+                else:
+                    ctl.blocks[oid] = mode
+                ctl.lock.notify_all()
+            return self.send_admin(200, {"acknowledged": True})
+        if cmd.startswith("docs/") and m == "GET":
+            name = urllib.parse.unquote(cmd[5:])
+            idx = emu.store.indices.get(name)
+            if idx is None:
+                return self.send_admin(404, {"error": "no such index [%s]" % name})
+            with idx.lock:
+                docs = {d.id: {"_source": d.source, "_seq_no": d.seq_no, "_primary_term": d.term,
+                               "_version": d.version} for d in idx.docs.values()}
+            return self.send_admin(200, {"index": name, "count": len(docs), "docs": docs})
+        if cmd == "state" and m == "GET":
+            with ctl.lock:
+                return self.send_admin(200, {"paused": ctl.paused, "latency_ms": ctl.latency_ms,
+                                             "pending_failures": list(ctl.fail_queue),
+                                             "blocks": dict(ctl.blocks), "flavor": emu.flavor})
+        return self.send_admin(404, {"error": "unknown admin endpoint [%s %s]" % (m, path)})
+
+    def send_admin(self, status, obj):
+        data = json.dumps(obj).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=UTF-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+
+class PlainError(EsError):
+    """Errors Elasticsearch renders as {"error": "<text>", "status": N}."""
+
+    def __init__(self, status, text, headers=None):
+        EsError.__init__(self, status, "", text, headers=headers)
+
+    def body(self):
+        return {"error": self.reason, "status": self.status}
+
+
+class PlainOk(EsError):
+    def __init__(self, methods):
+        EsError.__init__(self, 200, "", "", headers={"Allow": ",".join(methods)})
+
+    def body(self):
+        return None
+
+
+class OsUnauthorized(EsError):
+    def __init__(self):
+        EsError.__init__(self, 401, "", "Unauthorized",
+                         headers={"WWW-Authenticate": 'Basic realm="OpenSearch Security"'})
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 512
+
+    def __init__(self, addr, handler, emu, ssl_ctx=None):
+        self.emu = emu
+        self.ssl_ctx = ssl_ctx
+        ThreadingHTTPServer.__init__(self, addr, handler)
+
+    def get_request(self):
+        sock, addr = self.socket.accept()
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.ssl_ctx is not None:
+            sock.settimeout(10)
+            try:
+                sock = self.ssl_ctx.wrap_socket(sock, server_side=True)
+            except (ssl.SSLError, OSError):
+                try:
+                    sock.close()
+                except OSError:
+                    pass
+                raise OSError("TLS handshake failed")
+            sock.settimeout(None)
+        return sock, addr
+
+    def handle_error(self, request, client_address):
+        if self.emu.args.verbose:
+            ThreadingHTTPServer.handle_error(self, request, client_address)
+
+
+# OpenSearch 401 is text/plain "Unauthorized"
+_orig_send_error_obj = Handler.send_error_obj
+
+
+def _send_error_obj(self, e):
+    if isinstance(e, OsUnauthorized):
+        return self.send(401, b"Unauthorized", e.headers, ctype="text/plain; charset=UTF-8")
+    if isinstance(e, PlainOk):
+        return self.send(200, None, e.headers)
+    return _orig_send_error_obj(self, e)
+
+
+Handler.send_error_obj = _send_error_obj
+
+
+def write_port_file(path, port):
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    with open(tmp, "w") as f:
+        f.write("%d\n" % port)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def build_parser():
+    p = argparse.ArgumentParser(
+        prog="esemu.py",
+        description="esemu is a TEST DOUBLE: an Elasticsearch-compatible emulator for tests. It is not "
+                    "Elasticsearch and must never hold real data. It answers the document, index, bulk, "
+                    "search and update (Painless subset) APIs with Elasticsearch's status codes and error "
+                    "bodies, and has an admin API under /_esemu/ for counters, pauses and fault injection.")
+    p.add_argument("--port", type=int, default=9200, help="TCP port on 127.0.0.1 (0 = any free port)")
+    p.add_argument("--port-file", help="write the bound port to this file once listening")
+    p.add_argument("--data", help="persist state to this JSON file (every acknowledged write is synced "
+                                  "before it is answered) and restore it at start")
+    p.add_argument("--flavor", choices=sorted(FLAVORS), default="es8", help="which server to imitate")
+    p.add_argument("--user", help="require HTTP Basic authentication with this user")
+    p.add_argument("--password-file", help="file holding the password for --user")
+    p.add_argument("--api-key-file", help="file holding 'id:key'; accept 'Authorization: ApiKey base64(id:key)'")
+    p.add_argument("--tls-cert", help="PEM certificate: serve HTTPS")
+    p.add_argument("--tls-key", help="PEM private key for --tls-cert")
+    p.add_argument("--latency-ms", type=int, default=0, help="delay every non-admin request")
+    p.add_argument("--fail-rate", type=float, default=0.0,
+                   help="probability that a non-admin request fails (503, 429 or connection reset)")
+    p.add_argument("--seed", type=int, default=None, help="random seed for --fail-rate")
+    p.add_argument("--verbose", action="store_true", help="log requests to stderr")
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    if args.user and not args.password_file:
+        build_parser().error("--user needs --password-file")
+    if bool(args.tls_cert) != bool(args.tls_key):
+        build_parser().error("--tls-cert and --tls-key go together")
+    emu = Emulator(args)
+    ctx = None
+    if args.tls_cert:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(args.tls_cert, args.tls_key)
+    server = Server(("127.0.0.1", args.port), Handler, emu, ctx)
+    port = server.server_address[1]
+    if args.port_file:
+        write_port_file(args.port_file, port)
+    if args.verbose:
+        sys.stderr.write("esemu: listening on 127.0.0.1:%d (%s)\n" % (port, args.flavor))
+    import signal
+
+    def stop(signum, frame):
+        emu.control.stopping = True
+        threading.Thread(target=server.shutdown, daemon=True).start()
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        server.server_close()
+
+
+if __name__ == "__main__":
+    main()
