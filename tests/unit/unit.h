@@ -3,6 +3,12 @@
 #define TREELOCKFS_UNIT_H
 
 #include <check.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+/* Our option module's header. Named by path because <config.h> is
+ * autoconf's and the include path finds that one first from here. */
+#include "../../src/config.h"
 
 Suite *make_suite_path(void);
 Suite *make_suite_lockplan(void);

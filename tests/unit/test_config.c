@@ -1,0 +1,231 @@
+/* test_config.c - option parsing: both spellings, config file, errors
+ * reported all at once, secrets refused when others can read them */
+#include <config.h>
+
+#include <check.h>
+#include <errno.h>
+#include <fuse_opt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "unit.h"
+
+static struct tl_config cfg;
+static struct fuse_args args;
+static char tmpdir[64];
+
+static void setup(void)
+{
+	strcpy(tmpdir, "/tmp/tlcfgXXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+	ck_assert_int_eq(config_init(&cfg), 0);
+}
+
+static void teardown(void)
+{
+	char cmd[128];
+
+	config_free(&cfg);
+	fuse_opt_free_args(&args);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+static void parse(bool ctl, const char *const *argv)
+{
+	int argc = 0;
+
+	memset(&args, 0, sizeof(args));
+	fuse_opt_add_arg(&args, "prog");
+	for (; argv[argc]; argc++)
+		fuse_opt_add_arg(&args, argv[argc]);
+	ck_assert_int_eq(config_parse(&cfg, &args, ctl), 0);
+}
+
+static char *write_file(const char *name, const char *text, mode_t mode)
+{
+	char *path;
+	FILE *f;
+
+	ck_assert_int_ge(asprintf(&path, "%s/%s", tmpdir, name), 0);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	fclose(f);
+	chmod(path, mode);
+	return path;
+}
+
+START_TEST(test_config__defaults)
+{
+	const char *argv[] = {"/b", "/m", NULL};
+
+	parse(false, argv);
+	ck_assert_int_eq(config_validate(&cfg), 0);
+	ck_assert_int_eq(cfg.lock_store, TL_STORE_MEM);
+	ck_assert_int_eq(cfg.lock_strategy, TL_STRATEGY_TREE);
+	ck_assert_int_eq(cfg.lock_scope, TL_SCOPE_RENAME);
+	ck_assert_double_eq(cfg.lock_timeout, 30.0);
+	ck_assert_double_eq(cfg.entry_timeout, 1.0);
+	ck_assert_double_eq(cfg.attr_timeout, 1.0);
+	ck_assert_double_eq(cfg.negative_timeout, 0.0);
+	ck_assert_str_eq(cfg.backing, "/b");
+	/* MOUNTPOINT stays for libfuse */
+	ck_assert_int_eq(args.argc, 2);
+	ck_assert_str_eq(args.argv[1], "/m");
+}
+END_TEST
+
+START_TEST(test_config__both_spellings)
+{
+	const char *argv[] = {"--lock_strategy=global", "-o", "lock_timeout=2.5,rename_delay_ms=7",
+			      "--lock_scope=namespace", "-oallow_other", "/b", "/m", "-f", NULL};
+
+	parse(false, argv);
+	ck_assert_int_eq(config_validate(&cfg), 0);
+	ck_assert_int_eq(cfg.lock_strategy, TL_STRATEGY_GLOBAL);
+	ck_assert_double_eq(cfg.lock_timeout, 2.5);
+	ck_assert_uint_eq(cfg.rename_delay_ms, 7);
+	ck_assert_int_eq(cfg.lock_scope, TL_SCOPE_NAMESPACE);
+	ck_assert_int_eq(cfg.allow_other, 1);
+	ck_assert_int_eq(cfg.foreground, 1);
+}
+END_TEST
+
+START_TEST(test_config__all_errors_at_once)
+{
+	const char *argv[] = {"-o", "lock_store=nope,lock_timeout=-1,lock_strategy=x",
+			      "--rename_delay_ms=abc", "--log_level=loud", "/b", "/m", "/extra",
+			      NULL};
+
+	parse(false, argv);
+	ck_assert_int_eq(config_validate(&cfg), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "invalid lock_store 'nope'"));
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "invalid lock_timeout '-1'"));
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "invalid lock_strategy 'x'"));
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "invalid rename_delay_ms 'abc'"));
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "invalid log_level 'loud'"));
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "unexpected argument '/extra'"));
+}
+END_TEST
+
+START_TEST(test_config__file_then_command_line)
+{
+	char *file = write_file("t.conf",
+				"# comment\n"
+				"lock_strategy = document\n"
+				"lock_timeout=3\n"
+				"\n"
+				"es_url = http://a:9200,http://b:9200\n"
+				"allow_other\n",
+				0644);
+	char *opt;
+	const char *argv[] = {NULL, "--lock_timeout=4", "/b", "/m", NULL};
+
+	ck_assert_int_ge(asprintf(&opt, "--config=%s", file), 0);
+	argv[0] = opt;
+	parse(false, argv);
+	ck_assert_int_eq(config_validate(&cfg), 0);
+	ck_assert_int_eq(cfg.lock_strategy, TL_STRATEGY_DOCUMENT);
+	ck_assert_double_eq(cfg.lock_timeout, 4.0); /* the command line wins */
+	ck_assert_str_eq(cfg.es_url, "http://a:9200,http://b:9200");
+	ck_assert_int_eq(cfg.allow_other, 1);
+	free(opt);
+	free(file);
+}
+END_TEST
+
+START_TEST(test_config__file_via_o_and_unknown_key)
+{
+	char *file = write_file("u.conf", "lock_store = mem\nno_such_option = 1\n", 0644);
+	char *opt;
+	const char *argv[] = {"-o", NULL, "x", NULL};
+
+	ck_assert_int_ge(asprintf(&opt, "config=%s", file), 0);
+	argv[1] = opt;
+	parse(true, argv);
+	/* treelockctl ignores keys that are only the mount's (libfuse's) */
+	ck_assert_ptr_null(cfg.errors);
+	ck_assert_int_eq(config_validate(&cfg), 0);
+	free(opt);
+	free(file);
+}
+END_TEST
+
+START_TEST(test_config__missing_file)
+{
+	const char *argv[] = {"--config=/nonexistent/treelockfs.conf", "/b", "/m", NULL};
+
+	parse(false, argv);
+	ck_assert_ptr_nonnull(cfg.errors);
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "cannot read config file"));
+}
+END_TEST
+
+START_TEST(test_config__es_validation)
+{
+	const char *argv[] = {"-o", "lock_store=es,es_index=Bad,es_timeout_ms=0,lease_ttl=0.1",
+			      "--es_url=ftp://x", "/b", "/m", NULL};
+
+	parse(false, argv);
+	ck_assert_int_eq(config_validate(&cfg), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "invalid es_url 'ftp://x'"));
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "invalid es_index 'Bad'"));
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "invalid es_timeout_ms '0'"));
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "invalid lease_ttl '0.1'"));
+}
+END_TEST
+
+START_TEST(test_config__secret_file_permissions)
+{
+	char *loose = write_file("pw1", "sekrit\n", 0644);
+	char *tight = write_file("pw2", "sekrit\n", 0600);
+
+	cfg.es_user = strdup("u");
+	cfg.es_password_file = strdup(loose);
+	ck_assert_int_eq(config_load_secrets(&cfg), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "accessible by group or others"));
+	ck_assert_ptr_null(strstr(cfg.errors, "sekrit"));
+	ck_assert_ptr_null(cfg.es_password);
+	free(cfg.errors);
+	cfg.errors = NULL;
+	free(cfg.es_password_file);
+	cfg.es_password_file = strdup(tight);
+	ck_assert_int_eq(config_load_secrets(&cfg), 0);
+	ck_assert_str_eq(cfg.es_password, "sekrit");
+	free(loose);
+	free(tight);
+}
+END_TEST
+
+START_TEST(test_config__password_from_environment)
+{
+	cfg.es_user = strdup("u");
+	setenv(TL_PASSWORD_ENV, "envpw", 1);
+	ck_assert_int_eq(config_load_secrets(&cfg), 0);
+	ck_assert_str_eq(cfg.es_password, "envpw");
+	unsetenv(TL_PASSWORD_ENV);
+}
+END_TEST
+
+Suite *make_suite_config(void)
+{
+	Suite *s = suite_create("config");
+	TCase *tc = tcase_create("core");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_config__defaults);
+	tcase_add_test(tc, test_config__both_spellings);
+	tcase_add_test(tc, test_config__all_errors_at_once);
+	tcase_add_test(tc, test_config__file_then_command_line);
+	tcase_add_test(tc, test_config__file_via_o_and_unknown_key);
+	tcase_add_test(tc, test_config__missing_file);
+	tcase_add_test(tc, test_config__es_validation);
+	tcase_add_test(tc, test_config__secret_file_permissions);
+	tcase_add_test(tc, test_config__password_from_environment);
+	suite_add_tcase(s, tc);
+	return s;
+}

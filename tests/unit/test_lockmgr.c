@@ -1,0 +1,304 @@
+/* test_lockmgr.c - the manager over the mem store: timeouts, release,
+ * writer preference, contention from 8 threads */
+#include <config.h>
+
+#include <check.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lockmgr.h"
+#include "lockplan.h"
+#include "lockstore.h"
+#include "unit.h"
+
+static struct tl_config cfg;
+static struct lockstore *st;
+static struct lockmgr mgr;
+
+static void setup(void)
+{
+	ck_assert_int_eq(config_init(&cfg), 0);
+	ck_assert_int_eq(config_validate(&cfg), 0);
+	ck_assert_int_eq(lockstore_open(&cfg, &st), 0);
+	lockmgr_init(&mgr, st, 5.0, "unit");
+}
+
+static void teardown(void)
+{
+	lockstore_close(st);
+	config_free(&cfg);
+}
+
+static struct tl_plan *rplan(const char *from, const char *to)
+{
+	struct tl_plan *p = NULL;
+
+	ck_assert_int_eq(lockplan_rename(TL_STRATEGY_TREE, from, to, 0, NULL, 0, &p), 0);
+	return p;
+}
+
+static size_t nlocks(void)
+{
+	struct tl_lock_info *v;
+	size_t n;
+
+	ck_assert_int_eq(st->ops->list(st, "/", &v, &n), 0);
+	lockstore_free_list(v, n);
+	return n;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+START_TEST(test_lockmgr__timeout_is_ebusy_and_leaves_nothing)
+{
+	struct tl_plan *a = rplan("/a/x", "/a/y"), *b = rplan("/a", "/b");
+	struct tl_holder ha, hb;
+	double t0;
+
+	mgr.timeout = 0.2;
+	ck_assert_int_eq(lockmgr_acquire(&mgr, a, 1, &ha), 0);
+	t0 = now_s();
+	ck_assert_int_eq(lockmgr_acquire(&mgr, b, 2, &hb), -EBUSY);
+	ck_assert_double_ge(now_s() - t0, 0.19);
+	ck_assert_double_lt(now_s() - t0, 2.0);
+	ck_assert_uint_eq(stats_get(&mgr.stats.timeouts), 1);
+	ck_assert_int_eq(lockmgr_release(&mgr, a, &ha), 0);
+	ck_assert_uint_eq(nlocks(), 0);
+	lockplan_free(a);
+	lockplan_free(b);
+}
+END_TEST
+
+START_TEST(test_lockmgr__empty_plan_and_holder_ids)
+{
+	struct tl_plan *p = NULL;
+	struct tl_holder h1, h2;
+
+	ck_assert_int_eq(lockplan_rename(TL_STRATEGY_NONE, "/a", "/b", 0, NULL, 0, &p), 0);
+	ck_assert_int_eq(lockmgr_acquire(&mgr, p, 9, &h1), 0);
+	ck_assert_int_eq(lockmgr_release(&mgr, p, &h1), 0);
+	ck_assert_int_eq(lockmgr_acquire(&mgr, p, 9, &h2), 0);
+	ck_assert_uint_gt(h2.ticket, h1.ticket);
+	ck_assert(strncmp(h1.id, "unit#", 5) == 0);
+	ck_assert_uint_eq(stats_get(&mgr.stats.renames), 2);
+	lockplan_free(p);
+}
+END_TEST
+
+struct waiter_arg {
+	struct tl_plan *plan;
+	int rc;
+	int order;
+	double got_at;
+};
+
+static int order_counter;
+
+static void *waiter_thread(void *p)
+{
+	struct waiter_arg *w = p;
+	struct tl_holder h;
+
+	w->rc = lockmgr_acquire(&mgr, w->plan, 1, &h);
+	w->order = __atomic_add_fetch(&order_counter, 1, __ATOMIC_SEQ_CST);
+	w->got_at = now_s();
+	usleep(20000);
+	if (w->rc == 0)
+		lockmgr_release(&mgr, w->plan, &h);
+	return NULL;
+}
+
+/* A directory rename waiting for renames below it is not overtaken by
+ * renames below it that arrive later (writer preference). */
+START_TEST(test_lockmgr__writer_preference)
+{
+	struct tl_plan *hold = rplan("/big/a", "/big/b");
+	struct waiter_arg big = {.plan = rplan("/big", "/big2")};
+	struct waiter_arg small = {.plan = rplan("/big/c", "/big/d")};
+	struct tl_holder h;
+	pthread_t tb, ts;
+
+	order_counter = 0;
+	ck_assert_int_eq(lockmgr_acquire(&mgr, hold, 1, &h), 0);
+	pthread_create(&tb, NULL, waiter_thread, &big);
+	usleep(50000);
+	pthread_create(&ts, NULL, waiter_thread, &small);
+	usleep(50000);
+	/* the small rename is compatible with the holder, yet waits */
+	ck_assert_int_eq(__atomic_load_n(&order_counter, __ATOMIC_SEQ_CST), 0);
+	lockmgr_release(&mgr, hold, &h);
+	pthread_join(tb, NULL);
+	pthread_join(ts, NULL);
+	ck_assert_int_eq(big.rc, 0);
+	ck_assert_int_eq(small.rc, 0);
+	ck_assert_int_eq(big.order, 1);
+	ck_assert_int_eq(small.order, 2);
+	ck_assert_uint_eq(nlocks(), 0);
+	lockplan_free(hold);
+	lockplan_free(big.plan);
+	lockplan_free(small.plan);
+}
+END_TEST
+
+/* 8 threads rename among a few overlapping paths; per key counters check
+ * that no exclusive holder ever overlaps another holder. */
+#define NKEYS 6
+static const char *const keys[NKEYS] = {"/t", "/t/a", "/t/b", "/t/a/x", "/u", "/t/b/y"};
+static int key_excl[NKEYS], key_shared[NKEYS];
+static int violations;
+
+static void *contend_thread(void *arg)
+{
+	unsigned seed = (unsigned)(uintptr_t)arg;
+	int i, k;
+
+	for (i = 0; i < 300; i++) {
+		const char *from = keys[rand_r(&seed) % NKEYS], *to = keys[rand_r(&seed) % NKEYS];
+		struct tl_plan *p = NULL;
+		struct tl_holder h;
+		size_t j;
+
+		if (lockplan_rename(TL_STRATEGY_TREE, from, to, 0, NULL, 0, &p) != 0)
+			continue;
+		if (lockmgr_acquire(&mgr, p, 1, &h) != 0) {
+			__atomic_add_fetch(&violations, 1000, __ATOMIC_SEQ_CST);
+			lockplan_free(p);
+			continue;
+		}
+		for (j = 0; j < p->n; j++) {
+			for (k = 0; k < NKEYS && strcmp(keys[k], p->items[j].key); k++)
+				;
+			if (k == NKEYS)
+				continue;
+			if (p->items[j].mode == TL_EXCLUSIVE) {
+				if (__atomic_add_fetch(&key_excl[k], 1, __ATOMIC_SEQ_CST) != 1 ||
+				    __atomic_load_n(&key_shared[k], __ATOMIC_SEQ_CST) != 0)
+					__atomic_add_fetch(&violations, 1, __ATOMIC_SEQ_CST);
+			} else {
+				__atomic_add_fetch(&key_shared[k], 1, __ATOMIC_SEQ_CST);
+				if (__atomic_load_n(&key_excl[k], __ATOMIC_SEQ_CST) != 0)
+					__atomic_add_fetch(&violations, 1, __ATOMIC_SEQ_CST);
+			}
+		}
+		if (rand_r(&seed) % 4 == 0)
+			usleep(100);
+		for (j = 0; j < p->n; j++) {
+			for (k = 0; k < NKEYS && strcmp(keys[k], p->items[j].key); k++)
+				;
+			if (k == NKEYS)
+				continue;
+			if (p->items[j].mode == TL_EXCLUSIVE)
+				__atomic_sub_fetch(&key_excl[k], 1, __ATOMIC_SEQ_CST);
+			else
+				__atomic_sub_fetch(&key_shared[k], 1, __ATOMIC_SEQ_CST);
+		}
+		lockmgr_release(&mgr, p, &h);
+		lockplan_free(p);
+	}
+	return NULL;
+}
+
+START_TEST(test_lockmgr__eight_threads_contending)
+{
+	pthread_t t[8];
+	uintptr_t i;
+
+	mgr.timeout = 30;
+	violations = 0;
+	for (i = 0; i < 8; i++)
+		pthread_create(&t[i], NULL, contend_thread, (void *)(i + 1));
+	for (i = 0; i < 8; i++)
+		pthread_join(t[i], NULL);
+	ck_assert_int_eq(violations, 0);
+	ck_assert_uint_eq(nlocks(), 0);
+	ck_assert_uint_eq(stats_get(&mgr.stats.acquired), stats_get(&mgr.stats.renames));
+	ck_assert_uint_gt(stats_get(&mgr.stats.conflicts), 0);
+}
+END_TEST
+
+/* A store that fails: lockmgr retries until the deadline, then ENOLCK; a
+ * permanent refusal is not retried. */
+static int fail_calls;
+static int fail_err;
+
+static int fail_try(struct lockstore *s, const struct tl_plan *p, struct tl_holder *h,
+		    struct tl_conflict *why)
+{
+	fail_calls++;
+	return fail_err;
+}
+
+static int fail_release(struct lockstore *s, const struct tl_plan *p, struct tl_holder *h)
+{
+	return 0;
+}
+
+START_TEST(test_lockmgr__store_failures)
+{
+	static const struct lockstore_ops ops = {
+		.name = "failing", .try_acquire = fail_try, .release = fail_release};
+	struct lockstore fst = {.ops = &ops};
+	struct lockmgr m;
+	struct tl_plan *p = rplan("/a", "/b");
+	struct tl_holder h;
+
+	lockmgr_init(&m, &fst, 0.3, "unit");
+	fail_calls = 0;
+	fail_err = -ENOLCK;
+	ck_assert_int_eq(lockmgr_acquire(&m, p, 1, &h), -ENOLCK);
+	ck_assert_int_gt(fail_calls, 2);
+	fail_calls = 0;
+	fail_err = -EACCES;
+	ck_assert_int_eq(lockmgr_acquire(&m, p, 1, &h), -ENOLCK);
+	ck_assert_int_eq(fail_calls, 1);
+	ck_assert_uint_eq(stats_get(&m.stats.errors), 2);
+	ck_assert_int_eq(lockstore_errno(-EAGAIN), -EBUSY);
+	ck_assert_int_eq(lockstore_errno(-EIO), -ENOLCK);
+	lockplan_free(p);
+}
+END_TEST
+
+START_TEST(test_lockmgr__stats_quantiles)
+{
+	struct tl_stats s;
+	char buf[1024];
+	int i;
+
+	memset(&s, 0, sizeof(s));
+	for (i = 0; i < 99; i++)
+		stats_record_wait(&s, 10);
+	stats_record_wait(&s, 1000000);
+	ck_assert_uint_eq(stats_wait_quantile(&s, 0.5), 16);
+	ck_assert_uint_ge(stats_wait_quantile(&s, 0.999), 1000000);
+	stats_format(&s, 7, buf, sizeof(buf));
+	ck_assert_ptr_nonnull(strstr(buf, "wait_p50_us 16\n"));
+	ck_assert_ptr_nonnull(strstr(buf, "store_requests 7\n"));
+}
+END_TEST
+
+Suite *make_suite_lockmgr(void)
+{
+	Suite *s = suite_create("lockmgr");
+	TCase *tc = tcase_create("core");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_lockmgr__timeout_is_ebusy_and_leaves_nothing);
+	tcase_add_test(tc, test_lockmgr__empty_plan_and_holder_ids);
+	tcase_add_test(tc, test_lockmgr__writer_preference);
+	tcase_add_test(tc, test_lockmgr__eight_threads_contending);
+	tcase_add_test(tc, test_lockmgr__store_failures);
+	tcase_add_test(tc, test_lockmgr__stats_quantiles);
+	suite_add_tcase(s, tc);
+	return s;
+}

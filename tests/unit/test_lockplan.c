@@ -1,0 +1,193 @@
+/* test_lockplan.c - plans for every strategy, as tables
+ *
+ * Each row: strategy, from, to, and the expected plan written as one
+ * string "S:/a X:/a/b ..." in acquisition order.
+ */
+#include <config.h>
+
+#include <check.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lockplan.h"
+#include "path.h"
+#include "unit.h"
+
+static char *plan_str(const struct tl_plan *p)
+{
+	size_t i, len = 1;
+	char *s, *o;
+
+	for (i = 0; i < p->n; i++)
+		len += strlen(p->items[i].key) + 3;
+	s = malloc(len);
+	o = s;
+	*o = '\0';
+	for (i = 0; i < p->n; i++)
+		o += sprintf(o, "%s%c:%s", i ? " " : "",
+			     p->items[i].mode == TL_EXCLUSIVE ? 'X' : 'S', p->items[i].key);
+	return s;
+}
+
+static const struct {
+	enum tl_strategy s;
+	const char *from, *to, *want;
+} rename_cases[] = {
+	/* siblings in one directory */
+	{TL_STRATEGY_TREE, "/a/x", "/a/y", "S:/a X:/a/x X:/a/y"},
+	/* the root is never locked */
+	{TL_STRATEGY_TREE, "/x", "/y", "X:/x X:/y"},
+	/* the guide's example */
+	{TL_STRATEGY_TREE, "/clinton/projects/elasticsearch/README.txt",
+	 "/clinton/projects/elasticsearch/README.asciidoc",
+	 "S:/clinton S:/clinton/projects S:/clinton/projects/elasticsearch "
+	 "X:/clinton/projects/elasticsearch/README.asciidoc "
+	 "X:/clinton/projects/elasticsearch/README.txt"},
+	{TL_STRATEGY_TREE, "/clinton", "/bill", "X:/bill X:/clinton"},
+	/* across directories: ancestors of both */
+	{TL_STRATEGY_TREE, "/a/b/x", "/c/y", "S:/a S:/c S:/a/b X:/c/y X:/a/b/x"},
+	/* nested: destination inside the source's parent chain; exclusive wins */
+	{TL_STRATEGY_TREE, "/a/b", "/a/b/c/d", "S:/a X:/a/b S:/a/b/c X:/a/b/c/d"},
+	{TL_STRATEGY_TREE, "/a/b/c", "/a", "X:/a S:/a/b X:/a/b/c"},
+	/* exchange plans like a rename */
+	{TL_STRATEGY_TREE, "/p/q", "/r/s", "S:/p S:/r X:/p/q X:/r/s"},
+	/* the same path */
+	{TL_STRATEGY_TREE, "/a/b", "/a/b", "S:/a X:/a/b"},
+	/* hostile bytes are just bytes */
+	{TL_STRATEGY_TREE, "/d\n1/%2F", "/d\n1/a b", "S:/d\n1 X:/d\n1/%2F X:/d\n1/a b"},
+	{TL_STRATEGY_GLOBAL, "/a/b", "/c", "X:global"},
+	{TL_STRATEGY_NONE, "/a/b", "/c", ""},
+	{TL_STRATEGY_DOCUMENT, "/a/b", "/c", "X:/c X:/a/b"},
+};
+
+START_TEST(test_lockplan__rename_table)
+{
+	struct tl_plan *p = NULL;
+	char *got;
+
+	ck_assert_int_eq(lockplan_rename(rename_cases[_i].s, rename_cases[_i].from,
+					 rename_cases[_i].to, 0, NULL, 0, &p),
+			 0);
+	got = plan_str(p);
+	ck_assert_msg(strcmp(got, rename_cases[_i].want) == 0, "case %d: got '%s', want '%s'", _i,
+		      got, rename_cases[_i].want);
+	ck_assert_str_eq(p->from, rename_cases[_i].from);
+	ck_assert_str_eq(p->to, rename_cases[_i].to);
+	free(got);
+	lockplan_free(p);
+}
+END_TEST
+
+START_TEST(test_lockplan__document_walk)
+{
+	const char *below[] = {"/a/b/f2", "/a/b/d", "/a/b/d/f1"};
+	struct tl_plan *p = NULL;
+	char *got;
+
+	ck_assert_int_eq(lockplan_rename(TL_STRATEGY_DOCUMENT, "/a/b", "/z", 0, below, 3, &p), 0);
+	got = plan_str(p);
+	ck_assert_str_eq(got, "X:/z X:/a/b X:/a/b/d X:/a/b/f2 X:/a/b/d/f1");
+	free(got);
+	lockplan_free(p);
+	/* an entry that is not below the source is a caller bug */
+	below[0] = "/elsewhere";
+	ck_assert_int_eq(lockplan_rename(TL_STRATEGY_DOCUMENT, "/a/b", "/z", 0, below, 3, &p),
+			 -EINVAL);
+	ck_assert_ptr_null(p);
+}
+END_TEST
+
+START_TEST(test_lockplan__entry_table)
+{
+	struct tl_plan *p = NULL;
+	char *got;
+
+	ck_assert_int_eq(lockplan_entry(TL_STRATEGY_TREE, "/a/b/c", &p), 0);
+	got = plan_str(p);
+	ck_assert_str_eq(got, "S:/a S:/a/b X:/a/b/c");
+	ck_assert_ptr_null(p->to);
+	free(got);
+	lockplan_free(p);
+	ck_assert_int_eq(lockplan_entry(TL_STRATEGY_GLOBAL, "/a", &p), 0);
+	ck_assert_uint_eq(p->n, 1);
+	ck_assert_str_eq(p->items[0].key, TL_GLOBAL_KEY);
+	lockplan_free(p);
+	ck_assert_int_eq(lockplan_entry(TL_STRATEGY_NONE, "/a", &p), 0);
+	ck_assert_uint_eq(p->n, 0);
+	lockplan_free(p);
+}
+END_TEST
+
+START_TEST(test_lockplan__rejects_unnormal)
+{
+	struct tl_plan *p = NULL;
+
+	ck_assert_int_eq(lockplan_rename(TL_STRATEGY_TREE, "a", "/b", 0, NULL, 0, &p), -EINVAL);
+	ck_assert_int_eq(lockplan_rename(TL_STRATEGY_TREE, "/a/../b", "/b", 0, NULL, 0, &p),
+			 -EINVAL);
+	ck_assert_int_eq(lockplan_rename(TL_STRATEGY_TREE, "/a/", "/b", 0, NULL, 0, &p), -EINVAL);
+	ck_assert_int_eq(lockplan_entry(TL_STRATEGY_TREE, "//a", &p), -EINVAL);
+	ck_assert_ptr_null(p);
+}
+END_TEST
+
+/* Every plan is sorted by path_cmp and has unique keys, also for long
+ * paths of many components. */
+START_TEST(test_lockplan__long_paths_sorted_unique)
+{
+	char *from = malloc(PATH_MAX), *to = malloc(PATH_MAX);
+	struct tl_plan *p = NULL;
+	size_t i, n = 0;
+
+	for (i = 0; n + 3 < PATH_MAX - 1; i++) {
+		from[n] = '/';
+		from[n + 1] = (char)('a' + i % 26);
+		n += 2;
+	}
+	from[n] = '\0';
+	strcpy(to, from);
+	to[n - 1] = 'Z';
+	ck_assert_int_eq(lockplan_rename(TL_STRATEGY_TREE, from, to, 0, NULL, 0, &p), 0);
+	ck_assert_uint_eq(p->n, path_depth(from) + 1);
+	for (i = 1; i < p->n; i++)
+		ck_assert_int_lt(path_cmp(p->items[i - 1].key, p->items[i].key), 0);
+	ck_assert_int_eq(lockplan_mode_of(p, from), TL_EXCLUSIVE);
+	ck_assert_int_eq(lockplan_mode_of(p, to), TL_EXCLUSIVE);
+	ck_assert_int_eq(lockplan_mode_of(p, "/a"), TL_SHARED);
+	ck_assert_int_eq(lockplan_mode_of(p, "/nope"), -1);
+	lockplan_free(p);
+	free(from);
+	free(to);
+}
+END_TEST
+
+START_TEST(test_lockplan__strategy_names)
+{
+	enum tl_strategy s;
+
+	ck_assert_int_eq(lockplan_strategy_parse("document", &s), 0);
+	ck_assert_int_eq(s, TL_STRATEGY_DOCUMENT);
+	ck_assert_str_eq(lockplan_strategy_name(TL_STRATEGY_GLOBAL), "global");
+	ck_assert_int_eq(lockplan_strategy_parse("Tree", &s), -EINVAL);
+	ck_assert_int_eq(lockplan_strategy_parse(NULL, &s), -EINVAL);
+}
+END_TEST
+
+Suite *make_suite_lockplan(void)
+{
+	Suite *s = suite_create("lockplan");
+	TCase *tc = tcase_create("core");
+
+	tcase_add_loop_test(tc, test_lockplan__rename_table, 0,
+			    sizeof(rename_cases) / sizeof(rename_cases[0]));
+	tcase_add_test(tc, test_lockplan__document_walk);
+	tcase_add_test(tc, test_lockplan__entry_table);
+	tcase_add_test(tc, test_lockplan__rejects_unnormal);
+	tcase_add_test(tc, test_lockplan__long_paths_sorted_unique);
+	tcase_add_test(tc, test_lockplan__strategy_names);
+	suite_add_tcase(s, tc);
+	return s;
+}

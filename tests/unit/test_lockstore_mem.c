@@ -1,0 +1,209 @@
+/* test_lockstore_mem.c - the embedded store: modes, marks, listing */
+#include <config.h>
+
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lockplan.h"
+#include "lockstore.h"
+#include "unit.h"
+
+static struct tl_config cfg;
+static struct lockstore *st;
+
+static void setup(void)
+{
+	ck_assert_int_eq(config_init(&cfg), 0);
+	ck_assert_int_eq(config_validate(&cfg), 0);
+	ck_assert_int_eq(lockstore_open(&cfg, &st), 0);
+}
+
+static void teardown(void)
+{
+	lockstore_close(st);
+	config_free(&cfg);
+}
+
+static struct tl_plan *rplan(const char *from, const char *to)
+{
+	struct tl_plan *p = NULL;
+
+	ck_assert_int_eq(lockplan_rename(TL_STRATEGY_TREE, from, to, 0, NULL, 0, &p), 0);
+	return p;
+}
+
+static void holder(struct tl_holder *h, uint64_t ticket)
+{
+	memset(h, 0, sizeof(*h));
+	h->ticket = ticket;
+	h->pid = 42;
+	snprintf(h->id, sizeof(h->id), "test#%llu", (unsigned long long)ticket);
+}
+
+static size_t nlocks(void)
+{
+	struct tl_lock_info *v;
+	size_t n;
+
+	ck_assert_int_eq(st->ops->list(st, "/", &v, &n), 0);
+	lockstore_free_list(v, n);
+	return n;
+}
+
+START_TEST(test_lockstore_mem__shared_compatible_exclusive_not)
+{
+	struct tl_plan *a = rplan("/d/x", "/d/y"), *b = rplan("/d/z", "/d/w"), *c = rplan("/d", "/e");
+	struct tl_holder ha, hb, hc;
+	struct tl_conflict why;
+
+	holder(&ha, 1);
+	holder(&hb, 2);
+	holder(&hc, 3);
+	ck_assert_int_eq(st->ops->try_acquire(st, a, &ha, &why), 0);
+	ck_assert_int_eq(st->ops->try_acquire(st, b, &hb, &why), 0); /* shared /d twice */
+	memset(&why, 0, sizeof(why));
+	ck_assert_int_eq(st->ops->try_acquire(st, c, &hc, &why), -EAGAIN);
+	ck_assert_str_eq(why.key, "/d");
+	ck_assert_ptr_nonnull(strstr(why.holder, "shared"));
+	st->ops->abandon(st, c, &hc);
+	ck_assert_int_eq(st->ops->release(st, a, &ha), 0);
+	ck_assert_int_eq(st->ops->release(st, b, &hb), 0);
+	ck_assert_uint_eq(nlocks(), 0);
+	ck_assert_int_eq(st->ops->try_acquire(st, c, &hc, &why), 0);
+	/* now /d is exclusive: a rename below it is refused */
+	ck_assert_int_eq(st->ops->try_acquire(st, a, &ha, &why), -EAGAIN);
+	st->ops->abandon(st, a, &ha);
+	ck_assert_int_eq(st->ops->release(st, c, &hc), 0);
+	ck_assert_uint_eq(nlocks(), 0);
+	lockplan_free(a);
+	lockplan_free(b);
+	lockplan_free(c);
+}
+END_TEST
+
+START_TEST(test_lockstore_mem__all_or_nothing)
+{
+	struct tl_plan *a = rplan("/p/q", "/r/s"), *b = rplan("/r/s", "/t");
+	struct tl_holder ha, hb;
+	struct tl_conflict why;
+
+	holder(&ha, 1);
+	holder(&hb, 2);
+	ck_assert_int_eq(st->ops->try_acquire(st, b, &hb, &why), 0);
+	ck_assert_int_eq(st->ops->try_acquire(st, a, &ha, &why), -EAGAIN);
+	st->ops->abandon(st, a, &ha);
+	/* nothing of a's plan is held: /p and /p/q are free */
+	{
+		struct tl_plan *c = rplan("/p", "/u");
+		struct tl_holder hc;
+
+		holder(&hc, 3);
+		ck_assert_int_eq(st->ops->try_acquire(st, c, &hc, &why), 0);
+		ck_assert_int_eq(st->ops->release(st, c, &hc), 0);
+		lockplan_free(c);
+	}
+	ck_assert_int_eq(st->ops->release(st, b, &hb), 0);
+	ck_assert_uint_eq(nlocks(), 0);
+	lockplan_free(a);
+	lockplan_free(b);
+}
+END_TEST
+
+/* An older exclusive waiter keeps younger shared requests out; an older
+ * shared request is not held back by a younger waiter. */
+START_TEST(test_lockstore_mem__waiter_marks)
+{
+	struct tl_plan *small = rplan("/big/f1", "/big/f2"), *big = rplan("/big", "/big2"),
+		       *young = rplan("/big/f3", "/big/f4");
+	struct tl_holder hs, hbig, hy, hold;
+	struct tl_conflict why;
+
+	holder(&hs, 1);
+	holder(&hbig, 2);
+	holder(&hy, 3);
+	ck_assert_int_eq(st->ops->try_acquire(st, small, &hs, &why), 0);
+	ck_assert_int_eq(st->ops->try_acquire(st, big, &hbig, &why), -EAGAIN);
+	ck_assert(hbig.marked);
+	/* younger: refused although /big is only held shared */
+	ck_assert_int_eq(st->ops->try_acquire(st, young, &hy, &why), -EAGAIN);
+	ck_assert_str_eq(why.key, "/big");
+	ck_assert_ptr_nonnull(strstr(why.holder, "older waiting"));
+	/* older than the waiter (ticket 0): not held back by its mark */
+	holder(&hold, 0);
+	ck_assert_int_eq(st->ops->try_acquire(st, young, &hold, &why), 0);
+	ck_assert_int_eq(st->ops->release(st, young, &hold), 0);
+	ck_assert_int_eq(st->ops->release(st, small, &hs), 0);
+	ck_assert_int_eq(st->ops->try_acquire(st, big, &hbig, &why), 0);
+	ck_assert(!hbig.marked);
+	ck_assert_int_eq(st->ops->release(st, big, &hbig), 0);
+	ck_assert_int_eq(st->ops->try_acquire(st, young, &hy, &why), 0);
+	ck_assert_int_eq(st->ops->release(st, young, &hy), 0);
+	ck_assert_uint_eq(nlocks(), 0);
+	lockplan_free(small);
+	lockplan_free(big);
+	lockplan_free(young);
+}
+END_TEST
+
+START_TEST(test_lockstore_mem__abandon_clears_marks)
+{
+	struct tl_plan *a = rplan("/x/y", "/x/z"), *b = rplan("/x", "/w");
+	struct tl_holder ha, hb;
+	struct tl_conflict why;
+
+	holder(&ha, 1);
+	holder(&hb, 2);
+	ck_assert_int_eq(st->ops->try_acquire(st, a, &ha, &why), 0);
+	ck_assert_int_eq(st->ops->try_acquire(st, b, &hb, &why), -EAGAIN);
+	st->ops->abandon(st, b, &hb);
+	ck_assert(!hb.marked);
+	ck_assert_int_eq(st->ops->release(st, a, &ha), 0);
+	ck_assert_uint_eq(nlocks(), 0); /* no entry kept alive by a stale mark */
+	lockplan_free(a);
+	lockplan_free(b);
+}
+END_TEST
+
+START_TEST(test_lockstore_mem__list)
+{
+	struct tl_plan *a = rplan("/l/m n", "/l/o");
+	struct tl_holder ha;
+	struct tl_conflict why;
+	struct tl_lock_info *v;
+	size_t n, i, excl = 0;
+
+	holder(&ha, 7);
+	ck_assert_int_eq(st->ops->try_acquire(st, a, &ha, &why), 0);
+	ck_assert_int_eq(st->ops->list(st, "/l", &v, &n), 0);
+	ck_assert_uint_eq(n, 3);
+	for (i = 0; i < n; i++) {
+		ck_assert_ptr_nonnull(strstr(v[i].holders, "test#7"));
+		ck_assert_int_ge(v[i].age_ms, 0);
+		excl += v[i].mode == TL_EXCLUSIVE;
+	}
+	ck_assert_uint_eq(excl, 2);
+	lockstore_free_list(v, n);
+	ck_assert_int_eq(st->ops->list(st, "/other", &v, &n), 0);
+	ck_assert_uint_eq(n, 0);
+	lockstore_free_list(v, n);
+	ck_assert_int_eq(st->ops->release(st, a, &ha), 0);
+	lockplan_free(a);
+}
+END_TEST
+
+Suite *make_suite_lockstore_mem(void)
+{
+	Suite *s = suite_create("lockstore_mem");
+	TCase *tc = tcase_create("core");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_lockstore_mem__shared_compatible_exclusive_not);
+	tcase_add_test(tc, test_lockstore_mem__all_or_nothing);
+	tcase_add_test(tc, test_lockstore_mem__waiter_marks);
+	tcase_add_test(tc, test_lockstore_mem__abandon_clears_marks);
+	tcase_add_test(tc, test_lockstore_mem__list);
+	suite_add_tcase(s, tc);
+	return s;
+}

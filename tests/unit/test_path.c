@@ -1,0 +1,147 @@
+/* test_path.c - normalisation, ancestors, order, hostile bytes, long keys */
+#include <config.h>
+
+#include <check.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "path.h"
+#include "unit.h"
+
+static const struct {
+	const char *in;
+	const char *out; /* NULL: error */
+	int err;
+} norm_cases[] = {
+	{"/", "/", 0},
+	{"//", "/", 0},
+	{"/a", "/a", 0},
+	{"/a/", "/a", 0},
+	{"//a//b///", "/a/b", 0},
+	{"/a b/c\nd", "/a b/c\nd", 0},
+	{"/%2F/%", "/%2F/%", 0},
+	{"/caf\xc3\xa9/\xff\xfe", "/caf\xc3\xa9/\xff\xfe", 0},
+	{"/...", "/...", 0},
+	{"/.a/..b", "/.a/..b", 0},
+	{"a", NULL, -EINVAL},
+	{"", NULL, -EINVAL},
+	{"/a/./b", NULL, -EINVAL},
+	{"/a/../b", NULL, -EINVAL},
+	{"/..", NULL, -EINVAL},
+};
+
+START_TEST(test_path__normalise)
+{
+	char *out = NULL;
+	int err = path_normalise(norm_cases[_i].in, &out);
+
+	ck_assert_int_eq(err, norm_cases[_i].err);
+	if (norm_cases[_i].out) {
+		ck_assert_str_eq(out, norm_cases[_i].out);
+		ck_assert(path_is_normal(out));
+	} else {
+		ck_assert_ptr_null(out);
+	}
+	free(out);
+}
+END_TEST
+
+START_TEST(test_path__long_paths)
+{
+	char *p = malloc(PATH_MAX + 2), *out = NULL;
+	size_t i;
+
+	/* 4095 bytes: the longest a kernel path can be */
+	for (i = 0; i < PATH_MAX - 1; i++)
+		p[i] = (i % 200 == 0) ? '/' : 'x';
+	p[PATH_MAX - 1] = '\0';
+	ck_assert_int_eq(path_normalise(p, &out), 0);
+	ck_assert_uint_eq(strlen(out), PATH_MAX - 1);
+	ck_assert_uint_eq(path_depth(out), (PATH_MAX - 1 + 199) / 200);
+	free(out);
+	p[PATH_MAX - 1] = 'x';
+	p[PATH_MAX] = '\0';
+	ck_assert_int_eq(path_normalise(p, &out), -ENAMETOOLONG);
+	free(p);
+}
+END_TEST
+
+START_TEST(test_path__depth_and_parent)
+{
+	ck_assert_uint_eq(path_depth("/"), 0);
+	ck_assert_uint_eq(path_depth("/a"), 1);
+	ck_assert_uint_eq(path_depth("/a/b c/d"), 3);
+	ck_assert_uint_eq(path_parent_len("/a/b", 4), 2);
+	ck_assert_uint_eq(path_parent_len("/a", 2), 1);
+	ck_assert_uint_eq(path_parent_len("/", 1), 0);
+	ck_assert_uint_eq(path_parent_len("/ab/cd/ef", 9), 6);
+}
+END_TEST
+
+START_TEST(test_path__ancestors)
+{
+	ck_assert(path_is_ancestor("/", "/a"));
+	ck_assert(path_is_ancestor("/a", "/a/b"));
+	ck_assert(path_is_ancestor("/a", "/a/b/c"));
+	ck_assert(!path_is_ancestor("/a", "/a"));
+	ck_assert(!path_is_ancestor("/a", "/ab"));
+	ck_assert(!path_is_ancestor("/a/b", "/a"));
+	ck_assert(!path_is_ancestor("/", "/"));
+	ck_assert(!path_is_ancestor("global", "/a"));
+}
+END_TEST
+
+START_TEST(test_path__order)
+{
+	/* fewer components first, then bytewise as unsigned bytes */
+	ck_assert_int_lt(path_cmp("/z", "/a/b"), 0);
+	ck_assert_int_lt(path_cmp("/a", "/b"), 0);
+	ck_assert_int_lt(path_cmp("/a-c", "/a/b"), 0);
+	ck_assert_int_lt(path_cmp("/a", "/\xff"), 0);
+	ck_assert_int_eq(path_cmp("/a/b", "/a/b"), 0);
+	ck_assert_int_lt(path_cmp("global", "/"), 0);
+	ck_assert_int_gt(path_cmp("/a/b", "/a"), 0);
+	ck_assert_str_eq(path_rel("/"), ".");
+	ck_assert_str_eq(path_rel("/a/b"), "a/b");
+}
+END_TEST
+
+START_TEST(test_path__lock_id)
+{
+	char *id = NULL, *key = malloc(PATH_ID_MAX + 2);
+
+	ck_assert_int_eq(path_lock_id("/a b/%2F", &id), 0);
+	ck_assert_str_eq(id, "/a b/%2F");
+	free(id);
+	memset(key, 'k', PATH_ID_MAX);
+	key[0] = '/';
+	key[PATH_ID_MAX] = '\0';
+	ck_assert_int_eq(path_lock_id(key, &id), 0);
+	ck_assert_str_eq(id, key); /* exactly 512 bytes still fits */
+	free(id);
+	key[PATH_ID_MAX] = 'k';
+	key[PATH_ID_MAX + 1] = '\0';
+	ck_assert_int_eq(path_lock_id(key, &id), 0);
+	ck_assert_uint_eq(strlen(id), 7 + 64);
+	ck_assert(strncmp(id, "sha256:", 7) == 0);
+	free(id);
+	free(key);
+}
+END_TEST
+
+Suite *make_suite_path(void)
+{
+	Suite *s = suite_create("path");
+	TCase *tc = tcase_create("core");
+
+	tcase_add_loop_test(tc, test_path__normalise, 0, sizeof(norm_cases) / sizeof(norm_cases[0]));
+	tcase_add_test(tc, test_path__long_paths);
+	tcase_add_test(tc, test_path__depth_and_parent);
+	tcase_add_test(tc, test_path__ancestors);
+	tcase_add_test(tc, test_path__order);
+	tcase_add_test(tc, test_path__lock_id);
+	suite_add_tcase(s, tc);
+	return s;
+}
