@@ -1,0 +1,629 @@
+/* httpc.c - thin libcurl wrapper, see httpc.h
+ *
+ * Node choice: c->preferred is where requests go first. A request walks the
+ * nodes from there, skipping those marked dead (dead_until in the future)
+ * unless all are dead, and tries each node at most once. A transport
+ * failure marks the node dead for HTTPC_NODE_RETRY_MS and moves on; the
+ * first node that answers (any HTTP status) becomes the preferred one.
+ *
+ * Handles: one CURL easy handle per (thread, client), found through a
+ * pthread key and listed in c->handles so that httpc_close() can free the
+ * handles of threads that are still alive. The key destructor frees the
+ * handle of a thread that exits first.
+ */
+#include <config.h>
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "httpc.h"
+#include "log.h"
+
+struct httpc_node {
+	char *url;           /* base URL without a trailing '/' (may hold userinfo) */
+	char *name;          /* url with userinfo removed, for logs */
+	int64_t dead_until;  /* monotonic ms; protected by httpc.mutex */
+};
+
+struct httpc_handle {
+	CURL *easy;
+	struct httpc *c;
+	struct httpc_handle *prev, *next; /* protected by httpc.mutex */
+};
+
+struct httpc {
+	struct httpc_node *nodes;
+	int nnodes;
+	int preferred;              /* protected by mutex */
+	char *user, *password;      /* secrets: never logged */
+	char *auth_header;          /* "Authorization: ApiKey ..." (secret) */
+	char *cacert;
+	bool insecure;
+	unsigned int timeout_ms, connect_timeout_ms;
+	size_t max_body;
+	char *opaque_header;        /* "X-Opaque-Id: ..."; protected by mutex */
+	uint64_t requests;          /* atomic */
+	pthread_key_t key;
+	struct httpc_handle *handles; /* protected by mutex */
+	pthread_mutex_t mutex;      /* leaf lock: never held across a request */
+};
+
+struct body_buf {
+	char *data;
+	size_t len, cap, max;
+	bool toobig;
+};
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Frees one handle; the caller has unlinked it. */
+static void handle_free(struct httpc_handle *h)
+{
+	if (!h)
+		return;
+	curl_easy_cleanup(h->easy);
+	free(h);
+}
+
+static void handle_unlink(struct httpc *c, struct httpc_handle *h)
+{
+	if (h->prev)
+		h->prev->next = h->next;
+	else
+		c->handles = h->next;
+	if (h->next)
+		h->next->prev = h->prev;
+	h->prev = h->next = NULL;
+}
+
+/* pthread key destructor: a thread that used the client is exiting. */
+static void handle_destroy(void *p)
+{
+	struct httpc_handle *h = p;
+	struct httpc *c = h->c;
+
+	pthread_mutex_lock(&c->mutex);
+	handle_unlink(c, h);
+	pthread_mutex_unlock(&c->mutex);
+	handle_free(h);
+}
+
+/* The calling thread's handle, made on first use. Returns NULL on ENOMEM. */
+static struct httpc_handle *handle_get(struct httpc *c)
+{
+	struct httpc_handle *h = pthread_getspecific(c->key);
+
+	if (h)
+		return h;
+	h = calloc(1, sizeof(*h));
+	if (!h)
+		return NULL;
+	h->easy = curl_easy_init();
+	if (!h->easy) {
+		free(h);
+		return NULL;
+	}
+	h->c = c;
+	if (pthread_setspecific(c->key, h) != 0) {
+		handle_free(h);
+		return NULL;
+	}
+	pthread_mutex_lock(&c->mutex);
+	h->next = c->handles;
+	if (c->handles)
+		c->handles->prev = h;
+	c->handles = h;
+	pthread_mutex_unlock(&c->mutex);
+	return h;
+}
+
+/* Copies URL without "user:pass@" into a new string. */
+static char *url_strip_userinfo(const char *url)
+{
+	const char *scheme = strstr(url, "://");
+	const char *host, *at, *slash;
+	char *out;
+	size_t pre;
+
+	if (!scheme)
+		return strdup(url);
+	host = scheme + 3;
+	slash = strchr(host, '/');
+	at = strchr(host, '@');
+	if (!at || (slash && at > slash))
+		return strdup(url);
+	pre = (size_t)(host - url);
+	out = malloc(strlen(url) + 1);
+	if (!out)
+		return NULL;
+	memcpy(out, url, pre);
+	strcpy(out + pre, at + 1);
+	return out;
+}
+
+static int parse_nodes(struct httpc *c, const char *urls)
+{
+	const char *p = urls;
+	int n = 1;
+
+	for (; *p; p++)
+		if (*p == ',')
+			n++;
+	c->nodes = calloc((size_t)n, sizeof(*c->nodes));
+	if (!c->nodes)
+		return -ENOMEM;
+	p = urls;
+	while (*p) {
+		const char *end = strchr(p, ',');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+		struct httpc_node *node = &c->nodes[c->nnodes];
+
+		while (len && (*p == ' ' || *p == '\t')) {
+			p++;
+			len--;
+		}
+		while (len && (p[len - 1] == ' ' || p[len - 1] == '/'))
+			len--;
+		if (len) {
+			node->url = strndup(p, len);
+			if (!node->url)
+				return -ENOMEM;
+			node->name = url_strip_userinfo(node->url);
+			if (!node->name)
+				return -ENOMEM;
+			c->nnodes++;
+		}
+		if (!end)
+			break;
+		p = end + 1;
+	}
+	return c->nnodes ? 0 : -EINVAL;
+}
+
+static char *dup_or_null(const char *s, int *err)
+{
+	char *d;
+
+	if (!s)
+		return NULL;
+	d = strdup(s);
+	if (!d)
+		*err = -ENOMEM;
+	return d;
+}
+
+int httpc_open(const struct httpc_config *cfg, struct httpc **out)
+{
+	struct httpc *c;
+	int err = -ENOMEM;
+
+	*out = NULL;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	pthread_mutex_init(&c->mutex, NULL);
+	if (pthread_key_create(&c->key, handle_destroy) != 0) {
+		pthread_mutex_destroy(&c->mutex);
+		free(c);
+		return -ENOMEM;
+	}
+	err = parse_nodes(c, cfg->urls ? cfg->urls : "");
+	if (err == -EINVAL)
+		tl_log(LOG_ERR, "no lock store URL given");
+	if (err)
+		goto out_free;
+	err = 0;
+	c->user = dup_or_null(cfg->user, &err);
+	c->password = dup_or_null(cfg->password, &err);
+	c->cacert = dup_or_null(cfg->cacert, &err);
+	if (cfg->api_key && *cfg->api_key) {
+		size_t n = strlen(cfg->api_key) + sizeof("Authorization: ApiKey ");
+
+		c->auth_header = malloc(n);
+		if (c->auth_header)
+			snprintf(c->auth_header, n, "Authorization: ApiKey %s", cfg->api_key);
+		else
+			err = -ENOMEM;
+	}
+	if (err)
+		goto out_free;
+	c->insecure = cfg->insecure;
+	c->timeout_ms = cfg->timeout_ms ? cfg->timeout_ms : 5000;
+	c->connect_timeout_ms = cfg->connect_timeout_ms ? cfg->connect_timeout_ms
+							: (c->timeout_ms < 2000 ? c->timeout_ms : 2000);
+	c->max_body = cfg->max_body ? cfg->max_body : HTTPC_DEFAULT_MAX_BODY;
+	err = httpc_set_opaque_id(c, cfg->opaque_id);
+	if (err)
+		goto out_free;
+	*out = c;
+	return 0;
+
+out_free:
+	httpc_close(c);
+	return err;
+}
+
+/* Overwrites a secret before freeing it. */
+static void free_secret(char *s)
+{
+	if (!s)
+		return;
+	explicit_bzero(s, strlen(s));
+	free(s);
+}
+
+void httpc_close(struct httpc *c)
+{
+	struct httpc_handle *h, *next;
+	int i;
+
+	if (!c)
+		return;
+	/* After pthread_key_delete() no destructor runs; free what is left. */
+	pthread_key_delete(c->key);
+	for (h = c->handles; h; h = next) {
+		next = h->next;
+		handle_free(h);
+	}
+	for (i = 0; i < c->nnodes; i++) {
+		free(c->nodes[i].url);
+		free(c->nodes[i].name);
+	}
+	free(c->nodes);
+	free_secret(c->user);
+	free_secret(c->password);
+	free_secret(c->auth_header);
+	free(c->cacert);
+	free(c->opaque_header);
+	pthread_mutex_destroy(&c->mutex);
+	free(c);
+}
+
+int httpc_set_opaque_id(struct httpc *c, const char *id)
+{
+	char *hdr = NULL, *old;
+	size_t n;
+
+	if (id && *id) {
+		n = strlen(id) + sizeof("X-Opaque-Id: ");
+		hdr = malloc(n);
+		if (!hdr)
+			return -ENOMEM;
+		snprintf(hdr, n, "X-Opaque-Id: %s", id);
+		/* a header value ends at the first CR or LF */
+		hdr[strcspn(hdr, "\r\n")] = '\0';
+	}
+	pthread_mutex_lock(&c->mutex);
+	old = c->opaque_header;
+	c->opaque_header = hdr;
+	pthread_mutex_unlock(&c->mutex);
+	free(old);
+	return 0;
+}
+
+const char *httpc_node_name(const struct httpc *c, int i)
+{
+	if (!c || i < 0 || i >= c->nnodes)
+		return "?";
+	return c->nodes[i].name;
+}
+
+int httpc_node_count(const struct httpc *c)
+{
+	return c->nnodes;
+}
+
+uint64_t httpc_requests(const struct httpc *c)
+{
+	return __atomic_load_n(&c->requests, __ATOMIC_RELAXED);
+}
+
+static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+	struct body_buf *b = userdata;
+	size_t n = size * nmemb;
+
+	if (b->len + n > b->max) {
+		b->toobig = true;
+		return 0; /* makes libcurl fail with CURLE_WRITE_ERROR */
+	}
+	if (b->len + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 1024;
+		char *d;
+
+		while (cap < b->len + n + 1)
+			cap *= 2;
+		d = realloc(b->data, cap);
+		if (!d)
+			return 0;
+		b->data = d;
+		b->cap = cap;
+	}
+	memcpy(b->data + b->len, ptr, n);
+	b->len += n;
+	b->data[b->len] = '\0';
+	return n;
+}
+
+static bool unreserved(unsigned char ch)
+{
+	return (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+	       ch == '-' || ch == '.' || ch == '_' || ch == '~';
+}
+
+char *httpc_escape(const char *s, size_t len)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	char *out, *o;
+	size_t i;
+
+	out = malloc(3 * len + 1);
+	if (!out)
+		return NULL;
+	o = out;
+	for (i = 0; i < len; i++) {
+		unsigned char ch = (unsigned char)s[i];
+
+		if (unreserved(ch)) {
+			*o++ = (char)ch;
+		} else {
+			*o++ = '%';
+			*o++ = hex[ch >> 4];
+			*o++ = hex[ch & 0xf];
+		}
+	}
+	*o = '\0';
+	return out;
+}
+
+int httpc_escape_cat(char *buf, size_t size, const char *s)
+{
+	size_t used = strlen(buf), need = 0;
+	const char *p;
+	char *e;
+
+	for (p = s; *p; p++)
+		need += unreserved((unsigned char)*p) ? 1 : 3;
+	if (used + need + 1 > size)
+		return -ENAMETOOLONG;
+	e = httpc_escape(s, strlen(s));
+	if (!e)
+		return -ENOMEM;
+	memcpy(buf + used, e, need + 1);
+	free(e);
+	return 0;
+}
+
+/* Maps a libcurl failure to -errno (transport only; HTTP statuses are not
+ * errors here). */
+static int curl_errno(CURLcode rc, bool toobig)
+{
+	if (toobig)
+		return -EMSGSIZE;
+	switch (rc) {
+	case CURLE_OUT_OF_MEMORY:
+		return -ENOMEM;
+	case CURLE_OPERATION_TIMEDOUT:
+		return -ETIMEDOUT;
+	case CURLE_SSL_CONNECT_ERROR:
+	case CURLE_PEER_FAILED_VERIFICATION:
+	case CURLE_SSL_CERTPROBLEM:
+	case CURLE_SSL_CIPHER:
+	case CURLE_SSL_CACERT_BADFILE:
+	case CURLE_USE_SSL_FAILED:
+	case CURLE_UNSUPPORTED_PROTOCOL:
+	case CURLE_URL_MALFORMAT:
+		return -EPROTO;
+	default:
+		return -ECONNREFUSED;
+	}
+}
+
+/* Picks the node to try after having tried the nodes in TRIED. Returns
+ * the index, or -1 when every node has been tried. */
+static int next_node(struct httpc *c, const bool *tried)
+{
+	int64_t now = mono_ms(), best_dead = INT64_MAX;
+	int i, k, pick = -1, dead_pick = -1;
+
+	pthread_mutex_lock(&c->mutex);
+	for (k = 0; k < c->nnodes; k++) {
+		i = (c->preferred + k) % c->nnodes;
+		if (tried[i])
+			continue;
+		if (c->nodes[i].dead_until <= now) {
+			pick = i;
+			break;
+		}
+		if (c->nodes[i].dead_until < best_dead) {
+			best_dead = c->nodes[i].dead_until;
+			dead_pick = i;
+		}
+	}
+	pthread_mutex_unlock(&c->mutex);
+	return pick >= 0 ? pick : dead_pick;
+}
+
+static void node_result(struct httpc *c, int i, bool ok)
+{
+	pthread_mutex_lock(&c->mutex);
+	if (ok) {
+		c->nodes[i].dead_until = 0;
+		c->preferred = i;
+	} else {
+		c->nodes[i].dead_until = mono_ms() + HTTPC_NODE_RETRY_MS;
+		if (c->preferred == i)
+			c->preferred = (i + 1) % c->nnodes;
+	}
+	pthread_mutex_unlock(&c->mutex);
+}
+
+/* One attempt against node I. Returns 0 with *RESP filled, or -errno. */
+static int request_node(struct httpc *c, struct httpc_handle *h, int i, const char *method,
+			const char *path, const char *ctype, const char *body, size_t len,
+			unsigned int timeout_ms, struct httpc_response *resp, char *errbuf,
+			size_t errlen)
+{
+	char curl_err[CURL_ERROR_SIZE] = "";
+	char ct_header[128];
+	struct curl_slist *hdrs = NULL, *tmp;
+	struct body_buf b = {.max = c->max_body};
+	CURL *e = h->easy;
+	char *url = NULL;
+	CURLcode rc;
+	int err = -ENOMEM;
+	size_t ulen;
+
+	ulen = strlen(c->nodes[i].url) + strlen(path) + 1;
+	url = malloc(ulen);
+	if (!url)
+		goto out;
+	snprintf(url, ulen, "%s%s", c->nodes[i].url, path);
+
+	snprintf(ct_header, sizeof(ct_header), "Content-Type: %s", ctype ? ctype : HTTPC_JSON);
+	tmp = curl_slist_append(hdrs, ct_header);
+	if (!tmp)
+		goto out_free_headers;
+	hdrs = tmp;
+	tmp = curl_slist_append(hdrs, "Accept: application/json");
+	if (!tmp)
+		goto out_free_headers;
+	hdrs = tmp;
+	/* no "Expect: 100-continue" round trip on larger bodies */
+	tmp = curl_slist_append(hdrs, "Expect:");
+	if (!tmp)
+		goto out_free_headers;
+	hdrs = tmp;
+	pthread_mutex_lock(&c->mutex);
+	tmp = c->opaque_header ? curl_slist_append(hdrs, c->opaque_header) : hdrs;
+	pthread_mutex_unlock(&c->mutex);
+	if (!tmp)
+		goto out_free_headers;
+	hdrs = tmp;
+	if (c->auth_header) {
+		tmp = curl_slist_append(hdrs, c->auth_header);
+		if (!tmp)
+			goto out_free_headers;
+		hdrs = tmp;
+	}
+
+	curl_easy_reset(e);
+	curl_easy_setopt(e, CURLOPT_URL, url);
+	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(timeout_ms ? timeout_ms : c->timeout_ms));
+	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)c->connect_timeout_ms);
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, hdrs);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_cb);
+	curl_easy_setopt(e, CURLOPT_WRITEDATA, &b);
+	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, curl_err);
+	curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+	if (strcmp(method, "HEAD") == 0)
+		curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+	else if (strcmp(method, "GET") != 0)
+		curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
+	if (body) {
+		curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
+		curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+	}
+	if (c->user) {
+		curl_easy_setopt(e, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
+		curl_easy_setopt(e, CURLOPT_USERNAME, c->user);
+		curl_easy_setopt(e, CURLOPT_PASSWORD, c->password ? c->password : "");
+	}
+	if (c->cacert)
+		curl_easy_setopt(e, CURLOPT_CAINFO, c->cacert);
+	if (c->insecure) {
+		curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
+		curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
+	}
+
+	__atomic_add_fetch(&c->requests, 1, __ATOMIC_RELAXED);
+	rc = curl_easy_perform(e);
+	/* nothing of ours may outlive this call inside the handle */
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, NULL);
+	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, NULL);
+	if (c->user) {
+		curl_easy_setopt(e, CURLOPT_USERNAME, NULL);
+		curl_easy_setopt(e, CURLOPT_PASSWORD, NULL);
+	}
+	if (rc != CURLE_OK) {
+		err = curl_errno(rc, b.toobig);
+		if (errbuf && errlen)
+			snprintf(errbuf, errlen, "%s: %s", c->nodes[i].name,
+				 b.toobig ? "response too big" : (curl_err[0] ? curl_err : curl_easy_strerror(rc)));
+		free(b.data);
+		goto out_free_headers;
+	}
+	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &resp->status);
+	if (!b.data) {
+		b.data = strdup("");
+		if (!b.data) {
+			err = -ENOMEM;
+			goto out_free_headers;
+		}
+	}
+	resp->body = b.data;
+	resp->len = b.len;
+	resp->node = i;
+	err = 0;
+
+out_free_headers:
+	curl_slist_free_all(hdrs);
+out:
+	free(url);
+	return err;
+}
+
+int httpc_request(struct httpc *c, const char *method, const char *path, const char *ctype,
+		  const char *body, size_t len, unsigned int timeout_ms, struct httpc_response *resp,
+		  char *errbuf, size_t errlen)
+{
+	struct httpc_handle *h;
+	bool tried[64] = {false};
+	int i, err = -ECONNREFUSED, n;
+
+	memset(resp, 0, sizeof(*resp));
+	if (errbuf && errlen)
+		errbuf[0] = '\0';
+	h = handle_get(c);
+	if (!h)
+		return -ENOMEM;
+	n = c->nnodes < 64 ? c->nnodes : 64;
+	for (int k = 0; k < n; k++) {
+		i = next_node(c, tried);
+		if (i < 0)
+			break;
+		tried[i] = true;
+		err = request_node(c, h, i, method, path, ctype, body, len, timeout_ms, resp,
+				   errbuf, errlen);
+		if (err == 0) {
+			node_result(c, i, true);
+			return 0;
+		}
+		if (err == -ENOMEM || err == -EMSGSIZE)
+			return err;
+		node_result(c, i, false);
+		tl_log(LOG_DEBUG, "lock store node '%s' failed: %s", c->nodes[i].name,
+		       errbuf && *errbuf ? errbuf : strerror(-err));
+	}
+	return err;
+}
+
+void httpc_response_free(struct httpc_response *r)
+{
+	if (!r)
+		return;
+	free(r->body);
+	memset(r, 0, sizeof(*r));
+}

@@ -1,0 +1,107 @@
+/* httpc.h - a thin libcurl wrapper: request in, status + bounded body out
+ *
+ * Knows nothing of Elasticsearch. A client has a list of nodes (base URLs);
+ * a request goes to the preferred node, and when that node cannot be reached
+ * (connect error, reset, timeout, TLS failure) it is marked dead for a while
+ * and the next node is tried, each node at most once per request. A dead
+ * node is tried again after HTTPC_NODE_RETRY_MS, or at once when every node
+ * is dead.
+ *
+ * Every request carries: an explicit Content-Type (application/json unless
+ * the caller names another, e.g. application/x-ndjson for bulk), Accept:
+ * application/json, X-Opaque-Id: <opaque id> (so a server can tell clients
+ * apart), and the credentials (Basic user:password, or Authorization:
+ * ApiKey <key>). Credentials are never logged, never put in error texts, and
+ * URLs shown in logs have their userinfo removed.
+ *
+ * libcurl use: one easy handle per thread and client (pthread key), kept
+ * between requests so connections are reused; CURLOPT_NOSIGNAL=1; connect
+ * and total timeouts always set; the response body is capped (toobig).
+ * curl_global_init() must have been called before httpc_open().
+ *
+ * Thread rules: httpc_request() may be called from many threads at once;
+ * httpc_open()/httpc_close() from one thread while no request runs.
+ */
+#ifndef TREELOCKFS_HTTPC_H
+#define TREELOCKFS_HTTPC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* How long a node that failed is skipped. */
+#define HTTPC_NODE_RETRY_MS 2000
+/* Default cap of a response body. */
+#define HTTPC_DEFAULT_MAX_BODY (16u << 20)
+
+#define HTTPC_JSON "application/json"
+#define HTTPC_NDJSON "application/x-ndjson"
+
+struct httpc;
+
+struct httpc_config {
+	const char *urls;          /* "https://a:9200,https://b:9200" (required) */
+	const char *user;          /* Basic auth when set ... */
+	const char *password;      /* ... with this password (may be NULL) */
+	const char *api_key;       /* "Authorization: ApiKey <api_key>" when set */
+	const char *cacert;        /* CA bundle for TLS, NULL for the system's */
+	bool insecure;             /* skip TLS peer and host verification */
+	unsigned int timeout_ms;   /* total per attempt; 0 means 5000 */
+	unsigned int connect_timeout_ms; /* 0 means min(timeout_ms, 2000) */
+	size_t max_body;           /* response cap; 0 means HTTPC_DEFAULT_MAX_BODY */
+	const char *opaque_id;     /* X-Opaque-Id, may be NULL */
+};
+
+struct httpc_response {
+	long status;               /* HTTP status */
+	char *body;                /* NUL-terminated, owned (httpc_response_free) */
+	size_t len;
+	int node;                  /* index of the node that answered */
+};
+
+/* Creates a client from CFG (strings are copied). Returns 0, -EINVAL when
+ * no usable URL is given (logged), -ENOMEM. */
+int httpc_open(const struct httpc_config *cfg, struct httpc **out);
+
+/* Frees C and every easy handle it made; accepts NULL. */
+void httpc_close(struct httpc *c);
+
+/* Replaces the X-Opaque-Id sent from now on. Returns 0 or -ENOMEM. */
+int httpc_set_opaque_id(struct httpc *c, const char *id);
+
+/* Sends METHOD PATH (starting with '/', query included, already
+ * percent-encoded) with BODY of LEN bytes (BODY may be NULL) of type CTYPE
+ * (NULL: application/json). TIMEOUT_MS bounds each attempt (0: the
+ * client's). On 0, *RESP holds any HTTP status and body (caller frees with
+ * httpc_response_free()). Errors (nothing received; *RESP is empty):
+ * -ECONNREFUSED (no node reachable), -ETIMEDOUT, -EPROTO (TLS or protocol
+ * failure), -EMSGSIZE (response larger than max_body), -ENOMEM.
+ * ERRBUF (may be NULL) receives a short reason without credentials. */
+int httpc_request(struct httpc *c, const char *method, const char *path, const char *ctype,
+		  const char *body, size_t len, unsigned int timeout_ms, struct httpc_response *resp,
+		  char *errbuf, size_t errlen);
+
+/* Frees what *R owns and empties it; accepts an empty response. */
+void httpc_response_free(struct httpc_response *r);
+
+/* The URL of node I with any userinfo removed (for logs), "?" if none. */
+const char *httpc_node_name(const struct httpc *c, int i);
+
+/* Number of nodes. This function can't fail. */
+int httpc_node_count(const struct httpc *c);
+
+/* Requests sent so far (every attempt counts). */
+uint64_t httpc_requests(const struct httpc *c);
+
+/* Percent-encodes LEN bytes of S as one path segment: RFC 3986 unreserved
+ * characters (A-Z a-z 0-9 - . _ ~) are kept, every other byte becomes %XX
+ * ('/' -> %2F, '%' -> %25, '+' -> %2B, ' ' -> %20, bytes >= 0x80 as is
+ * UTF-8, byte by byte). Returns a new string (caller frees) or NULL. */
+char *httpc_escape(const char *s, size_t len);
+
+/* Appends the percent-encoding of S (as httpc_escape) to BUF of SIZE bytes
+ * holding a NUL-terminated string. Returns 0, or -ENAMETOOLONG when it does
+ * not fit (BUF is then unchanged). */
+int httpc_escape_cat(char *buf, size_t size, const char *s);
+
+#endif /* TREELOCKFS_HTTPC_H */
