@@ -1,0 +1,13 @@
+#!/bin/sh
+# Installs what treelockfs needs to build, run and test, from Debian's
+# packages (Debian 12 "bookworm" or later). Uses sudo when not root.
+set -eu
+SUDO=
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends \
+	build-essential autoconf automake pkg-config \
+	libfuse3-dev fuse3 libcurl4-openssl-dev libcjson-dev check \
+	python3 python3-pytest python3-elasticsearch \
+	curl openssl iproute2 attr util-linux procps
