@@ -49,6 +49,7 @@ import painless
 GC_DELETES_SECONDS = 60.0
 MAX_ID_BYTES = 512
 UNASSIGNED_SEQ_NO = -2
+UPDATE_WINDOW_SECONDS = 0.0002
 
 
 # --------------------------------------------------------------------------
@@ -1216,6 +1217,9 @@ class Store(object):
 
     def _update_once(self, idx, doc_id, req, run_script):
         cur = idx.docs.get(doc_id)
+        # get -> script -> write-if-unchanged: let other writers in between, as
+        # on a real primary, so that contention shows up as version conflicts
+        time.sleep(UPDATE_WINDOW_SECONDS)
         if_seq_no = req.get("if_seq_no")
         if cur is None:
             upsert = req.get("upsert")
