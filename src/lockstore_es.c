@@ -1894,8 +1894,11 @@ static int check_cluster(struct es_store *es)
 
 	err = httpc_request(es->http, "GET", "/", NULL, NULL, 0, 0, &r, errbuf, sizeof(errbuf));
 	if (err) {
-		tl_log(LOG_ERR, "cannot reach the lock store at '%s': %s", httpc_node_name(es->http, 0),
-		       *errbuf ? errbuf : strerror(-err));
+		if (*errbuf)
+			tl_log(LOG_ERR, "cannot reach the lock store: %s", errbuf);
+		else
+			tl_log(LOG_ERR, "cannot reach the lock store at '%s': %s",
+			       httpc_node_name(es->http, 0), strerror(-err));
 		return -ENOLCK;
 	}
 	if (r.status != 200) {

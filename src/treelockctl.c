@@ -1,0 +1,404 @@
+/* treelockctl.c - the control tool of the Elasticsearch lock store
+ *
+ *   treelockctl [store options] check | locks [PATH] | owners | intents
+ *               | break PATH | reap OWNER|--dead
+ *
+ * Store options are the mount's (config.h), parsed the same way, so one
+ * config file serves both. treelockctl never takes a lease: it observes.
+ * Exit status: 0 ok, 1 usage or configuration error, 2 store error.
+ */
+#include <config.h>
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <fuse_opt.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "lockstore.h"
+#include "lockstore_es.h"
+#include "log.h"
+#include "path.h"
+
+#define EXIT_USAGE 1
+#define EXIT_STORE 2
+/* How long owners are watched to tell dead ones apart (capped by 2 x their
+ * lease_ttl inside the store). */
+#define OBSERVE_MAX_MS 120000
+
+struct ctl_opts {
+	bool force;
+	bool dead;
+	bool all;
+	bool no_wait;
+};
+
+static void usage(FILE *f)
+{
+	fputs("usage: treelockctl [options] COMMAND [ARGS]\n"
+	      "\n"
+	      "commands:\n"
+	      "    check              reachability, version, index, mapping, strategy\n"
+	      "    locks [PATH]       locks (under PATH): mode, holders, age, waiters\n"
+	      "    owners             mounts with a lease: age of the lease, alive or dead\n"
+	      "    intents            unfinished operations of dead owners (--all: every one)\n"
+	      "    break PATH         delete the lock on PATH (asks unless --force)\n"
+	      "    reap OWNER|--dead  remove a dead owner's locks, intents and lease\n"
+	      "\n"
+	      "treelockctl options:\n"
+	      "    --force            break/reap without asking, reap a live owner\n"
+	      "    --all              intents: list those of live owners too\n"
+	      "    --no-wait          owners/intents/reap: do not watch owners whose state\n"
+	      "                       is not yet known (up to 2 x their lease_ttl)\n"
+	      "    -h, --help         this help\n"
+	      "    -V, --version      version\n"
+	      "\n",
+	      f);
+}
+
+/* Takes treelockctl's own flags out of ARGV (config_parse would refuse them). */
+static void take_own_flags(int *argc, char **argv, struct ctl_opts *o)
+{
+	int i, j = 1;
+
+	for (i = 1; i < *argc; i++) {
+		if (strcmp(argv[i], "--force") == 0 || strcmp(argv[i], "-f") == 0)
+			o->force = true;
+		else if (strcmp(argv[i], "--dead") == 0)
+			o->dead = true;
+		else if (strcmp(argv[i], "--all") == 0)
+			o->all = true;
+		else if (strcmp(argv[i], "--no-wait") == 0)
+			o->no_wait = true;
+		else
+			argv[j++] = argv[i];
+	}
+	argv[j] = NULL;
+	*argc = j;
+}
+
+static const char *state_name(enum es_owner_state s)
+{
+	switch (s) {
+	case ES_OWNER_ALIVE:
+		return "alive";
+	case ES_OWNER_DEAD:
+		return "dead";
+	default:
+		return "unknown";
+	}
+}
+
+static void fmt_age(int64_t ms, char *buf, size_t size)
+{
+	if (ms < 0)
+		snprintf(buf, size, "-");
+	else if (ms < 10000)
+		snprintf(buf, size, "%.1fs", (double)ms / 1000);
+	else
+		snprintf(buf, size, "%" PRId64 "s", ms / 1000);
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Normalises a user-given key: a path, or "global". */
+static int user_key(const char *arg, char **out)
+{
+	if (strcmp(arg, TL_GLOBAL_KEY) == 0) {
+		*out = strdup(arg);
+		return *out ? 0 : -ENOMEM;
+	}
+	return path_normalise(arg, out);
+}
+
+static int cmd_locks(struct lockstore *st, const char *prefix)
+{
+	struct tl_lock_info *list = NULL;
+	char *key = NULL, age[32];
+	size_t n = 0, i;
+	int err;
+
+	if (prefix) {
+		err = user_key(prefix, &key);
+		if (err) {
+			fprintf(stderr, "treelockctl: '%s' is not a path\n", prefix);
+			return EXIT_USAGE;
+		}
+	}
+	err = st->ops->list(st, key, &list, &n);
+	free(key);
+	if (err) {
+		fprintf(stderr, "treelockctl: cannot list locks: %s\n", strerror(-err));
+		return EXIT_STORE;
+	}
+	printf("%-40s %-9s %5s %7s %7s  %s\n", "KEY", "MODE", "COUNT", "AGE", "WAITERS", "HOLDERS");
+	for (i = 0; i < n; i++) {
+		fmt_age(list[i].age_ms, age, sizeof(age));
+		printf("%-40s %-9s %5u %7s %7u  %s\n", list[i].key,
+		       list[i].mode == TL_EXCLUSIVE ? "exclusive" : "shared", list[i].count, age,
+		       list[i].waiters, list[i].holders);
+	}
+	lockstore_free_list(list, n);
+	return 0;
+}
+
+static int cmd_owners(struct lockstore *st, const struct ctl_opts *o)
+{
+	struct es_owner_info *own = NULL;
+	char age[32];
+	size_t n = 0, i;
+	int err;
+
+	err = lockstore_es_owners(st, o->no_wait ? 0 : OBSERVE_MAX_MS, &own, &n);
+	if (err) {
+		fprintf(stderr, "treelockctl: cannot list owners: %s\n", strerror(-err));
+		return EXIT_STORE;
+	}
+	printf("%-48s %-16s %8s %8s  %s\n", "OWNER", "NAME", "RENEWED", "TTL", "STATE");
+	for (i = 0; i < n; i++) {
+		fmt_age(own[i].renewed_ms > 0 ? now_ms() - own[i].renewed_ms : -1, age, sizeof(age));
+		printf("%-48s %-16s %8s %7.1fs  %s\n", own[i].id, own[i].name, age,
+		       (double)own[i].ttl_ms / 1000, state_name(own[i].state));
+	}
+	lockstore_es_free_owners(own, n);
+	return 0;
+}
+
+static int cmd_intents(struct lockstore *st, const struct ctl_opts *o)
+{
+	struct es_intent_info *it = NULL;
+	char age[32];
+	size_t n = 0, i;
+	int err;
+
+	err = lockstore_es_intents(st, o->no_wait ? 0 : OBSERVE_MAX_MS, &it, &n);
+	if (err) {
+		fprintf(stderr, "treelockctl: cannot list intents: %s\n", strerror(-err));
+		return EXIT_STORE;
+	}
+	printf("%-52s %-7s %7s  %s\n", "HOLDER", "OWNER", "AGE", "OPERATION");
+	for (i = 0; i < n; i++) {
+		if (!o->all && it[i].owner_state != ES_OWNER_DEAD)
+			continue;
+		fmt_age(it[i].start_ms > 0 ? now_ms() - it[i].start_ms : -1, age, sizeof(age));
+		if (it[i].to)
+			printf("%-52s %-7s %7s  rename '%s' -> '%s'\n", it[i].holder,
+			       state_name(it[i].owner_state), age, it[i].from, it[i].to);
+		else
+			printf("%-52s %-7s %7s  change of '%s'\n", it[i].holder,
+			       state_name(it[i].owner_state), age, it[i].from);
+	}
+	lockstore_es_free_intents(it, n);
+	return 0;
+}
+
+/* Asks on the terminal. Returns true for "y"/"yes". */
+static bool confirm(const char *what)
+{
+	char line[16];
+	FILE *tty = fopen("/dev/tty", "r+");
+	bool yes;
+
+	if (!tty || !isatty(fileno(tty))) {
+		if (tty)
+			fclose(tty);
+		fprintf(stderr, "treelockctl: no terminal to confirm %s: use --force\n", what);
+		return false;
+	}
+	fprintf(tty, "%s? [y/N] ", what);
+	fflush(tty);
+	yes = fgets(line, sizeof(line), tty) && (strcmp(line, "y\n") == 0 || strcmp(line, "yes\n") == 0);
+	fclose(tty);
+	return yes;
+}
+
+static int cmd_break(struct lockstore *st, const char *arg, const struct ctl_opts *o)
+{
+	char *key = NULL, what[600];
+	int err;
+
+	if (user_key(arg, &key)) {
+		fprintf(stderr, "treelockctl: '%s' is not a path\n", arg);
+		return EXIT_USAGE;
+	}
+	snprintf(what, sizeof(what), "break the lock on '%s'", key);
+	if (!o->force && !confirm(what)) {
+		free(key);
+		return EXIT_USAGE;
+	}
+	err = lockstore_es_break(st, key);
+	if (err == -ENOENT)
+		fprintf(stderr, "treelockctl: no lock on '%s'\n", key);
+	else if (err)
+		fprintf(stderr, "treelockctl: cannot break the lock on '%s': %s\n", key,
+			strerror(-err));
+	else
+		printf("broke the lock on '%s'\n", key);
+	free(key);
+	return err ? EXIT_STORE : 0;
+}
+
+static int reap_one(struct lockstore *st, const char *owner)
+{
+	size_t nlocks = 0;
+	int err = lockstore_es_reap(st, owner, &nlocks);
+
+	if (err) {
+		fprintf(stderr, "treelockctl: cannot reap '%s': %s\n", owner, strerror(-err));
+		return EXIT_STORE;
+	}
+	printf("reaped '%s': %zu lock documents changed\n", owner, nlocks);
+	return 0;
+}
+
+static int cmd_reap(struct lockstore *st, const char *owner, const struct ctl_opts *o)
+{
+	struct es_owner_info *own = NULL;
+	size_t n = 0, i, found = 0;
+	int err, rc = 0;
+
+	err = lockstore_es_owners(st, o->no_wait ? 0 : OBSERVE_MAX_MS, &own, &n);
+	if (err) {
+		fprintf(stderr, "treelockctl: cannot list owners: %s\n", strerror(-err));
+		return EXIT_STORE;
+	}
+	for (i = 0; i < n; i++) {
+		if (owner && strcmp(own[i].id, owner) != 0)
+			continue;
+		found++;
+		if (own[i].state != ES_OWNER_DEAD && !(owner && o->force)) {
+			if (owner)
+				fprintf(stderr, "treelockctl: owner '%s' is %s: not reaped (--force "
+						"reaps it anyway)\n",
+					own[i].id, state_name(own[i].state));
+			if (owner)
+				rc = EXIT_STORE;
+			continue;
+		}
+		if (owner && !o->force) {
+			char what[300];
+
+			snprintf(what, sizeof(what), "reap owner '%s'", own[i].id);
+			if (!confirm(what)) {
+				rc = EXIT_USAGE;
+				continue;
+			}
+		}
+		if (reap_one(st, own[i].id))
+			rc = EXIT_STORE;
+	}
+	/* an owner whose lease document is already gone (its intents remain) */
+	if (owner && !found && (rc = reap_one(st, owner)) == 0)
+		found++;
+	if (!owner && !found)
+		printf("no dead owner\n");
+	lockstore_es_free_owners(own, n);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	struct fuse_args args;
+	struct tl_config cfg;
+	struct ctl_opts o = {0};
+	struct lockstore *st = NULL;
+	const char *cmd;
+	char **av;
+	int ac, rc = EXIT_USAGE, err;
+
+	tl_log_init("treelockctl", LOG_WARNING);
+	take_own_flags(&argc, argv, &o);
+	if (config_init(&cfg)) {
+		fprintf(stderr, "treelockctl: out of memory\n");
+		return EXIT_USAGE;
+	}
+	args = (struct fuse_args)FUSE_ARGS_INIT(argc, argv);
+	if (config_parse(&cfg, &args, true))
+		goto out_free_args;
+	if (cfg.show_help) {
+		usage(stdout);
+		config_print_help(true);
+		rc = 0;
+		goto out_free_args;
+	}
+	if (cfg.show_version) {
+		printf("treelockctl %s\n", PACKAGE_VERSION);
+		rc = 0;
+		goto out_free_args;
+	}
+	/* the store is es when an URL is given, whatever the default */
+	if (cfg.es_url && cfg.lock_store_s && strcmp(cfg.lock_store_s, "mem") == 0) {
+		free(cfg.lock_store_s);
+		cfg.lock_store_s = strdup("es");
+		if (!cfg.lock_store_s)
+			goto out_free_args;
+	}
+	err = config_validate(&cfg);
+	if (!err)
+		err = config_load_secrets(&cfg);
+	if (err || cfg.errors) {
+		fprintf(stderr, "%s", cfg.errors ? cfg.errors : "treelockctl: invalid options\n");
+		goto out_free_args;
+	}
+	/* notices are for daemons; the tool prints its results itself */
+	tl_log_level = cfg.debug ? LOG_DEBUG : cfg.log_level > LOG_NOTICE ? cfg.log_level : LOG_WARNING;
+	if (cfg.lock_store != TL_STORE_ES) {
+		fprintf(stderr, "treelockctl: needs the Elasticsearch store: give --es_url=URL "
+				"(the mem store lives inside one mount: see MOUNT/.treelockfs/locks)\n");
+		goto out_free_args;
+	}
+	ac = args.argc;
+	av = args.argv;
+	if (ac < 2) {
+		usage(stderr);
+		goto out_free_args;
+	}
+	cmd = av[1];
+	if (!((strcmp(cmd, "check") == 0 && ac == 2) || (strcmp(cmd, "locks") == 0 && ac <= 3) ||
+	      (strcmp(cmd, "owners") == 0 && ac == 2) || (strcmp(cmd, "intents") == 0 && ac == 2) ||
+	      (strcmp(cmd, "break") == 0 && ac == 3) ||
+	      (strcmp(cmd, "reap") == 0 && ((ac == 3) != o.dead)))) {
+		fprintf(stderr, "treelockctl: bad command line\n");
+		usage(stderr);
+		goto out_free_args;
+	}
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	err = lockstore_es_open_ctl(&cfg, &st);
+	if (err) {
+		rc = err == -EINVAL ? EXIT_USAGE : EXIT_STORE;
+		goto out_cleanup_curl;
+	}
+	if (strcmp(cmd, "check") == 0) {
+		err = lockstore_es_check(st, stdout);
+		rc = err ? EXIT_STORE : 0;
+	} else if (strcmp(cmd, "locks") == 0) {
+		rc = cmd_locks(st, ac == 3 ? av[2] : NULL);
+	} else if (strcmp(cmd, "owners") == 0) {
+		rc = cmd_owners(st, &o);
+	} else if (strcmp(cmd, "intents") == 0) {
+		rc = cmd_intents(st, &o);
+	} else if (strcmp(cmd, "break") == 0) {
+		rc = cmd_break(st, av[2], &o);
+	} else {
+		rc = cmd_reap(st, o.dead ? NULL : av[2], &o);
+	}
+	lockstore_close(st);
+out_cleanup_curl:
+	curl_global_cleanup();
+out_free_args:
+	fuse_opt_free_args(&args);
+	config_free(&cfg);
+	return rc;
+}
