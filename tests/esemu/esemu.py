@@ -171,6 +171,8 @@ TYPED_ROUTES = [
     (["{index}", "{type}", "_mget"], {"GET": "mget", "POST": "mget"}),
 ]
 API_PARAMS["exists_source"] = API_PARAMS["get_source"]
+# names under which /_esemu/stats counts requests (the REST spec name otherwise)
+STATS_NAMES = {"indices.refresh": "refresh"}
 
 
 def levenshtein_similarity(a, b):
@@ -1935,7 +1937,7 @@ class Handler(BaseHTTPRequestHandler):
         req = Request(self.command, raw_path, path, segs, params, self.headers, body)
         self._req = req
         api, pp, allowed = self.route(segs)
-        ctl.count(api or "unknown")
+        ctl.count(STATS_NAMES.get(api, api) if api else "unknown")
         fail = ctl.next_failure()
         if fail == "reset":
             return self.reset_connection()

@@ -1,0 +1,111 @@
+"""The /_esemu/ admin API: counters, reset, pause, failures, blocks, latency."""
+
+import http.client
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+from conftest import Client
+
+
+def test_stats_count_per_api_and_admin_is_not_counted(emu8, es):
+    emu8.admin("POST", "/_esemu/reset_stats")
+    es.put("/i", {"mappings": {"properties": {"k": {"type": "keyword"}}}})
+    es.put("/i/_doc/1", {"k": "v"})
+    es.put("/i/_create/2", {"k": "v"})
+    es.get("/i/_doc/1")
+    es.post("/i/_update/1", {"doc": {"k": "w"}})
+    es.post("/_bulk", '{"delete":{"_index":"i","_id":"2"}}\n', ctype="application/x-ndjson")
+    es.post("/i/_refresh")
+    es.post("/i/_search", {})
+    es.post("/i/_delete_by_query", {"query": {"match_all": {}}})
+    es.post("/_mget", {"docs": [{"_index": "i", "_id": "1"}]})
+    es.delete("/i/_doc/1")
+    es.head("/i")
+    es.get("/i/_mapping")
+    es.get("/")
+    es.get("/_cluster/health")
+    es.delete("/i")
+    s = emu8.admin("GET", "/_esemu/stats")
+    assert s["requests"] == {"indices.create": 1, "index": 1, "create": 1, "get": 1, "update": 1, "bulk": 1,
+                             "refresh": 1, "search": 1, "delete_by_query": 1, "mget": 1, "delete": 1,
+                             "indices.exists": 1, "indices.get_mapping": 1, "info": 1, "cluster.health": 1,
+                             "indices.delete": 1}
+    assert s["total"] == 16
+    emu8.admin("POST", "/_esemu/reset_stats")
+    assert emu8.admin("GET", "/_esemu/stats") == {"requests": {}, "total": 0}
+
+
+def test_reset_drops_data(emu8, es):
+    es.put("/i/_doc/1", {"a": 1})
+    emu8.admin("POST", "/_esemu/reset")
+    assert es.head("/i")[0] == 404
+
+
+def test_docs_dump_is_realtime(emu8, es):
+    es.put("/i/_doc/1", {"a": 1})
+    d = emu8.admin("GET", "/_esemu/docs/i")
+    assert d["docs"]["1"]["_source"] == {"a": 1} and d["docs"]["1"]["_seq_no"] == 0
+
+
+def test_inject_503_429_and_reset(emu8, es):
+    emu8.admin("POST", "/_esemu/fail", {"count": 2, "kind": "503"})
+    for _ in range(2):
+        st, h, b = es.get("/")
+        assert st == 503 and b["status"] == 503 and b["error"]["type"] == "cluster_block_exception"
+        assert h["x-elastic-product"] == "Elasticsearch"
+    assert es.get("/")[0] == 200
+    emu8.admin("POST", "/_esemu/fail", {"count": 1, "kind": "429"})
+    st, _, b = es.put("/i/_doc/1", {"a": 1})
+    assert st == 429 and b["error"]["type"] == "es_rejected_execution_exception"
+    assert es.get("/i/_doc/1")[0] == 404  # the rejected request was not executed
+    emu8.admin("POST", "/_esemu/fail", {"count": 1, "kind": "reset"})
+    with pytest.raises((ConnectionError, http.client.HTTPException, OSError)):
+        es.get("/")
+    assert es.get("/")[0] == 200
+
+
+def test_pause_and_resume(emu8, es):
+    emu8.admin("POST", "/_esemu/pause")
+    result = {}
+
+    def call():
+        result["r"] = es.get("/")
+    t = threading.Thread(target=call)
+    t.start()
+    time.sleep(0.4)
+    assert t.is_alive() and "r" not in result
+    assert emu8.admin("GET", "/_esemu/stats")["total"] >= 0  # admin still answers while paused
+    emu8.admin("POST", "/_esemu/resume")
+    t.join(5)
+    assert result["r"][0] == 200
+
+
+def test_block_by_opaque_id(emu8, es):
+    emu8.admin("POST", "/_esemu/block", {"opaque_id": "mount-a", "mode": "reset"})
+    with pytest.raises((ConnectionError, http.client.HTTPException, OSError)):
+        es.get("/", headers={"X-Opaque-Id": "mount-a"})
+    assert es.get("/", headers={"X-Opaque-Id": "mount-b"})[0] == 200
+    emu8.admin("POST", "/_esemu/block", {"opaque_id": "mount-a", "mode": "hang"})
+    result = {}
+    t = threading.Thread(target=lambda: result.setdefault("r", es.get("/", headers={"X-Opaque-Id": "mount-a"})))
+    t.start()
+    time.sleep(0.3)
+    assert t.is_alive()
+    emu8.admin("POST", "/_esemu/block", {"opaque_id": "mount-a", "mode": "none"})
+    t.join(5)
+    assert result["r"][0] == 200
+
+
+def test_latency(emu8, es):
+    emu8.admin("POST", "/_esemu/latency", {"ms": 150})
+    t0 = time.monotonic()
+    es.get("/")
+    assert time.monotonic() - t0 >= 0.14
+    emu8.admin("POST", "/_esemu/latency", {"ms": 0})
+    t0 = time.monotonic()
+    emu8.admin("GET", "/_esemu/stats")
+    assert time.monotonic() - t0 < 0.14
