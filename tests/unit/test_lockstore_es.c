@@ -1,0 +1,472 @@
+/* test_lockstore_es.c - the es store against a canned responder
+ *
+ * The responder's handler plays a minimal Elasticsearch: GET /, the index
+ * mapping, lease documents, _bulk (per-item statuses, refusals on demand),
+ * _mget. Each test checks what the store sent: how many requests, which
+ * method, path, Content-Type and body.
+ */
+#include <config.h>
+
+#include <check.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "lockplan.h"
+#include "lockstore.h"
+#include "lockstore_es.h"
+#include "lockstore_i.h"
+#include "responder.h"
+#include "unit.h"
+
+struct fake {
+	bool index_exists;
+	char strategy[16];
+	int root_status;       /* GET / status, 200 by default */
+	int bulk_503;          /* answer the next N bulks with 503 */
+	char refuse[64];       /* key refused (409 on create, 400 script on update) */
+};
+
+static char *dup_json(cJSON *j)
+{
+	char *s = cJSON_PrintUnformatted(j);
+
+	cJSON_Delete(j);
+	return s;
+}
+
+static int fake_bulk(struct fake *f, const struct resp_req *req, char **body)
+{
+	cJSON *resp = cJSON_CreateObject(), *items = cJSON_AddArrayToObject(resp, "items");
+	char *copy = strdup(req->body), *line = copy, *next;
+
+	cJSON_AddFalseToObject(resp, "errors");
+	while (line && *line) {
+		cJSON *act, *meta, *item, *it;
+		const char *op, *id;
+		int status;
+
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = '\0';
+		act = cJSON_Parse(line);
+		meta = act ? act->child : NULL;
+		op = meta ? meta->string : "?";
+		id = cJSON_GetStringValue(cJSON_GetObjectItem(meta, "_id"));
+		if (strcmp(op, "delete") != 0 && next) { /* skip the source line */
+			char *src = next;
+
+			next = strchr(src, '\n');
+			if (next)
+				*next++ = '\0';
+		}
+		status = strcmp(op, "create") == 0 || strcmp(op, "index") == 0 ? 201 : 200;
+		item = cJSON_CreateObject();
+		it = cJSON_AddObjectToObject(item, op);
+		cJSON_AddStringToObject(it, "_id", id ? id : "");
+		if (id && f->refuse[0] && strcmp(id, f->refuse) == 0 && strcmp(op, "create") == 0)
+			status = 409;
+		if (id && f->refuse[0] && strcmp(id, f->refuse) == 0 && strcmp(op, "update") == 0 &&
+		    strstr(line, "\"update\"") && !strstr(req->body, "__never__")) {
+			/* a refusal only for acquire scripts: those carry "age" */
+			status = 0;
+		}
+		if (status == 0) {
+			cJSON *err = cJSON_AddObjectToObject(it, "error"), *cb;
+
+			status = 200;
+			cJSON_AddStringToObject(err, "type", "illegal_argument_exception");
+			cJSON_AddStringToObject(err, "reason", "failed to execute script");
+			cb = cJSON_AddObjectToObject(err, "caused_by");
+			cJSON_AddStringToObject(cb, "type", "script_exception");
+			cJSON_AddStringToObject(cb, "reason", "runtime error");
+			status = 400;
+		} else if (status == 409) {
+			cJSON_AddStringToObject(cJSON_AddObjectToObject(it, "error"), "type",
+						"version_conflict_engine_exception");
+		}
+		cJSON_AddNumberToObject(it, "status", status);
+		cJSON_AddItemToArray(items, item);
+		cJSON_Delete(act);
+		line = next;
+	}
+	free(copy);
+	*body = dup_json(resp);
+	return 200;
+}
+
+static int fake_mget(struct fake *f, const struct resp_req *req, char **body)
+{
+	cJSON *in = cJSON_Parse(req->body), *id, *resp = cJSON_CreateObject();
+	cJSON *docs = cJSON_AddArrayToObject(resp, "docs");
+
+	(void)f;
+	cJSON_ArrayForEach(id, cJSON_GetObjectItem(in, "ids"))
+	{
+		cJSON *d = cJSON_CreateObject(), *src;
+
+		cJSON_AddStringToObject(d, "_id", id->valuestring);
+		cJSON_AddTrueToObject(d, "found");
+		cJSON_AddNumberToObject(d, "_seq_no", 5);
+		src = cJSON_AddObjectToObject(d, "_source");
+		if (strncmp(id->valuestring, "owner:", 6) == 0) {
+			cJSON_AddNumberToObject(src, "ttl_ms", 10000);
+		} else {
+			cJSON_AddStringToObject(src, "lock_type", "exclusive");
+			cJSON_AddStringToObject(src, "owner", "other:1:aa");
+			cJSON_AddNumberToObject(cJSON_AddObjectToObject(src, "holders"), "other:1:aa#7",
+						1);
+		}
+		cJSON_AddItemToArray(docs, d);
+	}
+	cJSON_Delete(in);
+	*body = dup_json(resp);
+	return 200;
+}
+
+static int fake_es(struct responder *r, const struct resp_req *req, char **body)
+{
+	struct fake *f = r->user;
+	char buf[512];
+
+	if (strcmp(req->method, "GET") == 0 && strcmp(req->path, "/") == 0) {
+		*body = strdup("{\"name\":\"n\",\"version\":{\"number\":\"8.15.0\"},"
+			       "\"tagline\":\"You Know, for Search\"}");
+		return f->root_status ? f->root_status : 200;
+	}
+	if (strcmp(req->method, "GET") == 0 && strcmp(req->path, "/locks/_mapping") == 0) {
+		if (!f->index_exists) {
+			*body = strdup("{\"error\":{\"type\":\"index_not_found_exception\"},\"status\":404}");
+			return 404;
+		}
+		snprintf(buf, sizeof(buf),
+			 "{\"locks\":{\"mappings\":{\"_meta\":{\"treelockfs\":{\"strategy\":\"%s\"}},"
+			 "\"properties\":{\"path\":{\"type\":\"keyword\"}}}}}",
+			 f->strategy);
+		*body = strdup(buf);
+		return 200;
+	}
+	if (strcmp(req->method, "PUT") == 0 && strcmp(req->path, "/locks") == 0) {
+		f->index_exists = true;
+		snprintf(f->strategy, sizeof(f->strategy), "%s",
+			 strstr(req->body, "\"strategy\":\"tree\"") ? "tree" : "other");
+		*body = strdup("{\"acknowledged\":true}");
+		return 200;
+	}
+	if (strcmp(req->method, "PUT") == 0 && strncmp(req->path, "/locks/_create/owner", 20) == 0) {
+		*body = strdup("{\"_seq_no\":0,\"_primary_term\":1,\"result\":\"created\"}");
+		return 201;
+	}
+	if (strcmp(req->method, "PUT") == 0 && strncmp(req->path, "/locks/_doc/owner", 17) == 0) {
+		*body = strdup("{\"_seq_no\":1,\"_primary_term\":1,\"result\":\"updated\"}");
+		return 200;
+	}
+	if (strcmp(req->method, "POST") == 0 && strcmp(req->path, "/locks/_bulk") == 0) {
+		if (f->bulk_503 > 0) {
+			f->bulk_503--;
+			*body = strdup("{\"error\":{\"type\":\"cluster_block_exception\"},\"status\":503}");
+			return 503;
+		}
+		return fake_bulk(f, req, body);
+	}
+	if (strcmp(req->method, "POST") == 0 && strcmp(req->path, "/locks/_mget") == 0)
+		return fake_mget(f, req, body);
+	if (strcmp(req->method, "DELETE") == 0) {
+		*body = strdup("{\"result\":\"deleted\"}");
+		return 200;
+	}
+	*body = strdup("{\"error\":\"no handler\"}");
+	return 400;
+}
+
+struct fixture {
+	struct responder r;
+	struct fake f;
+	struct tl_config cfg;
+	struct lockstore *st;
+};
+
+static void fx_init(struct fixture *fx)
+{
+	memset(fx, 0, sizeof(*fx));
+	snprintf(fx->f.strategy, sizeof(fx->f.strategy), "tree");
+	fx->r.handler = fake_es;
+	fx->r.user = &fx->f;
+	ck_assert_int_eq(responder_start(&fx->r), 0);
+	ck_assert_int_eq(config_init(&fx->cfg), 0);
+	fx->cfg.lock_store = TL_STORE_ES;
+	fx->cfg.lock_strategy = TL_STRATEGY_TREE;
+	fx->cfg.es_url = strdup(fx->r.url);
+	free(fx->cfg.es_index);
+	fx->cfg.es_index = strdup("locks");
+	fx->cfg.owner = strdup("hostA");
+	fx->cfg.lease_ttl = 10;
+	fx->cfg.lock_timeout = 5;
+	fx->cfg.es_timeout_ms = 2000;
+}
+
+static void fx_done(struct fixture *fx)
+{
+	lockstore_close(fx->st);
+	responder_stop(&fx->r);
+	config_free(&fx->cfg);
+}
+
+/* Requests with METHOD and PATH recorded so far. */
+static int count(struct fixture *fx, const char *method, const char *path)
+{
+	int i, n = 0;
+
+	pthread_mutex_lock(&fx->r.mu);
+	for (i = 0; i < fx->r.nreqs; i++)
+		if (strcmp(fx->r.reqs[i].method, method) == 0 && strcmp(fx->r.reqs[i].path, path) == 0)
+			n++;
+	pthread_mutex_unlock(&fx->r.mu);
+	return n;
+}
+
+static const struct resp_req *last(struct fixture *fx, const char *path)
+{
+	int i;
+
+	for (i = fx->r.nreqs; i-- > 0;)
+		if (strcmp(fx->r.reqs[i].path, path) == 0)
+			return &fx->r.reqs[i];
+	return NULL;
+}
+
+/* True when some bulk request body holds both A and B. */
+static bool any_bulk_has(struct fixture *fx, const char *a, const char *b)
+{
+	int i;
+
+	for (i = 0; i < fx->r.nreqs; i++)
+		if (strcmp(fx->r.reqs[i].path, "/locks/_bulk") == 0 && strstr(fx->r.reqs[i].body, a) &&
+		    strstr(fx->r.reqs[i].body, b))
+			return true;
+	return false;
+}
+
+static void holder_init(struct tl_holder *h, uint64_t ticket)
+{
+	memset(h, 0, sizeof(*h));
+	h->ticket = ticket;
+	h->start_ms = 1000;
+	h->pid = 77;
+	snprintf(h->id, sizeof(h->id), "hostA#%llu", (unsigned long long)ticket);
+}
+
+START_TEST(test_lockstore_es__bootstrap_creates_index)
+{
+	struct fixture fx;
+	const struct resp_req *put;
+
+	fx_init(&fx);
+	ck_assert_int_eq(lockstore_es_open(&fx.cfg, &fx.st), 0);
+	ck_assert_int_eq(count(&fx, "GET", "/"), 1);
+	ck_assert_int_eq(count(&fx, "PUT", "/locks"), 1);
+	put = last(&fx, "/locks");
+	ck_assert_str_eq(put->ctype, "application/json");
+	ck_assert_ptr_nonnull(strstr(put->body, "\"path\":{\"type\":\"keyword\"}"));
+	ck_assert_ptr_nonnull(strstr(put->body, "\"_meta\":{\"treelockfs\":{\"strategy\":\"tree\""));
+	ck_assert_ptr_nonnull(strstr(put->body, "\"holders\":{\"enabled\":false}"));
+	fx_done(&fx);
+}
+END_TEST
+
+START_TEST(test_lockstore_es__refuses_other_strategy)
+{
+	struct fixture fx;
+
+	fx_init(&fx);
+	fx.f.index_exists = true;
+	snprintf(fx.f.strategy, sizeof(fx.f.strategy), "global");
+	ck_assert_int_eq(lockstore_es_open(&fx.cfg, &fx.st), -EINVAL);
+	ck_assert_ptr_null(fx.st);
+	ck_assert_int_eq(count(&fx, "PUT", "/locks"), 0);
+	fx_done(&fx);
+}
+END_TEST
+
+START_TEST(test_lockstore_es__unreachable_and_unauthorised)
+{
+	struct fixture fx;
+
+	fx_init(&fx);
+	free(fx.cfg.es_url);
+	fx.cfg.es_url = strdup("http://127.0.0.1:1");
+	ck_assert_int_eq(lockstore_es_open(&fx.cfg, &fx.st), -ENOLCK);
+	free(fx.cfg.es_url);
+	fx.cfg.es_url = strdup(fx.r.url);
+	fx.f.root_status = 401;
+	ck_assert_int_eq(lockstore_es_open(&fx.cfg, &fx.st), -ENOLCK);
+	ck_assert_int_eq(count(&fx, "GET", "/locks/_mapping"), 0);
+	fx_done(&fx);
+}
+END_TEST
+
+START_TEST(test_lockstore_es__one_bulk_per_acquire_and_release)
+{
+	struct fixture fx;
+	struct tl_plan *plan = NULL;
+	struct tl_holder h;
+	struct tl_conflict why;
+	const struct resp_req *b;
+
+	fx_init(&fx);
+	ck_assert_int_eq(lockstore_es_open(&fx.cfg, &fx.st), 0);
+	ck_assert_int_eq(fx.st->ops->start(fx.st), 0);
+	ck_assert_int_eq(lockplan_rename(TL_STRATEGY_TREE, "/a/b/c", "/a/d e", 0, NULL, 0, &plan), 0);
+	holder_init(&h, 1);
+	ck_assert_int_eq(fx.st->ops->try_acquire(fx.st, plan, &h, &why), 0);
+	ck_assert_int_eq(count(&fx, "POST", "/locks/_bulk"), 1);
+	b = last(&fx, "/locks/_bulk");
+	ck_assert_str_eq(b->ctype, "application/x-ndjson");
+	ck_assert_int_eq(b->body[b->len - 1], '\n');
+	/* the intent first, then shared /a, /a/b, exclusive /a/b/c and "/a/d e" */
+	ck_assert_ptr_nonnull(strstr(b->body, "{\"index\":{\"_id\":\"intent:hostA:"));
+	ck_assert_ptr_nonnull(strstr(b->body, "{\"update\":{\"_id\":\"/a\""));
+	ck_assert_ptr_nonnull(strstr(b->body, "{\"create\":{\"_id\":\"/a/b/c\"}}"));
+	ck_assert_ptr_nonnull(strstr(b->body, "{\"create\":{\"_id\":\"/a/d e\"}}"));
+	ck_assert_ptr_nonnull(strstr(b->body, "\"lock_type\":\"exclusive\""));
+	ck_assert_ptr_nonnull(strstr(b->body, "\"upsert\":{\"lock_type\":\"shared\",\"lock_count\":1"));
+	ck_assert(strstr(b->body, "intent:") < strstr(b->body, "\"/a\""));
+	ck_assert(fx.st->ops->lease_fresh(fx.st));
+	ck_assert_int_eq(fx.st->ops->release(fx.st, plan, &h), 0);
+	ck_assert_int_eq(count(&fx, "POST", "/locks/_bulk"), 2);
+	b = last(&fx, "/locks/_bulk");
+	/* longest first, then the intent goes */
+	ck_assert(strstr(b->body, "\"/a/b/c\"") < strstr(b->body, "\"/a/b\""));
+	ck_assert_ptr_nonnull(strstr(b->body, "{\"delete\":{\"_id\":\"intent:hostA:"));
+	ck_assert_ptr_null(h.priv);
+	lockplan_free(plan);
+	fx_done(&fx);
+}
+END_TEST
+
+START_TEST(test_lockstore_es__long_key_uses_sha256_id)
+{
+	struct fixture fx;
+	struct tl_plan *plan = NULL;
+	struct tl_holder h;
+	struct tl_conflict why;
+	const struct resp_req *b;
+	char key[700];
+
+	memset(key, 'k', sizeof(key) - 1);
+	key[0] = '/';
+	key[sizeof(key) - 1] = '\0';
+	fx_init(&fx);
+	ck_assert_int_eq(lockstore_es_open(&fx.cfg, &fx.st), 0);
+	ck_assert_int_eq(fx.st->ops->start(fx.st), 0);
+	ck_assert_int_eq(lockplan_rename(TL_STRATEGY_TREE, key, "/short", 0, NULL, 0, &plan), 0);
+	holder_init(&h, 2);
+	ck_assert_int_eq(fx.st->ops->try_acquire(fx.st, plan, &h, &why), 0);
+	b = last(&fx, "/locks/_bulk");
+	ck_assert_ptr_nonnull(strstr(b->body, "{\"create\":{\"_id\":\"sha256:"));
+	ck_assert_ptr_nonnull(strstr(b->body, key)); /* the path stays in "path" */
+	fx.st->ops->release(fx.st, plan, &h);
+	lockplan_free(plan);
+	fx_done(&fx);
+}
+END_TEST
+
+START_TEST(test_lockstore_es__conflict_rolls_back_and_marks)
+{
+	struct fixture fx;
+	struct tl_plan *plan = NULL;
+	struct tl_holder h;
+	struct tl_conflict why;
+	const struct resp_req *b;
+
+	fx_init(&fx);
+	ck_assert_int_eq(lockstore_es_open(&fx.cfg, &fx.st), 0);
+	ck_assert_int_eq(fx.st->ops->start(fx.st), 0);
+	snprintf(fx.f.refuse, sizeof(fx.f.refuse), "/x/y");
+	ck_assert_int_eq(lockplan_rename(TL_STRATEGY_TREE, "/x/y", "/x/z", 0, NULL, 0, &plan), 0);
+	holder_init(&h, 3);
+	memset(&why, 0, sizeof(why));
+	ck_assert_int_eq(fx.st->ops->try_acquire(fx.st, plan, &h, &why), -EAGAIN);
+	ck_assert_str_eq(why.key, "/x/y");
+	ck_assert_ptr_nonnull(strstr(why.holder, "other:1"));
+	ck_assert(h.marked);
+	/* acquire, read the blocker, read its owner, roll back + mark */
+	ck_assert_int_eq(count(&fx, "POST", "/locks/_bulk"), 2);
+	ck_assert_int_eq(count(&fx, "POST", "/locks/_mget"), 2);
+	b = last(&fx, "/locks/_bulk");
+	ck_assert_ptr_nonnull(strstr(b->body, "ctx.op = 'delete'"));     /* release script */
+	ck_assert_ptr_nonnull(strstr(b->body, "\"waiters\":{\"hostA:"));  /* mark upsert */
+	ck_assert_ptr_nonnull(strstr(b->body, "{\"delete\":{\"_id\":\"intent:"));
+	/* the retry takes the exclusive key with the script, not create */
+	ck_assert_int_eq(fx.st->ops->try_acquire(fx.st, plan, &h, &why), -EAGAIN);
+	ck_assert(any_bulk_has(&fx, "{\"update\":{\"_id\":\"/x/y\"", "s.holder != params.h"));
+	fx.st->ops->abandon(fx.st, plan, &h);
+	ck_assert(!h.marked);
+	ck_assert_ptr_null(h.priv);
+	lockplan_free(plan);
+	fx_done(&fx);
+}
+END_TEST
+
+START_TEST(test_lockstore_es__retries_503_items)
+{
+	struct fixture fx;
+	struct tl_plan *plan = NULL;
+	struct tl_holder h;
+	struct tl_conflict why;
+
+	fx_init(&fx);
+	ck_assert_int_eq(lockstore_es_open(&fx.cfg, &fx.st), 0);
+	ck_assert_int_eq(fx.st->ops->start(fx.st), 0);
+	ck_assert_int_eq(lockplan_rename(TL_STRATEGY_TREE, "/p/q", "/p/r", 0, NULL, 0, &plan), 0);
+	holder_init(&h, 4);
+	fx.f.bulk_503 = 1;
+	ck_assert_int_eq(fx.st->ops->try_acquire(fx.st, plan, &h, &why), 0);
+	ck_assert_int_eq(count(&fx, "POST", "/locks/_bulk"), 2);
+	ck_assert_int_eq(fx.st->ops->release(fx.st, plan, &h), 0);
+	/* a store that stays down: -ENOLCK, nothing held */
+	holder_init(&h, 5);
+	fx.f.bulk_503 = 100;
+	ck_assert_int_eq(fx.st->ops->try_acquire(fx.st, plan, &h, &why), -ENOLCK);
+	fx.st->ops->abandon(fx.st, plan, &h);
+	lockplan_free(plan);
+	fx.f.bulk_503 = 0;
+	fx_done(&fx);
+}
+END_TEST
+
+START_TEST(test_lockstore_es__break_encodes_id)
+{
+	struct fixture fx;
+
+	fx_init(&fx);
+	ck_assert_int_eq(lockstore_es_open_ctl(&fx.cfg, &fx.st), 0);
+	ck_assert_int_eq(lockstore_es_break(fx.st, "/a b+c%d/\xc3\xa9"), 0);
+	ck_assert_int_eq(count(&fx, "DELETE", "/locks/_doc/%2Fa%20b%2Bc%25d%2F%C3%A9?refresh=true"),
+			 1);
+	/* the ctl store never creates the index */
+	ck_assert_int_eq(count(&fx, "PUT", "/locks"), 0);
+	fx_done(&fx);
+}
+END_TEST
+
+Suite *make_suite_lockstore_es(void)
+{
+	Suite *s = suite_create("lockstore_es");
+	TCase *tc = tcase_create("core");
+
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_lockstore_es__bootstrap_creates_index);
+	tcase_add_test(tc, test_lockstore_es__refuses_other_strategy);
+	tcase_add_test(tc, test_lockstore_es__unreachable_and_unauthorised);
+	tcase_add_test(tc, test_lockstore_es__one_bulk_per_acquire_and_release);
+	tcase_add_test(tc, test_lockstore_es__long_key_uses_sha256_id);
+	tcase_add_test(tc, test_lockstore_es__conflict_rolls_back_and_marks);
+	tcase_add_test(tc, test_lockstore_es__retries_503_items);
+	tcase_add_test(tc, test_lockstore_es__break_encodes_id);
+	suite_add_tcase(s, tc);
+	return s;
+}
