@@ -123,6 +123,10 @@ API_PARAMS = {
               "terminate_after"},
     "delete_by_query": DBQ_PARAMS,
 }
+# parameters that only Elasticsearch 8.x knows (rest-api-spec of 8.15)
+ES8_EXTRA_PARAMS = {"index": {"require_data_stream"}, "bulk": {"require_data_stream", "list_executed_pipelines"},
+                    "get": {"force_synthetic_source"}, "mget": {"force_synthetic_source"},
+                    "search": {"force_synthetic_source", "include_named_queries_score"}}
 ES7_EXTRA_PARAMS = {"indices.create": {"include_type_name"}, "indices.get": {"include_type_name"},
                     "indices.get_mapping": {"include_type_name"}, "indices.put_mapping": {"include_type_name"},
                     "bulk": {"type"}, "mget": set(), "search": set()}
@@ -810,8 +814,10 @@ class Emulator(object):
         req.bool_param("allow_no_indices")
         ignore = req.bool_param("ignore_unavailable")
         expr = req.pp["index"]
-        if expr in ("_all", "*") and False:
-            pass
+        if self.flavor == "es8" and any(p == "_all" or "*" in p for p in expr.split(",")):
+            # action.destructive_requires_name defaults to true since 8.0
+            raise EsError(400, "illegal_argument_exception",
+                          "Wildcard expressions or all indices are not allowed")
         try:
             self.store.delete_index(expr)
         except EsError:
@@ -1848,9 +1854,11 @@ class Handler(BaseHTTPRequestHandler):
         return self.rfile.read(n) if n > 0 else b""
 
     # -------------------------------------------------------------- send
-    def send(self, status, body, headers=None, ctype="application/json; charset=UTF-8"):
+    def send(self, status, body, headers=None, ctype=None):
         emu = self.server.emu
         req = getattr(self, "_req", None)
+        if ctype is None:
+            ctype = self.answer_type()
         if body is None:
             data = b""
         elif isinstance(body, bytes):
@@ -1868,6 +1876,9 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         if emu.fl["product"]:
             self.send_header("X-Elastic-Product", "Elasticsearch")
+        opaque = self.headers.get("X-Opaque-Id")
+        if opaque is not None:
+            self.send_header("X-Opaque-Id", opaque)
         for k, v in (headers or {}).items():
             if isinstance(v, list):
                 for x in v:
@@ -1885,6 +1896,17 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+    def answer_type(self):
+        """Elasticsearch 8 answers ``application/json`` (or the compatible
+        media type that was asked for); 7.x and OpenSearch add the charset."""
+        emu = self.server.emu
+        if emu.flavor == "es8":
+            _, compat = media_compat((self.headers.get("Accept") or "").split(",")[0])
+            if compat is not None:
+                return "application/vnd.elasticsearch+json;compatible-with=%d" % compat
+            return "application/json"
+        return "application/json; charset=UTF-8"
 
     def send_error_obj(self, e):
         self.send(e.status, e.body(), e.headers)
@@ -2086,7 +2108,7 @@ class Handler(BaseHTTPRequestHandler):
         if allowed is None:
             raise PlainError(400, "no handler found for uri [%s] and method [%s]" % (req.raw_path, req.method))
         if api is None:
-            order = ["HEAD", "POST", "GET", "PUT", "DELETE"]
+            order = ["GET", "POST", "PUT", "DELETE", "OPTIONS", "HEAD", "PATCH"]
             ms = sorted(allowed, key=lambda m: order.index(m) if m in order else 9)
             if self.command == "OPTIONS":
                 raise PlainOk(ms)
@@ -2109,6 +2131,8 @@ class Handler(BaseHTTPRequestHandler):
         allowed_params = set(API_PARAMS.get(api, set())) | GLOBAL_PARAMS
         if emu.types:
             allowed_params |= ES7_EXTRA_PARAMS.get(api, set())
+        if emu.flavor == "es8":
+            allowed_params |= ES8_EXTRA_PARAMS.get(api, set())
         unknown = sorted(k for k in req.params if k not in allowed_params)
         if unknown:
             parts = []

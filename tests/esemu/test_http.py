@@ -238,3 +238,21 @@ def test_many_concurrent_connections(es):
     assert not errors
     es.post("/conc/_refresh")
     assert es.get("/conc/_count")[2]["count"] == 200
+
+
+def test_response_headers(es):
+    st, h, b = es.get("/", headers={"X-Opaque-Id": "owner-1"})
+    assert h["x-opaque-id"] == "owner-1" and h["content-type"] == "application/json"
+    st, h, b = es.get("/", headers={"Accept": "application/vnd.elasticsearch+json;compatible-with=8"})
+    assert h["content-type"] == "application/vnd.elasticsearch+json;compatible-with=8"
+
+
+def test_es7_content_type_has_charset(es7):
+    assert es7.get("/")[1]["content-type"] == "application/json; charset=UTF-8"
+
+
+def test_es8_refuses_wildcard_index_delete(es):
+    es.put("/a1")
+    st, _, b = es.delete("/a*")
+    assert st == 400 and b["error"]["reason"] == "Wildcard expressions or all indices are not allowed"
+    assert es.head("/a1")[0] == 200
