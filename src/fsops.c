@@ -14,6 +14,7 @@
 #include <grp.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,6 +215,390 @@ static void ctl_stat(enum ctl_kind kind, struct stat *st)
 	}
 }
 
+/* ---- unlinked files that are still open ------------------------------- */
+
+/* With hard_remove off, libfuse keeps the node of a file that is unlinked
+ * while open, under a new name ".fuse_hidden<node><counter>" in the same
+ * directory, so that fstat() and the last release still find a path (with
+ * hard_remove, fstat of such a file fails with ESTALE). We do not create
+ * that name in the backing tree: the rename to it removes the file's name
+ * for real (as an unlink would, with the caller's rights) and keeps an
+ * O_PATH fd on the file under the hidden name; operations on the hidden
+ * path are served through that fd, and its unlink closes it. So nothing
+ * shows in directories, rmdir of the parent works and other hosts see a
+ * plain unlink. */
+#define HIDDEN_PREFIX ".fuse_hidden"
+
+struct hidden {
+	struct hidden *next;
+	char *path;
+	int fd;                  /* O_PATH on the unlinked file */
+	unsigned int refs;       /* the table's, plus one per user */
+};
+
+static struct {
+	pthread_mutex_t mutex;
+	struct hidden *list;     /* protected by mutex */
+	unsigned long count;     /* atomic; read without the mutex */
+} hidden_tab = {.mutex = PTHREAD_MUTEX_INITIALIZER};
+
+/* libfuse's hidden names are HIDDEN_PREFIX and 16 lowercase hex digits;
+ * such a name is reserved on a treelockfs mount. */
+static bool is_hidden_name(const char *path)
+{
+	const char *base = path ? strrchr(path, '/') : NULL;
+	size_t i;
+
+	if (!base || strncmp(base + 1, HIDDEN_PREFIX, sizeof(HIDDEN_PREFIX) - 1) != 0)
+		return false;
+	base += sizeof(HIDDEN_PREFIX);
+	for (i = 0; i < 16; i++)
+		if (!base[i] || !strchr("0123456789abcdef", base[i]))
+			return false;
+	return base[16] == '\0';
+}
+
+/* libfuse checks that a hidden name is free (getattr, ENOENT) right
+ * before it renames to it, on the same thread: the rename that follows
+ * such a check is taken as a hide. */
+static __thread char *hide_probe;
+
+static void hide_probe_set(const char *path)
+{
+	free(hide_probe);
+	hide_probe = path && is_hidden_name(path) ? strdup(path) : NULL;
+}
+
+/* The entry of the hidden PATH with a reference for the caller, or NULL. */
+static struct hidden *hidden_get(const char *path)
+{
+	struct hidden *h;
+
+	if (!path || !__atomic_load_n(&hidden_tab.count, __ATOMIC_ACQUIRE) ||
+	    !is_hidden_name(path))
+		return NULL;
+	pthread_mutex_lock(&hidden_tab.mutex);
+	for (h = hidden_tab.list; h; h = h->next)
+		if (strcmp(h->path, path) == 0)
+			break;
+	if (h)
+		h->refs++;
+	pthread_mutex_unlock(&hidden_tab.mutex);
+	return h;
+}
+
+/* Drops a reference; the last one closes the fd. Accepts NULL. */
+static void hidden_put(struct hidden *h)
+{
+	bool last;
+
+	if (!h)
+		return;
+	pthread_mutex_lock(&hidden_tab.mutex);
+	last = --h->refs == 0;
+	pthread_mutex_unlock(&hidden_tab.mutex);
+	if (!last)
+		return;
+	close(h->fd);
+	free(h->path);
+	free(h);
+}
+
+/* Removes PATH from the table (its unlink). Returns 0 or -ENOENT. */
+static int hidden_remove(const char *path)
+{
+	struct hidden **pp, *h = NULL;
+
+	pthread_mutex_lock(&hidden_tab.mutex);
+	for (pp = &hidden_tab.list; *pp; pp = &(*pp)->next) {
+		if (strcmp((*pp)->path, path) == 0) {
+			h = *pp;
+			*pp = h->next;
+			__atomic_sub_fetch(&hidden_tab.count, 1, __ATOMIC_RELEASE);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&hidden_tab.mutex);
+	if (!h)
+		return -ENOENT;
+	hidden_put(h);
+	return 0;
+}
+
+/* The /proc name of a hidden file's fd, which open(), chmod(), truncate()
+ * and the *xattr() calls follow to the file itself. */
+static void hidden_proc(const struct hidden *h, char proc[64])
+{
+	snprintf(proc, 64, "/proc/self/fd/%d", h->fd);
+}
+
+/* ---- hard links ------------------------------------------------------- */
+
+/* libfuse's high-level API gives each name its own node, so the kernel
+ * caches the attributes of two hard links separately: after link(), or a
+ * chmod() through one name, the other would show a stale link count, mode
+ * or ctime for attr_timeout. We remember the names seen of files with
+ * more than one link and invalidate the others' cached attributes after a
+ * change through one of them. The table is a bounded cache: when full it
+ * is emptied, which only costs staleness within attr_timeout. */
+#define LINKS_MAX 4096
+
+struct link_name {
+	struct link_name *next;
+	dev_t dev;
+	ino_t ino;
+	char *path;
+};
+
+static struct {
+	pthread_mutex_t mutex;
+	struct link_name *list;  /* protected by mutex */
+	unsigned long count;     /* atomic; read without the mutex */
+} links_tab = {.mutex = PTHREAD_MUTEX_INITIALIZER};
+
+static bool links_any(void)
+{
+	return __atomic_load_n(&links_tab.count, __ATOMIC_ACQUIRE) != 0;
+}
+
+static void links_clear_locked(void)
+{
+	struct link_name *l, *next;
+
+	for (l = links_tab.list; l; l = next) {
+		next = l->next;
+		free(l->path);
+		free(l);
+	}
+	links_tab.list = NULL;
+	__atomic_store_n(&links_tab.count, 0, __ATOMIC_RELEASE);
+}
+
+/* Notes PATH as a name of ST when ST has several links. */
+static void links_note(const char *path, const struct stat *st)
+{
+	struct link_name *l;
+
+	if (!path || S_ISDIR(st->st_mode) || st->st_nlink < 2)
+		return;
+	pthread_mutex_lock(&links_tab.mutex);
+	for (l = links_tab.list; l; l = l->next)
+		if (l->ino == st->st_ino && l->dev == st->st_dev && strcmp(l->path, path) == 0)
+			goto out;
+	if (links_tab.count >= LINKS_MAX)
+		links_clear_locked();
+	l = malloc(sizeof(*l));
+	if (!l)
+		goto out;
+	l->path = strdup(path);
+	if (!l->path) {
+		free(l);
+		goto out;
+	}
+	l->dev = st->st_dev;
+	l->ino = st->st_ino;
+	l->next = links_tab.list;
+	links_tab.list = l;
+	__atomic_add_fetch(&links_tab.count, 1, __ATOMIC_RELEASE);
+out:
+	pthread_mutex_unlock(&links_tab.mutex);
+}
+
+/* Forgets the name PATH. */
+static void links_forget(const char *path)
+{
+	struct link_name **pp = &links_tab.list, *l;
+
+	if (!links_any())
+		return;
+	pthread_mutex_lock(&links_tab.mutex);
+	while ((l = *pp) != NULL) {
+		if (strcmp(l->path, path) == 0) {
+			*pp = l->next;
+			free(l->path);
+			free(l);
+			__atomic_sub_fetch(&links_tab.count, 1, __ATOMIC_RELEASE);
+		} else {
+			pp = &l->next;
+		}
+	}
+	pthread_mutex_unlock(&links_tab.mutex);
+}
+
+/* Drops the kernel's cached attributes of every other known name of the
+ * file DEV:INO than EXCEPT. The paths are copied out first: the
+ * invalidation writes to /dev/fuse, which is not done under our mutex. */
+static void links_invalidate(dev_t dev, ino_t ino, const char *except)
+{
+	char *paths[16];
+	size_t n = 0, i;
+	struct link_name *l;
+	struct fuse *fuse = fuse_get_context()->fuse;
+
+	if (!links_any())
+		return;
+	pthread_mutex_lock(&links_tab.mutex);
+	for (l = links_tab.list; l && n < sizeof(paths) / sizeof(paths[0]); l = l->next) {
+		if (l->ino != ino || l->dev != dev || (except && strcmp(l->path, except) == 0))
+			continue;
+		paths[n] = strdup(l->path);
+		if (paths[n])
+			n++;
+	}
+	pthread_mutex_unlock(&links_tab.mutex);
+	for (i = 0; i < n; i++) {
+		if (fuse_invalidate_path(fuse, paths[i]) == -ENOENT)
+			links_forget(paths[i]);
+		free(paths[i]);
+	}
+}
+
+/* After a change of the file at PATH (or open as FD when >= 0): refreshes
+ * the other names' attributes when it has several links. */
+static void links_changed(struct tlfs *fs, const char *path, int fd)
+{
+	struct stat st;
+	int res;
+
+	if (!links_any())
+		return;
+	if (fd >= 0)
+		res = fstat(fd, &st);
+	else if (path)
+		res = fstatat(fs->backing_fd, path_rel(path), &st, AT_SYMLINK_NOFOLLOW);
+	else
+		return;
+	if (res == 0 && !S_ISDIR(st.st_mode))
+		links_invalidate(st.st_dev, st.st_ino, path);
+}
+
+/* ---- POSIX record locks ------------------------------------------------- */
+
+/* A POSIX lock belongs to a process (the kernel's lock owner) and covers
+ * all its open files of an inode; closing any of them drops them all, and
+ * a child closing an inherited fd drops only the child's. We forward them
+ * as open file description locks on the backing file (so that other hosts
+ * and local processes see them), on one description per (inode, owner):
+ * an fd the daemon opens for that owner and closes when the owner flushes
+ * the file, which releases exactly that owner's locks. */
+struct lk_owner {
+	struct lk_owner *next;
+	dev_t dev;
+	ino_t ino;
+	uint64_t owner;
+	int fd;
+	unsigned int refs;       /* the table's, plus one per user */
+};
+
+static struct {
+	pthread_mutex_t mutex;
+	struct lk_owner *list;   /* protected by mutex */
+} lk_tab = {.mutex = PTHREAD_MUTEX_INITIALIZER};
+
+static void lk_put(struct lk_owner *o)
+{
+	bool last;
+
+	if (!o)
+		return;
+	pthread_mutex_lock(&lk_tab.mutex);
+	last = --o->refs == 0;
+	pthread_mutex_unlock(&lk_tab.mutex);
+	if (last) {
+		close(o->fd);
+		free(o);
+	}
+}
+
+static struct lk_owner *lk_find_locked(dev_t dev, ino_t ino, uint64_t owner)
+{
+	struct lk_owner *o;
+
+	for (o = lk_tab.list; o; o = o->next)
+		if (o->owner == owner && o->ino == ino && o->dev == dev)
+			return o;
+	return NULL;
+}
+
+/* The description of OWNER's locks on the file open as FD, with a
+ * reference; created when CREATE. Returns 0, -ENOENT (none and not
+ * CREATE) or -errno. */
+static int lk_get(int fd, uint64_t owner, bool create, struct lk_owner **out)
+{
+	struct lk_owner *o, *found;
+	struct stat st;
+	char proc[64];
+	int ofd;
+
+	if (fstat(fd, &st) == -1)
+		return -errno;
+	pthread_mutex_lock(&lk_tab.mutex);
+	o = lk_find_locked(st.st_dev, st.st_ino, owner);
+	if (o)
+		o->refs++;
+	pthread_mutex_unlock(&lk_tab.mutex);
+	if (o || !create) {
+		*out = o;
+		return o ? 0 : -ENOENT;
+	}
+	/* read-write whatever FD allows: the kernel has checked the mode of
+	 * the caller's own file against the lock type already */
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+	ofd = open(proc, O_RDWR | O_CLOEXEC | O_NOCTTY);
+	if (ofd == -1)
+		ofd = open(proc, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (ofd == -1)
+		ofd = open(proc, O_WRONLY | O_CLOEXEC | O_NOCTTY);
+	if (ofd == -1)
+		return -errno;
+	o = calloc(1, sizeof(*o));
+	if (!o) {
+		close(ofd);
+		return -ENOMEM;
+	}
+	o->dev = st.st_dev;
+	o->ino = st.st_ino;
+	o->owner = owner;
+	o->fd = ofd;
+	o->refs = 2;
+	pthread_mutex_lock(&lk_tab.mutex);
+	found = lk_find_locked(st.st_dev, st.st_ino, owner);
+	if (found) {
+		found->refs++;
+	} else {
+		o->next = lk_tab.list;
+		lk_tab.list = o;
+	}
+	pthread_mutex_unlock(&lk_tab.mutex);
+	if (found) {
+		close(ofd);
+		free(o);
+		o = found;
+	}
+	*out = o;
+	return 0;
+}
+
+/* Drops every lock OWNER holds on the file open as FD (its close). */
+static void lk_drop_owner(int fd, uint64_t owner)
+{
+	struct lk_owner **pp, *o = NULL;
+	struct stat st;
+
+	if (!__atomic_load_n(&lk_tab.list, __ATOMIC_ACQUIRE) || fstat(fd, &st) == -1)
+		return;
+	pthread_mutex_lock(&lk_tab.mutex);
+	for (pp = &lk_tab.list; *pp; pp = &(*pp)->next) {
+		if ((*pp)->owner == owner && (*pp)->ino == st.st_ino && (*pp)->dev == st.st_dev) {
+			o = *pp;
+			*pp = o->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&lk_tab.mutex);
+	lk_put(o);
+}
+
 /* ---- locking around namespace operations ------------------------------- */
 
 struct op_lock {
@@ -260,7 +645,9 @@ static void *tlfs_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 
 	cfg->use_ino = 1;
 	cfg->nullpath_ok = 1;
-	cfg->hard_remove = 1;
+	/* an unlinked open file keeps a (hidden) path, so that fstat() works;
+	 * see "unlinked files that are still open" */
+	cfg->hard_remove = 0;
 	cfg->entry_timeout = fs->cfg->entry_timeout;
 	cfg->attr_timeout = fs->cfg->attr_timeout;
 	cfg->negative_timeout = fs->cfg->negative_timeout;
@@ -284,6 +671,7 @@ static void *tlfs_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 static int tlfs_getattr(const char *path, struct stat *st, struct fuse_file_info *fi)
 {
 	struct tlfs *fs = fs_get();
+	struct hidden *h;
 	enum ctl_kind k;
 	int res;
 
@@ -298,11 +686,24 @@ static int tlfs_getattr(const char *path, struct stat *st, struct fuse_file_info
 	}
 	if (k != CTL_NONE)
 		return -ENOENT;
+	h = hidden_get(path);
+	if (h) {
+		res = fstat(h->fd, st) == -1 ? -errno : 0;
+		hidden_put(h);
+		return res;
+	}
 	res = creds_enter(fs);
 	if (res)
 		return res;
 	res = fstatat(fs->backing_fd, path_rel(path), st, AT_SYMLINK_NOFOLLOW);
-	return res == -1 ? -errno : 0;
+	if (res == -1) {
+		res = -errno;
+		if (res == -ENOENT)
+			hide_probe_set(path);
+		return res;
+	}
+	links_note(path, st);
+	return 0;
 }
 
 static int tlfs_access(const char *path, int mask)
@@ -511,18 +912,29 @@ static int tlfs_unlink(const char *path)
 {
 	struct tlfs *fs = fs_get();
 	struct op_lock l;
+	struct stat st;
+	bool linked = false;
 	int res;
 
 	res = ctl_guard(path, -EPERM);
 	if (res)
 		return res;
+	if (hidden_remove(path) == 0)
+		return 0; /* the last close of an unlinked file */
 	res = entry_lock(fs, path, &l);
 	if (res)
 		return res;
 	res = creds_enter(fs);
+	if (!res && links_any())
+		linked = fstatat(fs->backing_fd, path_rel(path), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+			 st.st_nlink > 1;
 	if (!res)
 		res = unlinkat(fs->backing_fd, path_rel(path), 0) == -1 ? -errno : 0;
 	entry_unlock(fs, &l);
+	if (!res && linked) {
+		links_forget(path);
+		links_invalidate(st.st_dev, st.st_ino, NULL);
+	}
 	return res;
 }
 
@@ -568,6 +980,7 @@ static int tlfs_link(const char *from, const char *to)
 {
 	struct tlfs *fs = fs_get();
 	struct op_lock l;
+	struct stat st;
 	int res;
 
 	res = ctl_guard(from, -EPERM);
@@ -584,6 +997,12 @@ static int tlfs_link(const char *from, const char *to)
 			      ? -errno
 			      : 0;
 	entry_unlock(fs, &l);
+	if (!res && fstatat(fs->backing_fd, path_rel(to), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+		/* FROM's node has its own cached link count and ctime */
+		links_note(from, &st);
+		links_note(to, &st);
+		links_invalidate(st.st_dev, st.st_ino, to);
+	}
 	return res;
 }
 
@@ -680,6 +1099,60 @@ static int64_t mono_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* libfuse hides FROM, which is open, as TO instead of unlinking it (or
+ * before renaming over it): remove the name for real, keep the file. */
+static int rename_hide(struct tlfs *fs, const char *from, const char *to)
+{
+	struct hidden *h;
+	struct op_lock l;
+	struct stat st;
+	int res;
+
+	res = -ENOMEM;
+	h = calloc(1, sizeof(*h));
+	if (!h)
+		goto out;
+	h->path = strdup(to);
+	if (!h->path)
+		goto out_free;
+	h->refs = 1;
+	res = entry_lock(fs, from, &l);
+	if (res)
+		goto out_free;
+	res = creds_enter(fs);
+	if (res)
+		goto out_unlock;
+	h->fd = openat(fs->backing_fd, path_rel(from), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (h->fd == -1) {
+		res = -errno;
+		goto out_unlock;
+	}
+	if (unlinkat(fs->backing_fd, path_rel(from), 0) == -1) {
+		res = -errno;
+		close(h->fd);
+		goto out_unlock;
+	}
+	pthread_mutex_lock(&hidden_tab.mutex);
+	h->next = hidden_tab.list;
+	hidden_tab.list = h;
+	__atomic_add_fetch(&hidden_tab.count, 1, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&hidden_tab.mutex);
+	entry_unlock(fs, &l);
+	if (links_any() && fstat(h->fd, &st) == 0) {
+		links_forget(from);
+		links_invalidate(st.st_dev, st.st_ino, NULL);
+	}
+	return 0;
+
+out_unlock:
+	entry_unlock(fs, &l);
+out_free:
+	free(h->path);
+	free(h);
+out:
+	return res;
+}
+
 static int tlfs_rename(const char *from, const char *to, unsigned int flags)
 {
 	struct tlfs *fs = fs_get();
@@ -687,12 +1160,18 @@ static int tlfs_rename(const char *from, const char *to, unsigned int flags)
 	struct tl_plan *plan = NULL;
 	struct tl_holder holder;
 	int64_t t0 = mono_ms();
+	struct stat st;
+	bool linked = false;
 	int res;
 
 	if (flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE))
 		return -EINVAL;
 	if ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE))
 		return -EINVAL;
+	if (!flags && hide_probe && strcmp(hide_probe, to) == 0 && ctl_kind(from) == CTL_NONE) {
+		hide_probe_set(NULL);
+		return rename_hide(fs, from, to);
+	}
 	res = ctl_guard(from, -EPERM);
 	if (!res)
 		res = ctl_guard(to, -EPERM);
@@ -732,6 +1211,9 @@ static int tlfs_rename(const char *from, const char *to, unsigned int flags)
 	res = creds_enter(fs);
 	if (res)
 		goto out_release_locks;
+	if (links_any() && fstatat(fs->backing_fd, path_rel(from), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    !S_ISDIR(st.st_mode) && st.st_nlink > 1)
+		linked = true;
 #ifdef HAVE_RENAMEAT2
 	res = renameat2(fs->backing_fd, path_rel(from), fs->backing_fd, path_rel(to), flags);
 #else
@@ -749,41 +1231,106 @@ out_free_plan:
 	lockplan_free(plan);
 out_free_below:
 	key_list_free(&below);
+	if (!res && linked) {
+		links_forget(from);
+		links_invalidate(st.st_dev, st.st_ino, NULL);
+	}
 	return res;
 }
 
 /* ---- attributes ---------------------------------------------------------- */
 
+/* True when MODE only clears set-user-ID / set-group-ID bits of the file
+ * open as FD (or at PATH). The kernel asks for exactly that, in the name
+ * of a writer that does not own the file, before a write or truncate (it
+ * leaves killing the bits to the filesystem and has checked the write
+ * permission itself). */
+static bool chmod_kills_priv_only(struct tlfs *fs, const char *path, int fd, mode_t mode)
+{
+	struct stat st;
+	mode_t old, priv = S_ISUID | S_ISGID;
+	int res;
+
+	if (fd >= 0)
+		res = fstat(fd, &st);
+	else
+		res = fstatat(fs->backing_fd, path_rel(path), &st, AT_SYMLINK_NOFOLLOW);
+	if (res == -1 || !S_ISREG(st.st_mode))
+		return false;
+	old = st.st_mode & 07777;
+	mode &= 07777;
+	return (old & ~priv) == (mode & ~priv) && (mode & priv & ~old) == 0 && mode != old;
+}
+
 static int tlfs_chmod(const char *path, mode_t mode, struct fuse_file_info *fi)
 {
 	struct tlfs *fs = fs_get();
-	int res = creds_enter(fs);
+	int fd = IS_FD(fi) ? (int)fi->fh : -1;
+	struct hidden *h = NULL;
+	char proc[64];
+	int res;
 
-	if (res)
-		return res;
-	if (IS_FD(fi))
-		res = fchmod((int)fi->fh, mode);
-	else if (ctl_kind(path) != CTL_NONE)
+	if (fd < 0 && ctl_kind(path) != CTL_NONE)
 		return -EPERM;
-	else
-		res = fchmodat(fs->backing_fd, path_rel(path), mode, 0);
-	return res == -1 ? -errno : 0;
+	if (fd < 0) {
+		h = hidden_get(path);
+		if (h)
+			fd = h->fd;
+	}
+	res = creds_enter(fs);
+	if (res)
+		goto out;
+	for (;;) {
+		if (h) {
+			hidden_proc(h, proc);
+			res = chmod(proc, mode);
+		} else if (fd >= 0) {
+			res = fchmod(fd, mode);
+		} else {
+			res = fchmodat(fs->backing_fd, path_rel(path), mode, 0);
+		}
+		res = res == -1 ? -errno : 0;
+		if (res != -EPERM || !fs->switch_creds || thread_creds.uid == 0 ||
+		    !chmod_kills_priv_only(fs, path, fd, mode))
+			break;
+		creds_daemon(fs);
+	}
+	if (!res)
+		links_changed(fs, path, fd);
+out:
+	hidden_put(h);
+	return res;
 }
 
 static int tlfs_chown(const char *path, uid_t uid, gid_t gid, struct fuse_file_info *fi)
 {
 	struct tlfs *fs = fs_get();
-	int res = creds_enter(fs);
+	int fd = IS_FD(fi) ? (int)fi->fh : -1;
+	struct hidden *h = NULL;
+	int res;
 
-	if (res)
-		return res;
-	if (IS_FD(fi))
-		res = fchown((int)fi->fh, uid, gid);
-	else if (ctl_kind(path) != CTL_NONE)
+	if (fd < 0 && ctl_kind(path) != CTL_NONE)
 		return -EPERM;
+	if (fd < 0) {
+		h = hidden_get(path);
+		if (h)
+			fd = h->fd;
+	}
+	res = creds_enter(fs);
+	if (res)
+		goto out;
+	if (h)
+		res = fchownat(fd, "", uid, gid, AT_EMPTY_PATH);
+	else if (fd >= 0)
+		res = fchown(fd, uid, gid);
 	else
 		res = fchownat(fs->backing_fd, path_rel(path), uid, gid, AT_SYMLINK_NOFOLLOW);
-	return res == -1 ? -errno : 0;
+	res = res == -1 ? -errno : 0;
+	if (!res)
+		links_changed(fs, path, fd);
+out:
+	hidden_put(h);
+	return res;
 }
 
 /* Runs truncate() on PATH through an O_PATH fd: there is no truncateat(),
@@ -791,6 +1338,7 @@ static int tlfs_chown(const char *path, uid_t uid, gid_t gid, struct fuse_file_i
 static int tlfs_truncate(const char *path, off_t size, struct fuse_file_info *fi)
 {
 	struct tlfs *fs = fs_get();
+	struct hidden *h = NULL;
 	char proc[64];
 	int res, fd;
 
@@ -799,16 +1347,28 @@ static int tlfs_truncate(const char *path, off_t size, struct fuse_file_info *fi
 		return res;
 	if (IS_FD(fi)) {
 		res = ftruncate((int)fi->fh, size);
-		return res == -1 ? -errno : 0;
+		res = res == -1 ? -errno : 0;
+		if (!res)
+			links_changed(fs, path, (int)fi->fh);
+		return res;
 	}
 	if (ctl_kind(path) != CTL_NONE)
 		return -EPERM;
+	h = hidden_get(path);
+	if (h) {
+		hidden_proc(h, proc);
+		res = truncate(proc, size) == -1 ? -errno : 0;
+		hidden_put(h);
+		return res;
+	}
 	fd = openat(fs->backing_fd, path_rel(path), O_PATH | O_CLOEXEC);
 	if (fd == -1)
 		return -errno;
 	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
 	res = truncate(proc, size);
 	res = res == -1 ? -errno : 0;
+	if (!res)
+		links_changed(fs, path, fd);
 	close(fd);
 	return res;
 }
@@ -816,17 +1376,31 @@ static int tlfs_truncate(const char *path, off_t size, struct fuse_file_info *fi
 static int tlfs_utimens(const char *path, const struct timespec ts[2], struct fuse_file_info *fi)
 {
 	struct tlfs *fs = fs_get();
-	int res = creds_enter(fs);
+	struct hidden *h = NULL;
+	char proc[64];
+	int res;
 
+	if (!IS_FD(fi) && ctl_kind(path) != CTL_NONE)
+		return -EPERM;
+	res = creds_enter(fs);
 	if (res)
 		return res;
-	if (IS_FD(fi))
+	if (IS_FD(fi)) {
 		res = futimens((int)fi->fh, ts);
-	else if (ctl_kind(path) != CTL_NONE)
-		return -EPERM;
-	else
-		res = utimensat(fs->backing_fd, path_rel(path), ts, AT_SYMLINK_NOFOLLOW);
-	return res == -1 ? -errno : 0;
+	} else {
+		h = hidden_get(path);
+		if (h) {
+			hidden_proc(h, proc);
+			res = utimensat(AT_FDCWD, proc, ts, 0);
+		} else {
+			res = utimensat(fs->backing_fd, path_rel(path), ts, AT_SYMLINK_NOFOLLOW);
+		}
+	}
+	res = res == -1 ? -errno : 0;
+	if (!res)
+		links_changed(fs, path, IS_FD(fi) ? (int)fi->fh : (h ? h->fd : -1));
+	hidden_put(h);
+	return res;
 }
 
 /* ---- files --------------------------------------------------------------- */
@@ -835,6 +1409,8 @@ static int tlfs_open(const char *path, struct fuse_file_info *fi)
 {
 	struct tlfs *fs = fs_get();
 	enum ctl_kind k = ctl_kind(path);
+	struct hidden *h;
+	char proc[64];
 	int fd, res;
 
 	if (k != CTL_NONE) {
@@ -855,7 +1431,15 @@ static int tlfs_open(const char *path, struct fuse_file_info *fi)
 	res = creds_enter(fs);
 	if (res)
 		return res;
-	fd = openat(fs->backing_fd, path_rel(path), fi->flags | O_CLOEXEC);
+	h = hidden_get(path);
+	if (h) {
+		/* opened again through /proc/PID/fd of a client */
+		hidden_proc(h, proc);
+		fd = open(proc, (fi->flags & ~(O_CREAT | O_EXCL | O_NOFOLLOW)) | O_CLOEXEC);
+		hidden_put(h);
+	} else {
+		fd = openat(fs->backing_fd, path_rel(path), fi->flags | O_CLOEXEC);
+	}
 	if (fd == -1)
 		return -errno;
 	fi->fh = (uint64_t)fd;
@@ -949,8 +1533,10 @@ static int tlfs_flush(const char *path, struct fuse_file_info *fi)
 
 	if (fi->fh & CTL_TAG)
 		return 0;
+	/* a close by the owner drops all its POSIX locks on the file */
+	lk_drop_owner((int)fi->fh, fi->lock_owner);
 	/* close a duplicate so that close-time semantics of the backing
-	 * filesystem (NFS write-back, POSIX lock release) happen now */
+	 * filesystem (NFS write-back) happen now */
 	fd = dup((int)fi->fh);
 	if (fd == -1)
 		return -errno;
@@ -1019,12 +1605,13 @@ static int tlfs_flock(const char *path, struct fuse_file_info *fi, int op)
 	return flock((int)fi->fh, op) == -1 ? -errno : 0;
 }
 
-/* POSIX record locks are forwarded as open file description locks on the
- * backing file, so that other hosts' locks on a shared backing tree are
- * seen: a lock belongs to an open() of the file rather than to a process. */
+/* POSIX record locks of fi->lock_owner, as open file description locks
+ * on that owner's description of the backing file (see "POSIX record
+ * locks"). F_GETLK reports l_pid -1: the holder may be on another host. */
 static int tlfs_lock(const char *path, struct fuse_file_info *fi, int cmd, struct flock *lk)
 {
-	int ofd_cmd;
+	struct lk_owner *o = NULL;
+	int ofd_cmd, fd, res;
 
 	if (fi->fh & CTL_TAG)
 		return -EBADF;
@@ -1041,12 +1628,22 @@ static int tlfs_lock(const char *path, struct fuse_file_info *fi, int cmd, struc
 	default:
 		return -EINVAL;
 	}
+	/* an owner without a description holds nothing: test against all
+	 * (the caller's own fd holds no lock), and unlocking is a no-op */
+	res = lk_get((int)fi->fh, fi->lock_owner, cmd != F_GETLK && lk->l_type != F_UNLCK, &o);
+	if (res == -ENOENT)
+		res = 0;
+	if (res)
+		return res;
+	if (!o && cmd != F_GETLK)
+		return 0;
+	fd = o ? o->fd : (int)fi->fh;
 	lk->l_pid = 0;
-	if (fcntl((int)fi->fh, ofd_cmd, lk) == -1)
-		return -errno;
-	if (cmd == F_GETLK && lk->l_type != F_UNLCK)
-		lk->l_pid = -1; /* the holder is not a process here */
-	return 0;
+	res = fcntl(fd, ofd_cmd, lk) == -1 ? -errno : 0;
+	if (!res && cmd == F_GETLK && lk->l_type != F_UNLCK)
+		lk->l_pid = -1;
+	lk_put(o);
+	return res;
 }
 
 /* ---- extended attributes -------------------------------------------------- */
@@ -1057,10 +1654,19 @@ static int xattr_open(struct tlfs *fs, const char *path, char proc[64])
 {
 	int fd, res;
 
+	struct hidden *h;
+
 	res = creds_enter(fs);
 	if (res)
 		return res;
-	fd = openat(fs->backing_fd, path_rel(path), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	h = hidden_get(path);
+	if (h) {
+		hidden_proc(h, proc);
+		fd = open(proc, O_PATH | O_CLOEXEC);
+		hidden_put(h);
+	} else {
+		fd = openat(fs->backing_fd, path_rel(path), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	}
 	if (fd == -1)
 		return -errno;
 	snprintf(proc, 64, "/proc/self/fd/%d", fd);
@@ -1080,6 +1686,8 @@ static int tlfs_setxattr(const char *path, const char *name, const char *value, 
 		return fd;
 	res = setxattr(proc, name, value, size, flags);
 	res = res == -1 ? -errno : 0;
+	if (!res)
+		links_changed(fs_get(), path, fd);
 	close(fd);
 	return res;
 }
@@ -1130,6 +1738,8 @@ static int tlfs_removexattr(const char *path, const char *name)
 		return fd;
 	res = removexattr(proc, name);
 	res = res == -1 ? -errno : 0;
+	if (!res)
+		links_changed(fs_get(), path, fd);
 	close(fd);
 	return res;
 }
