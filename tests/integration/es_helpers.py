@@ -1,0 +1,201 @@
+"""Helpers and fixtures for the Elasticsearch lock store tests.
+
+An emulator (tests/esemu) per module and flavour, reset before each test;
+`es_mounts` mounts treelockfs with lock_store=es against it, several mounts
+sharing one backing directory; `ctl` runs treelockctl with the same store
+options. Nothing here kills or unmounts what it did not start.
+"""
+import errno
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRCDIR = os.environ.get("TREELOCKFS_SRCDIR") or os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(SRCDIR, "tests", "esemu"))
+
+from emuproc import Emulator  # noqa: E402
+
+from conftest import CTL  # noqa: E402
+
+INDEX = "treelockfs-locks"
+FLAVORS = ["es7", "es8", "opensearch2"]
+
+
+def start_emulator(tmp_path_factory, flavor="es8", args=()):
+    emu = Emulator(flavor=flavor, workdir=str(tmp_path_factory.mktemp("esemu-" + flavor)))
+    emu.start(list(args))
+    return emu
+
+
+@pytest.fixture(scope="module")
+def emu_module(tmp_path_factory):
+    emu = start_emulator(tmp_path_factory, "es8")
+    yield emu
+    emu.stop()
+
+
+@pytest.fixture
+def emu(emu_module):
+    """The module's es8 emulator, reset (no index, no counters, no faults)."""
+    emu_module.admin("POST", "/_esemu/reset")
+    return emu_module
+
+
+@pytest.fixture(scope="module", params=FLAVORS)
+def emu_flavor_module(request, tmp_path_factory):
+    emu = start_emulator(tmp_path_factory, request.param)
+    yield emu
+    emu.stop()
+
+
+@pytest.fixture
+def emu_any(emu_flavor_module):
+    """es7, es8 and opensearch2 in turn, reset."""
+    emu_flavor_module.admin("POST", "/_esemu/reset")
+    return emu_flavor_module
+
+
+def es_opts(emu, owner, *extra, lease_ttl=2, url=None):
+    return ["lock_store=es", "es_url=" + (url or emu.url), "owner=" + owner,
+            "lease_ttl=%s" % lease_ttl, "lock_timeout=15", "es_timeout_ms=1000"] + list(extra)
+
+
+@pytest.fixture
+def es_mounts(mount_factory, tmp_path):
+    """es_mounts(emu, "A", "B", opts={"A": [...]}) -> list of mounts of one
+    backing directory, each with its own owner= name."""
+    backing = tmp_path / "backing"
+    backing.mkdir(exist_ok=True)
+
+    def make(emu, *owners, opts=None, lease_ttl=2):
+        out = []
+        for o in owners:
+            extra = (opts or {}).get(o, [])
+            out.append(mount_factory(opts=es_opts(emu, o, *extra, lease_ttl=lease_ttl),
+                                     backing=backing, name="mnt" + o))
+        return out
+    return make
+
+
+def docs(emu):
+    """Every document of the lock index: {id: {"_source":..., "_seq_no":...}}."""
+    r = emu.admin("GET", "/_esemu/docs/" + INDEX)
+    return r.get("docs", {}) if isinstance(r, dict) else {}
+
+
+def lock_docs(emu):
+    return {k: v for k, v in docs(emu).items()
+            if not k.startswith("owner:") and not k.startswith("intent:")}
+
+
+def intent_docs(emu):
+    return {k: v for k, v in docs(emu).items() if k.startswith("intent:")}
+
+
+def owner_id(emu, name):
+    for k, v in docs(emu).items():
+        if k.startswith("owner:") and v["_source"].get("name") == name:
+            return v["_source"]["owner"]
+    return None
+
+
+def store_requests(emu):
+    """Requests the store served (admin calls are not counted)."""
+    return emu.stats()
+
+
+def ctl(emu, *args, timeout=60, url=None, extra=()):
+    cmd = [CTL, "--es_url=" + (url or emu.url)] + list(extra) + list(args)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def es_request(emu, method, path, body=None, ctype="application/json"):
+    """A raw request as the guide's clients make it: (status, decoded body)."""
+    data = None
+    if body is not None:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(emu.url + path, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", ctype)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+def quote_id(key):
+    return urllib.parse.quote(key, safe="")
+
+
+class Op(threading.Thread):
+    """Runs FUNC in a thread, recording its result or OSError and its time."""
+
+    def __init__(self, func, *args):
+        threading.Thread.__init__(self, daemon=True)
+        self.func, self.args = func, args
+        self.result = self.error = None
+        self.t0 = self.t1 = None
+
+    def run(self):
+        self.t0 = time.monotonic()
+        try:
+            self.result = self.func(*self.args)
+        except OSError as e:
+            self.error = e
+        self.t1 = time.monotonic()
+
+    @property
+    def elapsed(self):
+        return (self.t1 or time.monotonic()) - self.t0
+
+    @property
+    def errno(self):
+        return self.error.errno if self.error else 0
+
+
+def start_op(func, *args):
+    op = Op(func, *args)
+    op.start()
+    return op
+
+
+def wait_for(pred, timeout, step=0.05, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(step)
+    raise AssertionError("timed out after %.1fs waiting for %s" % (timeout, what))
+
+
+def held_by(emu, key):
+    """The source of the lock document of KEY, or None."""
+    d = lock_docs(emu).get(key)
+    return d["_source"] if d else None
+
+
+def forget_mount(m):
+    """After a mount's daemon was killed on purpose: teardown must not
+    expect exit status 0 from it."""
+    if m.proc is not None:
+        try:
+            m.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            pass
+        m.logf.close()
+        m.proc = None
+
+
+ENOLCK = errno.ENOLCK
+EBUSY = errno.EBUSY

@@ -1,0 +1,311 @@
+"""The Elasticsearch lock store (issue 3): mounts sharing one backing tree
+through one emulator, the guide's scenarios across mounts, guide-request
+interoperability, round trips per rename, and faults."""
+import errno
+import os
+import statistics
+import subprocess
+import time
+
+import pytest
+
+from es_helpers import (INDEX, Op, ctl, docs, emu, emu_any, emu_flavor_module,  # noqa: F401
+                        emu_module, es_mounts, es_opts, es_request, forget_mount, held_by,
+                        intent_docs, lock_docs, quote_id, start_emulator, start_op, wait_for)
+
+
+def makedirs(m, *parts):
+    os.makedirs(m.path(*parts), exist_ok=True)
+
+
+def write(m, rel, text="x"):
+    with open(m.path(*rel.strip("/").split("/")), "w") as f:
+        f.write(text)
+
+
+# ---- round trips -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("depth", [1, 5, 20])
+def test_es__two_requests_per_uncontended_rename(emu_any, es_mounts, depth):
+    (a,) = es_mounts(emu_any, "A", lease_ttl=60)  # no heartbeat during the measure
+    dirs = ["d%d" % i for i in range(depth - 1)]
+    if dirs:
+        makedirs(a, *dirs)
+    src = "/".join(dirs + ["f"])
+    write(a, src)
+    times = []
+    for i in range(5):
+        dst = "/".join(dirs + ["g%d" % i])
+        emu_any.admin("POST", "/_esemu/reset_stats")
+        t0 = time.monotonic()
+        os.rename(a.path(src), a.path(dst))
+        times.append(time.monotonic() - t0)
+        st = emu_any.stats()
+        renewals = st["requests"].get("index", 0)
+        assert st["total"] - renewals == 2, st
+        assert st["requests"].get("bulk") == 2, st
+        src = dst
+    print("\n%s depth %d: 2 requests per rename, median %.1f ms" %
+          (emu_any.flavor, depth, statistics.median(times) * 1000))
+    assert lock_docs(emu_any) == {}
+    assert intent_docs(emu_any) == {}
+
+
+# ---- the guide's scenarios across mounts -------------------------------------------------
+
+
+def test_es__guide_scenario_across_mounts(emu_any, es_mounts):
+    a, b = es_mounts(emu_any, "A", "B", opts={"A": ["rename_delay_ms=1500"]})
+    makedirs(a, "clinton", "projects", "elasticsearch")
+    write(a, "clinton/projects/elasticsearch/README.txt", "guide")
+    big = start_op(os.rename, a.path("clinton"), a.path("bill"))
+    wait_for(lambda: held_by(emu_any, "/clinton"), 5, what="A's lock on /clinton")
+    small = start_op(os.rename, b.path("clinton/projects/elasticsearch/README.txt"),
+                     b.path("clinton/projects/elasticsearch/README.asciidoc"))
+    big.join(10)
+    small.join(10)
+    assert big.error is None
+    # the second waited for the first, then found its source gone
+    assert small.errno == errno.ENOENT
+    assert small.t1 >= big.t1 - 0.05
+    with open(b.path("bill/projects/elasticsearch/README.txt")) as f:
+        assert f.read() == "guide"
+    assert not os.path.exists(a.bpath("clinton"))
+    assert lock_docs(emu_any) == {}
+
+
+def test_es__disjoint_renames_overlap(emu, es_mounts):
+    a, b = es_mounts(emu, "A", "B", opts={"A": ["rename_delay_ms=1000"],
+                                          "B": ["rename_delay_ms=1000"]})
+    for d in ("x", "y"):
+        makedirs(a, d)
+        write(a, d + "/f")
+    t0 = time.monotonic()
+    ops = [start_op(os.rename, a.path("x/f"), a.path("x/g")),
+           start_op(os.rename, b.path("y/f"), b.path("y/g"))]
+    for op in ops:
+        op.join(10)
+        assert op.error is None
+    assert time.monotonic() - t0 < 1.8, "disjoint renames did not overlap"
+
+
+def test_es__crossing_directory_moves(emu, es_mounts):
+    a, b = es_mounts(emu, "A", "B", opts={"A": ["rename_delay_ms=50"], "B": ["rename_delay_ms=50"]})
+    for i in range(8):
+        root = "r%d" % i
+        makedirs(a, root, "a", "deep")
+        makedirs(a, root, "b", "deep")
+        write(a, root + "/a/deep/fa", "a")
+        write(a, root + "/b/deep/fb", "b")
+        ops = [start_op(os.rename, a.path(root, "a"), a.path(root, "b", "x")),
+               start_op(os.rename, b.path(root, "b"), b.path(root, "a", "y"))]
+        for op in ops:
+            op.join(20)
+        ok = [op for op in ops if op.error is None]
+        assert len(ok) == 1, [op.error for op in ops]
+        for op in ops:
+            assert op.error is None or op.errno == errno.ENOENT
+        # nothing lost, nothing detached: both files reachable from the root
+        found = set()
+        for dirpath, _, files in os.walk(a.bpath(root)):
+            found.update(files)
+        assert found == {"fa", "fb"}
+    assert lock_docs(emu) == {}
+
+
+# ---- guide interoperability ----------------------------------------------------------------
+
+GUIDE_SHARED = ("if (ctx._source.lock_type == 'exclusive') { throw new IllegalStateException('x'); }"
+                " ctx._source.lock_count++")
+GUIDE_RELEASE = "if (--ctx._source.lock_count == 0) { ctx.op = 'delete' }"
+
+
+def guide_exclusive(emu, key):
+    return es_request(emu, "PUT", "/%s/_create/%s" % (INDEX, quote_id(key)),
+                      {"lock_type": "exclusive"})[0]
+
+
+def guide_shared(emu, key):
+    return es_request(emu, "POST", "/%s/_update/%s" % (INDEX, quote_id(key)),
+                      {"upsert": {"lock_type": "shared", "lock_count": 1},
+                       "script": {"source": GUIDE_SHARED, "lang": "painless"}})
+
+
+def test_es__guide_lock_blocks_mount(emu_any, es_mounts):
+    (a,) = es_mounts(emu_any, "A")
+    makedirs(a, "clinton", "projects")
+    assert guide_exclusive(emu_any, "/clinton") == 201
+    op = start_op(os.rename, a.path("clinton/projects"), a.path("clinton/p2"))
+    time.sleep(1.0)
+    assert op.is_alive(), "the mount ignored the guide's exclusive lock on an ancestor"
+    assert es_request(emu_any, "DELETE", "/%s/_doc/%s" % (INDEX, quote_id("/clinton")))[0] == 200
+    op.join(10)
+    assert op.error is None and op.elapsed >= 1.0
+    # a guide-style shared lock lets shared holders in, blocks exclusive
+    status, _ = guide_shared(emu_any, "/clinton")
+    assert status == 201
+    os.rename(a.path("clinton/p2"), a.path("clinton/p3"))  # shared on /clinton: fine
+    op = start_op(os.rename, a.path("clinton"), a.path("bill"))
+    time.sleep(1.0)
+    assert op.is_alive(), "the mount took /clinton exclusive over a guide shared lock"
+    es_request(emu_any, "POST", "/%s/_update/%s" % (INDEX, quote_id("/clinton")),
+               {"script": {"source": GUIDE_RELEASE, "lang": "painless"}})
+    op.join(10)
+    assert op.error is None
+    assert lock_docs(emu_any) == {}
+
+
+def test_es__mount_lock_blocks_guide(emu_any, es_mounts):
+    (a,) = es_mounts(emu_any, "A", opts={"A": ["rename_delay_ms=2000"]})
+    makedirs(a, "p", "q")
+    write(a, "p/q/r")
+    op = start_op(os.rename, a.path("p/q/r"), a.path("p/q/s"))
+    wait_for(lambda: held_by(emu_any, "/p/q/r"), 5, what="the mount's locks")
+    # exclusive held by the mount: the guide's create and shared update fail
+    assert guide_exclusive(emu_any, "/p/q/r") == 409
+    status, body = guide_shared(emu_any, "/p/q/r")
+    assert status == 400 and "script_exception" in str(body)
+    # shared held by the mount: guide shared joins, guide exclusive fails
+    assert guide_exclusive(emu_any, "/p") == 409
+    status, _ = guide_shared(emu_any, "/p")
+    assert status == 200
+    assert held_by(emu_any, "/p")["lock_count"] == 2
+    op.join(10)
+    assert op.error is None
+    assert held_by(emu_any, "/p")["lock_count"] == 1  # the guide's share is left
+    es_request(emu_any, "POST", "/%s/_update/%s" % (INDEX, quote_id("/p")),
+               {"script": {"source": GUIDE_RELEASE, "lang": "painless"}})
+    assert lock_docs(emu_any) == {}
+
+
+# ---- faults ----------------------------------------------------------------------------------
+
+
+def test_es__store_down_at_mount_time(mount_factory, tmp_path):
+    m = mount_factory(opts=["lock_store=es", "es_url=http://127.0.0.1:1", "owner=A"], start=False)
+    r = subprocess.run(m.cmd(), capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1
+    err = r.stdout + r.stderr
+    assert "cannot reach the lock store" in err, err
+
+
+def test_es__strategy_mismatch_refused(emu, es_mounts, mount_factory, tmp_path):
+    es_mounts(emu, "A")
+    m = mount_factory(opts=es_opts(emu, "B", "lock_strategy=global"), name="mntG", start=False)
+    r = subprocess.run(m.cmd(), capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1
+    assert "refusing to mix strategies" in r.stdout + r.stderr
+
+
+def test_es__paused_store_fails_in_time_and_cleans_up(emu, es_mounts):
+    (a,) = es_mounts(emu, "A", opts={"A": ["lock_timeout=3", "es_timeout_ms=500"]})
+    makedirs(a, "s")
+    write(a, "s/f")
+    emu.admin("POST", "/_esemu/pause")
+    try:
+        op = start_op(os.rename, a.path("s/f"), a.path("s/g"))
+        op.join(15)
+        assert not op.is_alive()
+        assert op.errno in (errno.EBUSY, errno.ENOLCK), op.error
+        assert op.elapsed < 3 + 2.5, op.elapsed
+    finally:
+        emu.admin("POST", "/_esemu/resume")
+    wait_for(lambda: lock_docs(emu) == {} and intent_docs(emu) == {}, 8,
+             what="locks cleaned up after resume")
+    # the lease recovers: renames work again
+    deadline = time.monotonic() + 8
+    while True:
+        try:
+            os.rename(a.path("s/f"), a.path("s/g"))
+            break
+        except OSError as e:
+            assert e.errno == errno.ENOLCK and time.monotonic() < deadline
+            time.sleep(0.3)
+    assert os.path.exists(a.bpath("s/g"))
+
+
+@pytest.mark.parametrize("kind", ["503", "429", "reset"])
+def test_es__injected_faults(emu, es_mounts, kind):
+    (a,) = es_mounts(emu, "A")
+    makedirs(a, "f", "g")
+    write(a, "f/g/x")
+    name = "x"
+    for i in range(6):
+        emu.admin("POST", "/_esemu/fail", {"count": 2, "kind": kind})
+        os.rename(a.path("f/g", name), a.path("f/g", "x%d" % i))
+        name = "x%d" % i
+    assert os.listdir(a.bpath("f/g")) == [name]
+    wait_for(lambda: lock_docs(emu) == {}, 5, what="no lock left")
+
+
+def test_es__wrong_password(tmp_path_factory, mount_factory, tmp_path):
+    pw = tmp_path / "pw"
+    pw.write_text("right-horse")
+    emu = start_emulator(tmp_path_factory, "es8", ["--user", "elastic", "--password-file", str(pw)])
+    try:
+        m = mount_factory(opts=es_opts(emu, "A", "es_user=elastic"), start=False)
+        env = dict(os.environ, TREELOCKFS_ES_PASSWORD="battery-staple-wrong")
+        r = subprocess.run(m.cmd(), capture_output=True, text=True, timeout=30, env=env)
+        out = r.stdout + r.stderr
+        assert r.returncode == 1
+        assert "battery-staple-wrong" not in out
+        lines = [l for l in out.splitlines() if "credentials" in l]
+        assert len(lines) == 1, out
+        # and with the right one (from a private file) it mounts and renames
+        secret = tmp_path / "secret"
+        secret.write_text("right-horse\n")
+        os.chmod(secret, 0o600)
+        ok = mount_factory(opts=es_opts(emu, "A", "es_user=elastic",
+                                        "es_password_file=%s" % secret), name="mntok")
+        os.mkdir(ok.path("d"))
+        os.rename(ok.path("d"), ok.path("e"))
+        ok.stop()
+        assert "right-horse" not in ok.log()
+    finally:
+        emu.stop()
+
+
+def test_es__tls_with_private_ca(tmp_path_factory, mount_factory, tmp_path):
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+                    "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    emu = start_emulator(tmp_path_factory, "es8", ["--tls-cert", str(cert), "--tls-key", str(key)])
+    try:
+        assert emu.url.startswith("https://")
+        # without the CA: refused at mount time
+        m = mount_factory(opts=es_opts(emu, "A"), name="mntnoca", start=False)
+        r = subprocess.run(m.cmd(), capture_output=True, text=True, timeout=30)
+        assert r.returncode == 1
+        ok = mount_factory(opts=es_opts(emu, "A", "es_cacert=%s" % cert), name="mntca")
+        os.mkdir(ok.path("d"))
+        os.rename(ok.path("d"), ok.path("e"))
+        assert ctl(emu, "check", extra=["--es_cacert=%s" % cert]).returncode == 0
+        ok.stop()
+    finally:
+        emu.stop()
+
+
+def test_es__ctl_check_and_locks(emu, es_mounts):
+    (a,) = es_mounts(emu, "A", opts={"A": ["rename_delay_ms=1500"]})
+    makedirs(a, "u", "v")
+    r = ctl(emu, "check")
+    assert r.returncode == 0, r.stderr
+    assert "strategy: tree" in r.stdout
+    op = start_op(os.rename, a.path("u/v"), a.path("u/w"))
+    wait_for(lambda: held_by(emu, "/u/v"), 5, what="locks")
+    r = ctl(emu, "locks")
+    assert r.returncode == 0
+    assert "/u/v" in r.stdout and "exclusive" in r.stdout and "/u " in r.stdout
+    r = ctl(emu, "locks", "/u/v")
+    assert "/u/w" not in r.stdout
+    r = ctl(emu, "owners")
+    assert "alive" in r.stdout and "A:" in r.stdout
+    r = ctl(emu, "intents", "--all")
+    assert "rename '/u/v' -> '/u/w'" in r.stdout
+    op.join(10)
+    assert op.error is None
+    assert ctl(emu, "bogus").returncode == 1
+    assert ctl(emu, "check", url="http://127.0.0.1:1").returncode == 2
