@@ -592,10 +592,6 @@ class Emulator(object):
         if if_term is not None and if_term < 0:
             raise EsError(400, "illegal_argument_exception",
                           "primary term must be non negative. got [%d]" % if_term)
-        if if_seq_no is not None and (if_term is None or if_term == 0):
-            msgs.append("ifSeqNo is set, but primary term is [0]")
-        if if_term not in (None, 0) and if_seq_no is None:
-            msgs.append("ifSeqNo is unassigned, but primary term is [%d]" % if_term)
         return if_seq_no, if_term, msgs
 
     def version_params(self, req):
@@ -911,21 +907,7 @@ class Emulator(object):
         for p in ("wait_for_active_shards", "timeout", "routing"):
             req.param(p)
         self.pipeline_check(req)
-        if vt in ("external", "external_gte") and version is None:
-            msgs.append("version type [%s] requires a version" % vt if False else
-                        "an external version is required" if False else "version is required")
-        if op_type == "create" and vt in ("external", "external_gte"):
-            msgs.append("create operations only support internal versioning. use index instead")
-        if op_type == "create" and if_seq_no is not None:
-            msgs.append("create operations do not support compare and set. use index instead")
-        if version is not None and vt in (None, "internal"):
-            if op_type == "create":
-                msgs.append("create operations do not support explicit versions. use index instead")
-            else:
-                msgs.append("internal versioning can not be used for optimistic concurrency control. "
-                            "Please use `if_seq_no` and `if_primary_term` instead")
-        if if_seq_no is not None and vt in ("external", "external_gte"):
-            msgs.append("compare and write operations can not use versioning")
+        msgs += index_validation(op_type, doc_id, version, vt, if_seq_no, if_term)
         source, raw = self.doc_source_body(req, doc_id)
         if msgs:
             raise st.validation_error(*msgs)
@@ -1006,11 +988,7 @@ class Emulator(object):
         policy = self.refresh_policy(req)
         for p in ("wait_for_active_shards", "timeout", "routing"):
             req.param(p)
-        if version is not None and vt in (None, "internal"):
-            msgs.append("internal versioning can not be used for optimistic concurrency control. "
-                        "Please use `if_seq_no` and `if_primary_term` instead")
-        if if_seq_no is not None and vt in ("external", "external_gte"):
-            msgs.append("compare and write operations can not use versioning")
+        msgs += cas_validation(version, vt, if_seq_no, if_term)
         if msgs:
             raise st.validation_error(*msgs)
         if vt in ("external", "external_gte"):
@@ -1063,20 +1041,21 @@ class Emulator(object):
         return req
 
     def validate_update(self, u, retry):
+        """UpdateRequest.validate() after the CAS checks, in its order."""
         msgs = []
+        if u.get("if_seq_no") is not None:
+            if retry > 0:
+                msgs.append("compare and write operations can not be retried")
+            if u.get("doc_as_upsert"):
+                msgs.append("compare and write operations can not be used with upsert")
+            if u.get("upsert") is not None:
+                msgs.append("upsert requests don't support `if_seq_no` and `if_primary_term`")
         if u.get("script") is None and u.get("doc") is None:
             msgs.append("script or doc is missing")
         if u.get("script") is not None and u.get("doc") is not None:
             msgs.append("can't provide both script and doc")
-        if u.get("doc_as_upsert") and u.get("upsert") is not None:
-            msgs.append("doc must be specified if doc_as_upsert is enabled" if u.get("doc") is None else
-                        "can't provide both upsert request and doc_as_upsert")
-        if u.get("if_seq_no") is not None and retry > 0:
-            msgs.append("compare and write operations can not be retried")
-        if u.get("if_seq_no") is not None and u.get("doc_as_upsert"):
-            msgs.append("compare and write operations can not be used with upsert")
-        if u.get("if_seq_no") is not None and u.get("upsert") is not None:
-            msgs.append("upsert requests don't support `if_seq_no` and `if_primary_term`")
+        if u.get("doc") is None and u.get("doc_as_upsert"):
+            msgs.append("doc must be specified if doc_as_upsert is enabled")
         return msgs
 
     def do_update(self, idx, doc_id, u):
@@ -1110,6 +1089,7 @@ class Emulator(object):
         if if_seq_no is not None:
             u["if_seq_no"], u["if_primary_term"] = if_seq_no, if_term
         u["retry_on_conflict"] = retry
+        msgs += cas_validation(None, None, if_seq_no, if_term)
         msgs += self.validate_update(u, retry)
         if retry < 0:
             msgs.append("retry_on_conflict must be greater than or equal to 0")
@@ -1294,10 +1274,6 @@ class Emulator(object):
         if if_term is not None:
             if_term = int(if_term)
         msgs = []
-        if if_seq_no is not None and not if_term:
-            msgs.append("ifSeqNo is set, but primary term is [0]")
-        if if_term and if_seq_no is None:
-            msgs.append("ifSeqNo is unassigned, but primary term is [%d]" % if_term)
         version = meta.get("version")
         vt = meta.get("version_type")
         if vt is not None and vt not in ("internal", "external", "external_gte", "force"):
@@ -1307,9 +1283,7 @@ class Emulator(object):
         if op == "delete":
             if doc_id is None:
                 raise st.validation_error("id is missing")
-            if version is not None and vt in (None, "internal"):
-                msgs.append("internal versioning can not be used for optimistic concurrency control. "
-                            "Please use `if_seq_no` and `if_primary_term` instead")
+            msgs += cas_validation(int(version) if version is not None else None, vt, if_seq_no, if_term)
             if msgs:
                 raise st.validation_error(*msgs)
             idx = self.store.indices.get(name)
@@ -1326,14 +1300,8 @@ class Emulator(object):
             return body
         if op in ("index", "create"):
             op_type = "create" if op == "create" or meta.get("op_type") == "create" else "index"
-            if version is not None and vt in (None, "internal"):
-                msgs.append("internal versioning can not be used for optimistic concurrency control. "
-                            "Please use `if_seq_no` and `if_primary_term` instead" if op_type == "index" else
-                            "create operations do not support explicit versions. use index instead")
-            if op_type == "create" and vt in ("external", "external_gte"):
-                msgs.append("create operations only support internal versioning. use index instead")
-            if op_type == "create" and if_seq_no is not None:
-                msgs.append("create operations do not support compare and set. use index instead")
+            msgs += index_validation(op_type, doc_id, int(version) if version is not None else None, vt,
+                                     if_seq_no, if_term)
             if msgs:
                 raise st.validation_error(*msgs)
             source, raw = self.parse_source(src_text, doc_id)
@@ -1353,6 +1321,7 @@ class Emulator(object):
         if if_seq_no is not None:
             u["if_seq_no"], u["if_primary_term"] = if_seq_no, if_term
         u["retry_on_conflict"] = retry
+        msgs += cas_validation(None, None, if_seq_no, if_term)
         msgs += self.validate_update(u, retry)
         if msgs:
             raise st.validation_error(*msgs)
@@ -1749,6 +1718,41 @@ class Emulator(object):
             self.tasks = getattr(self, "tasks", 0) + 1
             return 200, {"task": "esemu-node:%d" % self.tasks}
         return (409 if failures else 200), body
+
+
+def cas_validation(version, vt, if_seq_no, if_term):
+    """DocWriteRequest.validateSeqNoBasedCASParams, in its order."""
+    vt = vt or "internal"
+    msgs = []
+    if vt in ("external", "external_gte") and (version is None or version < 0):
+        msgs.append("illegal version value [%d] for version type [%s]" % (
+            -3 if version is None else version, vt.upper()))
+    if vt == "internal" and version is not None:
+        msgs.append("internal versioning can not be used for optimistic concurrency control. "
+                    "Please use `if_seq_no` and `if_primary_term` instead")
+    if if_seq_no is not None and (vt != "internal" or version is not None):
+        msgs.append("compare and write operations can not use versioning")
+    if if_seq_no is not None and not if_term:
+        msgs.append("ifSeqNo is set, but primary term is [0]")
+    if if_term and if_seq_no is None:
+        msgs.append("ifSeqNo is unassigned, but primary term is [%d]" % if_term)
+    return msgs
+
+
+def index_validation(op_type, doc_id, version, vt, if_seq_no, if_term):
+    """IndexRequest.validate(): the create checks return early."""
+    vt = vt or "internal"
+    if op_type == "create":
+        if vt != "internal":
+            return ["create operations only support internal versioning. use index instead"]
+        if version is not None:
+            return ["create operations do not support explicit versions. use index instead"]
+        if if_seq_no is not None or if_term:
+            return ["create operations do not support compare and set. use index instead"]
+    msgs = []
+    if doc_id is None and (vt != "internal" or version is not None):
+        msgs.append("an id must be provided if version type or value are set")
+    return msgs + cas_validation(version, vt, if_seq_no, if_term)
 
 
 def _as_list(v):

@@ -2051,16 +2051,19 @@ def compile_script(source, globals_=UPDATE_GLOBALS):
 
 
 def compile_error_stack(source, err):
-    """Stack/position for a compile error (statement starts found by a
-    tolerant re-scan of the tokens)."""
-    starts = [0]
-    try:
-        toks = tokenize(source)
-        prev = None
-        for t in toks:
-            if prev is not None and prev.kind == "op" and prev.val in (";", "{", "}"):
-                starts.append(t.pos)
-            prev = t
-    except CompileError:
-        pass
-    return script_stack(source, err.offset, starts)
+    """Stack/position for a compile error, as PainlessScriptEngine builds it:
+    25 characters either side of the offending offset, with ``... ``
+    marking cut ends."""
+    offset = err.offset
+    if offset is None:
+        return ["<<< unknown portion of script >>>"], None
+    start = max(0, offset - 25)
+    end = min(len(source), offset + 25)
+    snippet = source[start:end]
+    pad = offset - start
+    if start > 0:
+        snippet = "... " + snippet
+        pad += 4
+    if end < len(source):
+        snippet = snippet + " ..."
+    return [snippet, " " * pad + "^---- HERE"], {"offset": offset, "start": start, "end": end}
