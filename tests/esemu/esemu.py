@@ -920,9 +920,8 @@ class Emulator(object):
         body = self.write_body(req, idx, doc.id, result, doc.version, doc.seq_no, forced)
         headers = {}
         if status == 201:
-            headers["Location"] = "/%s/%s/%s" % (urllib.parse.quote(idx.name, safe=""),
-                                                 req.pp.get("type", "_doc"),
-                                                 urllib.parse.quote(doc.id, safe=""))
+            headers["Location"] = "/%s/%s/%s" % (java_urlencode(idx.name), java_urlencode(req.pp.get("type", "_doc")),
+                                                 java_urlencode(doc.id))
         return status, body, headers
 
     def h_create(self, req):
@@ -937,6 +936,9 @@ class Emulator(object):
         for p in ("stored_fields", "preference", "routing"):
             req.param(p)
         fetch, inc, exc = self.source_filter(req)
+        if req.params.get("stored_fields") is not None and "_source" not in req.params \
+                and "_source_includes" not in req.params and "_source_excludes" not in req.params:
+            fetch = False  # asking for stored fields only drops _source, as Elasticsearch does
         version, vt = self.version_params(req)
         idx = self.store.indices.get(name)
         if idx is None:
@@ -1124,8 +1126,8 @@ class Emulator(object):
                            "_source": st.filter_source(doc.source, inc, exc)}
         headers = {}
         if status == 201:
-            headers["Location"] = "/%s/_doc/%s" % (urllib.parse.quote(idx.name, safe=""),
-                                                   urllib.parse.quote(doc_id, safe=""))
+            headers["Location"] = "/%s/%s/%s" % (java_urlencode(idx.name), java_urlencode(req.pp.get("type", "_doc")),
+                                                 java_urlencode(doc_id))
         return status, body, headers
 
     # bulk
@@ -1720,6 +1722,11 @@ class Emulator(object):
         return (409 if failures else 200), body
 
 
+def java_urlencode(s):
+    """java.net.URLEncoder.encode(s, "UTF-8") (used for the Location header)."""
+    return urllib.parse.quote_plus(s, safe="*").replace("~", "%7E")
+
+
 def cas_validation(version, vt, if_seq_no, if_term):
     """DocWriteRequest.validateSeqNoBasedCASParams, in its order."""
     vt = vt or "internal"
@@ -1959,9 +1966,14 @@ class Handler(BaseHTTPRequestHandler):
         try:
             segs = [urllib.parse.unquote(s, errors="strict") for s in path.split("/")[1:] if s != ""]
         except UnicodeDecodeError:
-            segs = []
+            segs = None
         req = Request(self.command, raw_path, path, segs, params, self.headers, body)
         self._req = req
+        if segs is None:
+            ctl.count("unknown")
+            self._req = Request(self.command, raw_path, path, [], {}, self.headers, body)
+            return self.send_error_obj(EsError(400, "illegal_argument_exception",
+                                               "unable to decode the path of [%s] as UTF-8" % path))
         api, pp, allowed = self.route(segs)
         ctl.count(STATS_NAMES.get(api, api) if api else "unknown")
         fail = ctl.next_failure()

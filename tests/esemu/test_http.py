@@ -138,7 +138,7 @@ def test_id_too_long_and_empty(es):
 
 def test_percent_encoded_ids(es):
     st, h, b = es.put("/idx/_create/%2Fa%2Fb%20c%2Bd", {"a": 1})
-    assert st == 201 and b["_id"] == "/a/b c+d" and h["location"] == "/idx/_doc/%2Fa%2Fb%20c%2Bd"
+    assert st == 201 and b["_id"] == "/a/b c+d" and h["location"] == "/idx/_doc/%2Fa%2Fb+c%2Bd"
     assert es.get("/idx/_doc/%2Fa%2Fb%20c%2Bd")[2]["found"] is True
     assert es.get("/idx/_doc/%2Fa%2Fb%20c+d")[2]["found"] is True  # '+' in a path is a plus
 

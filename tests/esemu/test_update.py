@@ -208,3 +208,41 @@ def test_conflicts_visible_without_retry(es):
     n = es.get("/locks/_doc/counter")[2]["_source"]["n"]
     assert n == 200
     assert conflicts > 0  # contention produces 409s when retry_on_conflict is 0
+
+
+def test_compile_error_snippet_like_painless(es):
+    es.put("/locks/_doc/x", {"lock_count": 1})
+    src = "if (ctx._source.lock_type == 'exclusive') { assert false }; ctx._source.lock_count++"
+    st, _, b = upd(es, "x", {"script": src})
+    se = b["error"]["caused_by"]
+    assert se["script_stack"] == ["... == 'exclusive') { assert false }; ctx._source.lock ...",
+                                  "                             ^---- HERE"]
+    assert se["position"] == {"offset": 51, "start": 26, "end": 76}
+    assert se["caused_by"] == {"type": "illegal_argument_exception",
+                               "reason": "invalid sequence of tokens near ['false']."}
+
+
+def test_runtime_error_snippet_is_the_statement(es):
+    es.put("/locks/_create/x", {"lock_type": "exclusive"})
+    st, _, b = upd(es, "x", {"script": SHARED})
+    se = b["error"]["caused_by"]
+    assert se["script_stack"] == ["throw new IllegalStateException('exclusive'); } ", "^---- HERE"]
+    assert se["position"] == {"offset": 44, "start": 44, "end": 92}
+
+
+def test_validation_messages_in_order(es):
+    es.put("/locks")
+    st, _, b = es.put("/locks/_doc/1?if_seq_no=1&version=2", {"a": 1})
+    assert b["error"]["reason"] == (
+        "Validation Failed: 1: internal versioning can not be used for optimistic concurrency control. Please use "
+        "`if_seq_no` and `if_primary_term` instead;2: compare and write operations can not use versioning;"
+        "3: ifSeqNo is set, but primary term is [0];")
+    st, _, b = es.put("/locks/_doc/1?op_type=create&version=2", {"a": 1})
+    assert b["error"]["reason"] == ("Validation Failed: 1: create operations do not support explicit versions. "
+                                    "use index instead;")
+    st, _, b = es.post("/locks/_update/1?if_seq_no=1&if_primary_term=1&retry_on_conflict=1",
+                       {"doc": {"a": 1}, "doc_as_upsert": True})
+    assert b["error"]["reason"] == ("Validation Failed: 1: compare and write operations can not be retried;"
+                                    "2: compare and write operations can not be used with upsert;")
+    st, _, b = es.post("/locks/_update/1", {"doc_as_upsert": True, "script": "ctx.op='none'"})
+    assert b["error"]["reason"] == "Validation Failed: 1: doc must be specified if doc_as_upsert is enabled;"
