@@ -7,6 +7,8 @@ searches its default path, which starts with /usr/local/sbin and
 /usr/local/bin: the built binary is installed for the duration of these
 tests as a symlink /usr/local/bin/treelockfs (never over an existing file;
 an exclusive lock keeps concurrent runs apart), and removed afterwards.
+TREELOCKFS_TEST_NO_SYSTEM_CHANGES=1 (set by debian/rules: a package build
+must not touch the system) skips the tests that need that symlink.
 
 Without -f, treelockfs detaches once mounted and logs to syslog; these
 mounts are found by their process (argv names our mount point) and ended
@@ -44,6 +46,8 @@ def need_root():
 def helper():
     """Makes `treelockfs` resolvable by mount.fuse3's shell; yields its path."""
     need_root()
+    if os.environ.get("TREELOCKFS_TEST_NO_SYSTEM_CHANGES") == "1":
+        pytest.skip("TREELOCKFS_TEST_NO_SYSTEM_CHANGES=1: not installing %s" % HELPER)
     if MOUNT_FUSE is None:
         pytest.skip("no mount.fuse3 (Debian package fuse3)")
     if not os.path.isdir(HELPER_DIR):
