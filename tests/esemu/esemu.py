@@ -764,8 +764,8 @@ class Emulator(object):
         except EsError:
             idxs = []
             missing = True
-        primaries = len(idxs)
-        unassigned = sum(i.replicas for i in idxs)
+        primaries = sum(i.num_shards for i in idxs)
+        unassigned = sum(i.replicas * i.num_shards for i in idxs)
         status = "red" if missing else ("yellow" if unassigned else "green")
         rank = {"green": 0, "yellow": 1, "red": 2}
         timed_out = False
@@ -826,7 +826,7 @@ class Emulator(object):
         s = {"index": {}}
         ix = s["index"]
         ix["creation_date"] = str(idx.created)
-        ix["number_of_shards"] = "1"
+        ix["number_of_shards"] = str(idx.num_shards)
         ix["number_of_replicas"] = str(idx.replicas)
         ix["uuid"] = idx.uuid
         ix["version"] = {"created": {"es7": "7171899", "es8": "8512000", "opensearch1": "135238227",
@@ -885,8 +885,8 @@ class Emulator(object):
                                   ignore_unavailable=req.bool_param("ignore_unavailable"))
         for i in idxs:
             i.refresh()
-        total = sum(1 + i.replicas for i in idxs)
-        return 200, {"_shards": {"total": total, "successful": len(idxs), "failed": 0}}
+        total = sum((1 + i.replicas) * i.num_shards for i in idxs)
+        return 200, {"_shards": {"total": total, "successful": sum(i.num_shards for i in idxs), "failed": 0}}
 
     # documents
     def h_index(self, req, create=False):
@@ -1551,7 +1551,7 @@ class Emulator(object):
             hits_obj["total"] = total_obj
         hits_obj["max_score"] = max_score
         hits_obj["hits"] = out_hits
-        n = len(idxs)
+        n = sum(i.num_shards for i in idxs)
         return 200, {"took": int((time.monotonic() - started) * 1000), "timed_out": False,
                      "_shards": {"total": n, "successful": n, "skipped": 0, "failed": 0}, "hits": hits_obj}
 
@@ -1645,8 +1645,8 @@ class Emulator(object):
                                   allow_no_indices=req.bool_param("allow_no_indices", True))
         self.store.check_query(idxs, query)
         n = len(self.store.search(idxs, query))
-        return 200, {"count": n, "_shards": {"total": len(idxs), "successful": len(idxs), "skipped": 0,
-                                             "failed": 0}}
+        shards = sum(i.num_shards for i in idxs)
+        return 200, {"count": n, "_shards": {"total": shards, "successful": shards, "skipped": 0, "failed": 0}}
 
     def h_delete_by_query(self, req):
         started = time.monotonic()

@@ -880,7 +880,7 @@ class Index(object):
         self.settings = settings or {}
         self.docs = {}
         self.tombstones = {}
-        self.max_seq_no = -1
+        self.max_seq_nos = {}  # shard -> highest _seq_no
         self.searchable = {}
         self.lock = threading.Lock()
         self.doc_locks = {}
@@ -892,6 +892,23 @@ class Index(object):
             return int(self.settings.get("number_of_replicas", 1))
         except (TypeError, ValueError):
             return 1
+
+    @property
+    def num_shards(self):
+        try:
+            return max(1, int(self.settings.get("number_of_shards", 1)))
+        except (TypeError, ValueError):
+            return 1
+
+    def shard_of(self, doc_id):
+        """OperationRouting: murmur3 of the id, over the routing shards."""
+        n = self.num_shards
+        if n == 1:
+            return 0
+        log2_num = (n - 1).bit_length()
+        routing_num = n << max(1, 10 - log2_num)
+        h = murmur3_es(doc_id)
+        return (h % routing_num) // (routing_num // n)
 
     def shards(self):
         return {"total": 1 + self.replicas, "successful": 1, "failed": 0}
@@ -918,13 +935,52 @@ class Index(object):
 
     def vce(self, doc_id, reason):
         return EsError(409, "version_conflict_engine_exception", "[%s]: version conflict, %s" % (doc_id, reason),
-                       {"index_uuid": self.uuid, "shard": "0", "index": self.name})
+                       {"index_uuid": self.uuid, "shard": str(self.shard_of(doc_id)), "index": self.name})
 
     def doc_missing(self, doc_id, flavor):
         reason = "[%s]: document missing" % doc_id if flavor == "es8" else \
             "[_doc][%s]: document missing" % doc_id
         return EsError(404, "document_missing_exception", reason,
-                       {"index_uuid": self.uuid, "shard": "0", "index": self.name})
+                       {"index_uuid": self.uuid, "shard": str(self.shard_of(doc_id)), "index": self.name})
+
+
+def murmur3_es(text):
+    """Murmur3HashFunction.hash(String): murmur3_x86_32 (seed 0) over the
+    UTF-16LE code units of the string, as a signed int."""
+    data = bytearray()
+    for ch in text.encode("utf-16-le"):
+        data.append(ch)
+    c1, c2 = 0xcc9e2d51, 0x1b873593
+    h = 0
+    n = len(data)
+    nblocks = n // 4
+    for i in range(nblocks):
+        k = data[4 * i] | (data[4 * i + 1] << 8) | (data[4 * i + 2] << 16) | (data[4 * i + 3] << 24)
+        k = (k * c1) & 0xFFFFFFFF
+        k = ((k << 15) | (k >> 17)) & 0xFFFFFFFF
+        k = (k * c2) & 0xFFFFFFFF
+        h ^= k
+        h = ((h << 13) | (h >> 19)) & 0xFFFFFFFF
+        h = (h * 5 + 0xe6546b64) & 0xFFFFFFFF
+    tail = data[nblocks * 4:]
+    k = 0
+    if len(tail) >= 3:
+        k ^= tail[2] << 16
+    if len(tail) >= 2:
+        k ^= tail[1] << 8
+    if len(tail) >= 1:
+        k ^= tail[0]
+        k = (k * c1) & 0xFFFFFFFF
+        k = ((k << 15) | (k >> 17)) & 0xFFFFFFFF
+        k = (k * c2) & 0xFFFFFFFF
+        h ^= k
+    h ^= n
+    h ^= h >> 16
+    h = (h * 0x85ebca6b) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * 0xc2b2ae35) & 0xFFFFFFFF
+    h ^= h >> 16
+    return h - (1 << 32) if h & 0x80000000 else h
 
 
 def _uuid():
@@ -1114,9 +1170,11 @@ class Store(object):
             self._dirty()
 
     # ---------------------------------------------------------------- writes
-    def _next_seq(self, idx):
-        idx.max_seq_no += 1
-        return idx.max_seq_no
+    def _next_seq(self, idx, doc_id):
+        shard = idx.shard_of(doc_id)
+        seq = idx.max_seq_nos.get(shard, -1) + 1
+        idx.max_seq_nos[shard] = seq
+        return seq
 
     def write_index(self, idx, doc_id, source, op_type="index", if_seq_no=None, if_primary_term=None,
                     version=None, version_type=None, raw=None):
@@ -1153,7 +1211,7 @@ class Store(object):
                 else:
                     ts = idx.live_tombstone(doc_id)
                     new_version = ts[0] + 1 if ts else 1
-                doc = Doc(doc_id, source, self._next_seq(idx), new_version, raw=raw)
+                doc = Doc(doc_id, source, self._next_seq(idx, doc_id), new_version, raw=raw)
                 idx.docs[doc_id] = doc
                 idx.tombstones.pop(doc_id, None)
                 self.gen += 1
@@ -1186,7 +1244,7 @@ class Store(object):
                 else:
                     ts = idx.live_tombstone(doc_id)
                     new_version = ts[0] + 1 if ts else 1
-                seq = self._next_seq(idx)
+                seq = self._next_seq(idx, doc_id)
                 if cur is not None:
                     del idx.docs[doc_id]
                 idx.tombstones[doc_id] = (new_version, seq, time.monotonic())
@@ -1320,7 +1378,8 @@ class Store(object):
                     now = time.monotonic()
                     out["indices"][name] = {
                         "uuid": idx.uuid, "created": idx.created, "mappings": idx.mappings,
-                        "settings": idx.settings, "max_seq_no": idx.max_seq_no,
+                        "settings": idx.settings,
+                        "max_seq_nos": {str(k): v for k, v in idx.max_seq_nos.items()},
                         "docs": {d.id: [d.source, d.seq_no, d.version, d.raw] for d in idx.docs.values()},
                         "tombstones": {k: [v[0], v[1], GC_DELETES_SECONDS - (now - v[2])]
                                        for k, v in idx.tombstones.items()
@@ -1359,7 +1418,7 @@ class Store(object):
         now = time.monotonic()
         for name, d in data.get("indices", {}).items():
             idx = Index(name, d.get("mappings") or {}, d.get("settings") or {}, d.get("uuid"), d.get("created"))
-            idx.max_seq_no = d.get("max_seq_no", -1)
+            idx.max_seq_nos = {int(k): v for k, v in (d.get("max_seq_nos") or {}).items()}
             for doc_id, v in d.get("docs", {}).items():
                 idx.docs[doc_id] = Doc(doc_id, v[0], v[1], v[2], raw=v[3] if len(v) > 3 else None)
             for doc_id, v in d.get("tombstones", {}).items():

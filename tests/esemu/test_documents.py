@@ -159,3 +159,14 @@ def test_bad_json_body(es):
     st, _, b = es.put("/idx/_doc/1", b"{not json")
     assert st == 400 and b["error"]["type"] == "mapper_parsing_exception"
     assert b["error"]["caused_by"]["type"] == "json_parse_exception"
+
+
+def test_multiple_shards_have_their_own_seq_no(es):
+    es.put("/ms", {"settings": {"number_of_shards": 3, "number_of_replicas": 0}})
+    seqs = [es.put("/ms/_doc/d%d" % i, {"i": i})[2]["_seq_no"] for i in range(30)]
+    assert max(seqs) < 29 and seqs.count(0) == 3  # three shards, three counters
+    st, _, b = es.post("/ms/_refresh")
+    assert b["_shards"] == {"total": 3, "successful": 3, "failed": 0}
+    st, _, b = es.post("/ms/_search", {"size": 0})
+    assert b["_shards"]["total"] == 3 and b["hits"]["total"]["value"] == 30
+    assert es.get("/_cluster/health/ms")[2]["active_primary_shards"] == 3
