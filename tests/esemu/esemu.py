@@ -948,8 +948,7 @@ class Emulator(object):
         if req.params.get("refresh") in ("", "true"):
             idx.refresh()
         doc = self.store.get_doc(idx, doc_id, realtime)
-        if doc is not None and version is not None and vt not in ("external", "external_gte") \
-                and doc.version != version:
+        if doc is not None and version is not None and doc.version != version:
             raise idx.vce(doc_id, "current version [%d] is different than the one provided [%d]"
                           % (doc.version, version))
         if head:
@@ -1495,15 +1494,14 @@ class Emulator(object):
                 exc = _as_list(bs.get("excludes", bs.get("exclude", [])))
         idxs = self.store.resolve(req.pp.get("index"), ignore_unavailable=req.bool_param("ignore_unavailable"),
                                   allow_no_indices=req.bool_param("allow_no_indices", True))
-        if from_ + size > 10000:
-            raise EsError(400, "search_phase_execution_exception", "all shards failed",
-                          {"phase": "query", "grouped": True, "failed_shards": []},
-                          root=[{"type": "illegal_argument_exception",
-                                 "reason": "Result window is too large, from + size must be less than or equal to: "
-                                           "[10000] but was [%d]. See the scroll api for a more efficient way to "
-                                           "request large data sets. This limit can be set by changing the "
-                                           "[index.max_result_window] index level setting." % (from_ + size)}])
+        if from_ + size > 10000 and idxs:
+            reason = ("Result window is too large, from + size must be less than or equal to: [10000] but was "
+                      "[%d]. See the scroll api for a more efficient way to request large data sets. This limit "
+                      "can be set by changing the [index.max_result_window] index level setting." % (from_ + size))
+            raise st.shard_failure(idxs, {"type": "illegal_argument_exception", "reason": reason})
         self.store.check_query(idxs, query)
+        if sort:
+            self.check_sort(idxs, sort)
         hits = self.store.search(idxs, query)
         if body.get("post_filter") is not None:
             pf = {}
@@ -1567,11 +1565,33 @@ class Emulator(object):
         raise EsError(400, "parsing_exception", "malformed sort format, within the sort array, an object, or an "
                                                 "actual string are allowed")
 
-    def sort_hits(self, hits, sort):
+    def check_sort(self, idxs, sort):
         keys = [self._sort_field(s) for s in _as_list(sort)]
         for f, o in keys:
             if o not in ("asc", "desc"):
                 raise EsError(400, "illegal_argument_exception", "Unknown SortOrder [%s]" % o)
+        for idx in idxs:
+            for s, (f, o) in zip(_as_list(sort), keys):
+                if f in ("_score", "_doc") or (f == "_id" and self.flavor != "es7"):
+                    continue
+                spec, parts = st.field_spec(idx.mappings, f)
+                unmapped = isinstance(s, dict) and isinstance(s.get(f), dict) and "unmapped_type" in s[f]
+                if spec is None and not unmapped:
+                    raise st.shard_failure(idxs, {"type": "query_shard_exception",
+                                                  "reason": "No mapping found for [%s] in order to sort on" % f,
+                                                  "index_uuid": idx.uuid, "index": idx.name})
+                if spec is not None and spec.get("type") in ("text", "match_only_text") \
+                        and not spec.get("fielddata"):
+                    raise st.shard_failure(idxs, {
+                        "type": "illegal_argument_exception",
+                        "reason": "Text fields are not optimised for operations that require per-document field "
+                                  "data like aggregations and sorting, so these operations are disabled by default. "
+                                  "Please use a keyword field instead. Alternatively, set fielddata=true on [%s] in "
+                                  "order to load field data by uninverting the inverted index. Note that this can "
+                                  "use significant memory." % f})
+
+    def sort_hits(self, hits, sort):
+        keys = [self._sort_field(s) for s in _as_list(sort)]
         rows = []
         for h in hits:
             idx, d, score = h
@@ -1585,24 +1605,7 @@ class Emulator(object):
                     vals.append(d.id)
                 else:
                     spec, parts = st.field_spec(idx.mappings, f)
-                    if spec is None:
-                        raise EsError(400, "search_phase_execution_exception", "all shards failed",
-                                      {"phase": "query", "grouped": True, "failed_shards": []},
-                                      root=[{"type": "query_shard_exception",
-                                             "reason": "No mapping found for [%s] in order to sort on" % f,
-                                             "index_uuid": idx.uuid, "index": idx.name}])
-                    if spec.get("type") in ("text", "match_only_text"):
-                        raise EsError(400, "search_phase_execution_exception", "all shards failed",
-                                      {"phase": "query", "grouped": True, "failed_shards": []},
-                                      root=[{"type": "illegal_argument_exception",
-                                             "reason": "Text fields are not optimised for operations that require "
-                                                       "per-document field data like aggregations and sorting, so "
-                                                       "these operations are disabled by default. Please use a "
-                                                       "keyword field instead. Alternatively, set fielddata=true on "
-                                                       "[%s] in order to load field data by uninverting the "
-                                                       "inverted index. Note that this can use significant "
-                                                       "memory." % f}])
-                    terms = st.indexed_terms(spec, st.extract(d.source, parts))
+                    terms = st.indexed_terms(spec, st.extract(d.source, parts)) if spec is not None else []
                     if not terms:
                         vals.append(None)
                     else:

@@ -89,6 +89,20 @@ class EsError(Exception):
         return {"error": e, "status": self.status}
 
 
+def shard_failure(idxs, cause, phase="query"):
+    """search_phase_execution_exception "all shards failed" around ``cause``
+    (an EsError or a rendered dict), as a search whose every shard failed."""
+    inner = cause.inner() if isinstance(cause, EsError) else dict(cause)
+    root = cause.root_causes()[0] if isinstance(cause, EsError) else dict(cause)
+    failed = []
+    for i in idxs[:1]:
+        failed.append({"shard": 0, "index": i.name, "node": "esemu-node-id", "reason": inner})
+    caused = dict(inner)
+    return EsError(400, "search_phase_execution_exception", "all shards failed",
+                   {"phase": phase, "grouped": True, "failed_shards": failed},
+                   caused_by=caused, root=[root])
+
+
 def validation_error(*messages):
     reason = "Validation Failed: " + "".join("%d: %s;" % (i + 1, m) for i, m in enumerate(messages))
     return EsError(400, "action_request_validation_exception", reason)
@@ -183,6 +197,12 @@ def _validate_props(props):
     if not isinstance(props, dict):
         return
     for name, spec in props.items():
+        if name.strip() == "":
+            reason = "field name cannot be an empty string" if name == "" else \
+                "field name cannot contain only whitespace: ['%s']" % name
+            raise EsError(400, "mapper_parsing_exception", "Failed to parse mapping [_doc]: " + reason,
+                          caused_by={"type": "illegal_argument_exception", "reason": reason},
+                          root=[{"type": "mapper_parsing_exception", "reason": "Failed to parse mapping [_doc]: " + reason}])
         if not isinstance(spec, dict):
             reason = "Expected map for property [fields] on field [%s] but got a class java.lang.String" % name
             raise EsError(400, "mapper_parsing_exception", "Failed to parse mapping [_doc]: " + reason,
@@ -1289,6 +1309,8 @@ class Store(object):
             if req.get("scripted_upsert") and req.get("script") is not None:
                 ctx = {"op": "create", "_source": painless.from_json(source), "_now": painless.JLong(
                     int(time.time() * 1000))}
+                if self.flavor == "es8":  # UpsertCtxMap also exposes the index and id
+                    ctx = {"_index": idx.name, "_id": doc_id, "_routing": None, **ctx}
                 run_script(req["script"], ctx, idx, doc_id)
                 op = ctx.get("op")
                 if op != "create":
@@ -1361,8 +1383,16 @@ class Store(object):
         return parse_query(query, ctx)
 
     def check_query(self, idxs, query):
+        """Parse the query against every index; failures that Elasticsearch
+        reports per shard become a search_phase_execution_exception."""
         for idx in idxs:
-            self._compile_query(query, QueryContext(idx, {}, self.flavor))
+            try:
+                self._compile_query(query, QueryContext(idx, {}, self.flavor))
+            except EsError as e:
+                if e.etype == "query_shard_exception":
+                    e.extra = dict(e.extra, index_uuid=idx.uuid, index=idx.name)
+                    raise shard_failure(idxs, e)
+                raise
         if not idxs and query is not None:
             self._compile_query(query, QueryContext(Index("_probe"), {}, self.flavor))
 

@@ -212,3 +212,18 @@ def test_delete_by_query_requires_query(es):
     assert st == 400 and "query is missing" in b["error"]["reason"]
     st, _, b = es.post("/locks/_delete_by_query?conflicts=maybe", {"query": {"match_all": {}}})
     assert st == 400
+
+
+def test_search_shard_failures(es):
+    setup_docs(es)
+    st, _, b = es.post("/locks/_search", {"from": 10000, "size": 1})
+    assert st == 400 and b["error"]["type"] == "search_phase_execution_exception"
+    assert b["error"]["root_cause"][0]["type"] == "illegal_argument_exception"
+    assert "Result window is too large, from + size must be less than or equal to: [10000] but was [10001]" in \
+        b["error"]["root_cause"][0]["reason"]
+    st, _, b = es.post("/locks/_search", {"query": {"term": {"n": "abc"}}})
+    assert st == 400 and b["error"]["root_cause"][0]["type"] == "query_shard_exception"
+    st, _, b = es.post("/locks/_search", {"sort": ["text"]})
+    assert st == 400 and "Text fields are not optimised" in b["error"]["root_cause"][0]["reason"]
+    st, _, b = es.post("/locks/_search", {"sort": ["nosuch"]})
+    assert st == 400 and b["error"]["root_cause"][0]["reason"] == "No mapping found for [nosuch] in order to sort on"
