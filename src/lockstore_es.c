@@ -1173,10 +1173,10 @@ static int on_refusal(struct es_store *es, struct attempt *a, enum item_state *s
 	}
 
 out_rollback:
-	/* roll back (idempotent: noop where we hold nothing) and mark */
+	/* roll back (idempotent: noop where we hold nothing) and mark; the
+	 * intent stays while we wait, so a reap finds our marks too */
 	for (i = n; i-- > 0;)
 		add_release(&b, a->ids[i], a->hkey);
-	add_intent_delete(&b, a->hkey);
 	for (i = 0; i < n; i++)
 		add_mark(es, &b, a, i);
 	if (send_idempotent(es, &b) == 0)
@@ -1219,7 +1219,7 @@ static int es_try_acquire(struct lockstore *st, const struct tl_plan *plan, stru
 	struct attempt a = {.plan = plan, .h = h};
 	struct sb b = {0};
 	cJSON *root = NULL;
-	bool fresh, any_refused, ambiguous = false;
+	bool fresh, any_refused, ambiguous = false, intent_ok = false;
 	size_t i;
 	int err = -ENOMEM, round;
 
@@ -1257,7 +1257,7 @@ static int es_try_acquire(struct lockstore *st, const struct tl_plan *plan, stru
 		if (round)
 			sleep_ms(RETRY_BASE_MS << round);
 		sb_free(&b);
-		if (round == 0)
+		if (!intent_ok)
 			add_intent(&b, &a, es->name);
 		for (i = 0; i < plan->n; i++)
 			if (state[i] == ITEM_RETRY)
@@ -1270,8 +1270,10 @@ static int es_try_acquire(struct lockstore *st, const struct tl_plan *plan, stru
 		if (err)
 			goto out_rollback;
 		it = cJSON_GetObjectItemCaseSensitive(root, "items")->child;
-		if (round == 0)
-			it = it ? it->next : NULL; /* the intent */
+		if (!intent_ok) {
+			intent_ok = item_state(it, NULL) == ITEM_OK;
+			it = it ? it->next : NULL;
+		}
 		for (i = 0; i < plan->n; i++) {
 			long status;
 
@@ -1302,7 +1304,7 @@ static int es_try_acquire(struct lockstore *st, const struct tl_plan *plan, stru
 		for (k = 0, i = 0; i < plan->n; i++)
 			if (state[i] == ITEM_RETRY)
 				k++;
-		if (k == 0)
+		if (k == 0 && intent_ok)
 			break;
 	}
 	(void)ambiguous;
@@ -1397,6 +1399,7 @@ static void es_abandon(struct lockstore *st, const struct tl_plan *plan, struct 
 	if (hold && h->marked && ids_make(plan, &ids) == 0) {
 		for (i = 0; i < plan->n; i++)
 			add_script_item(&b, ids[i], SCRIPT_UNMARK, holder_params(hold->key));
+		add_intent_delete(&b, hold->key);
 		send_idempotent(es, &b);
 	}
 	sb_free(&b);
@@ -1456,6 +1459,39 @@ static void make_owner_id(struct es_store *es)
 	snprintf(es->owner, sizeof(es->owner), "%s:%d:%s", es->name, (int)getpid(), es->nonce);
 }
 
+/* After a 409 on our lease document: an earlier write of ours may have
+ * been applied without us seeing the answer (timeout, reset). Nobody but a
+ * reaper touches the document, and a reaper deletes it. Returns -EAGAIN
+ * (it is ours: seq_no adopted, renew again) or -ESTALE (gone: reaped). */
+static int lease_reread(struct es_store *es, const char *owner)
+{
+	struct httpc_response r;
+	char id[200], path[600];
+	enum call_class cc;
+	cJSON *root;
+	int err = -EAGAIN;
+
+	snprintf(id, sizeof(id), OWNER_PREFIX "%s", owner);
+	if (es_path(es, path, sizeof(path), "_doc", id, NULL))
+		return -EAGAIN;
+	cc = es_call(es, "GET", path, NULL, NULL, 0, &r, true);
+	if (cc == CALL_OK) {
+		root = jparse(&r);
+		pthread_mutex_lock(&es->mutex);
+		if (strcmp(owner, es->owner) == 0) {
+			es->owner_seq = jint(root, "_seq_no", 0);
+			es->owner_term = jint(root, "_primary_term", 1);
+			es->owner_doc = true;
+		}
+		pthread_mutex_unlock(&es->mutex);
+		cJSON_Delete(root);
+	} else if (r.status == 404) {
+		err = -ESTALE;
+	}
+	httpc_response_free(&r);
+	return err;
+}
+
 /* Creates (CREATE) or renews our lease document. Returns 0, -ESTALE (it
  * was removed or replaced: we were reaped), -EAGAIN. */
 static int lease_write(struct es_store *es, bool create)
@@ -1497,7 +1533,7 @@ static int lease_write(struct es_store *es, bool create)
 		cJSON_Delete(root);
 		err = 0;
 	} else if (r.status == 409 || r.status == 404) {
-		err = -ESTALE;
+		err = lease_reread(es, owner);
 	} else if (r.status) {
 		char type[96] = "";
 
@@ -1585,6 +1621,8 @@ static void *heartbeat(void *arg)
 			break;
 		next = mono_ms() + period;
 		err = lease_write(es, !have_doc);
+		if (err)
+			next = mono_ms() + period / 3; /* failing: retry sooner */
 		if (err == -ESTALE) {
 			char old[160];
 
@@ -1606,9 +1644,12 @@ static void *heartbeat(void *arg)
 				       "the lease of owner '%s' was removed by another client: locks "
 				       "taken under it are lost; continuing as a new owner",
 				       old);
+				char now_id[160];
+
 				pthread_mutex_lock(&es->mutex);
-				httpc_set_opaque_id(es->http, es->owner);
+				snprintf(now_id, sizeof(now_id), "%s", es->owner);
 				pthread_mutex_unlock(&es->mutex);
+				httpc_set_opaque_id(es->http, now_id);
 				next = mono_ms(); /* create the new document at once */
 			}
 		}
