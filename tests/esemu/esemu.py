@@ -68,7 +68,8 @@ FLAVORS = {
                     "types": False, "product": False},
 }
 
-GLOBAL_PARAMS = {"pretty", "human", "error_trace", "filter_path", "source", "source_content_type"}
+# consumed by every REST channel (AbstractRestChannel) or the request parser
+GLOBAL_PARAMS = {"pretty", "human", "error_trace", "filter_path", "source", "source_content_type", "format"}
 
 WRITE_COMMON = {"wait_for_active_shards", "refresh", "routing", "timeout"}
 GET_PARAMS = {"stored_fields", "preference", "realtime", "refresh", "routing", "_source", "_source_excludes",
@@ -2147,6 +2148,10 @@ class Handler(BaseHTTPRequestHandler):
                 if "Content-Type" in self.headers else self.headers.add_header(
                 "Content-Type", req.params["source_content_type"])
         self.check_content_type(req)
+        fmt = req.params.get("format")
+        if fmt is not None and fmt.lower() != "json":
+            raise EsError(400, "illegal_argument_exception",
+                          "[esemu] response format [%s] is not supported by the emulator (only json)" % fmt)
         allowed_params = set(API_PARAMS.get(api, set())) | GLOBAL_PARAMS
         if emu.types:
             allowed_params |= ES7_EXTRA_PARAMS.get(api, set())

@@ -227,3 +227,16 @@ def test_search_shard_failures(es):
     assert st == 400 and "Text fields are not optimised" in b["error"]["root_cause"][0]["reason"]
     st, _, b = es.post("/locks/_search", {"sort": ["nosuch"]})
     assert st == 400 and b["error"]["root_cause"][0]["reason"] == "No mapping found for [nosuch] in order to sort on"
+
+
+def test_filter_path_on_bulk(es):
+    st, _, b = bulk(es, [{"create": {"_index": "f", "_id": "1"}}, {"a": 1},
+                         {"create": {"_index": "f", "_id": "1"}}, {"a": 1}],
+                    qs="?filter_path=errors,items.*.status,items.*.error.type")
+    assert b == {"errors": True, "items": [{"create": {"status": 201}},
+                                           {"create": {"status": 409,
+                                                       "error": {"type": "version_conflict_engine_exception"}}}]}
+    st, _, b = es.get("/f/_doc/1?filter_path=-_source,-_shards")
+    assert "_source" not in b and b["_id"] == "1"
+    st, _, b = es.get("/f/_doc/1?filter_path=**.a")
+    assert b == {"_source": {"a": 1}}
