@@ -170,7 +170,7 @@ def java_class(v):
     if isinstance(v, list):
         return "java.util.ArrayList"
     if isinstance(v, KeySet):
-        return "java.util.HashMap$KeySet"
+        return KeySet.NAMES[v.kind]
     if isinstance(v, Entry):
         return "java.util.HashMap$Node"
     if isinstance(v, JavaException):
@@ -379,14 +379,31 @@ def cast_to(tname, v):
 
 
 class KeySet(object):
-    def __init__(self, keys):
-        self.keys = list(keys)
+    """A live view of a map (``keySet()``, ``values()`` or ``entrySet()``)."""
+
+    NAMES = {"keys": "java.util.HashMap$KeySet", "values": "java.util.HashMap$Values",
+             "entries": "java.util.HashMap$EntrySet"}
+
+    def __init__(self, m, kind="keys"):
+        self.m = m
+        self.kind = kind
+
+    def items(self):
+        if self.kind == "keys":
+            return list(self.m.keys())
+        if self.kind == "values":
+            return list(self.m.values())
+        return [Entry(self.m, k) for k in list(self.m.keys())]
+
+    @property
+    def keys(self):
+        return self.items()
 
     def __iter__(self):
-        return iter(self.keys)
+        return iter(self.items())
 
     def __len__(self):
-        return len(self.keys)
+        return len(self.m)
 
 
 class Entry(object):
@@ -1104,16 +1121,21 @@ def call_method(o, name, args):
         if name == "isEmpty" and n == 0:
             return not o
         if name == "keySet" and n == 0:
-            return KeySet(o.keys())
+            return KeySet(o, "keys")
         if name == "values" and n == 0:
-            return list(o.values())
+            return KeySet(o, "values")
         if name == "entrySet" and n == 0:
-            return [Entry(o, k) for k in list(o.keys())]
+            return KeySet(o, "entries")
         if name == "clear" and n == 0:
             o.clear()
             return None
     elif isinstance(o, (list, KeySet)):
-        seq = o.keys if isinstance(o, KeySet) else o
+        seq = o.items() if isinstance(o, KeySet) else o
+        if isinstance(o, KeySet) and o.kind == "keys" and name == "remove" and n == 1:
+            if _hashable(args[0]) and args[0] in o.m:
+                del o.m[args[0]]
+                return True
+            return False
         if name == "size" and n == 0:
             return len(seq)
         if name == "isEmpty" and n == 0:
@@ -1383,8 +1405,28 @@ class ForEach(Node):
         if not isinstance(c, (list, KeySet)):
             raise ScriptRuntimeError("illegal_argument_exception",
                                      "Cannot iterate over [%s]" % java_class(c), self.coll.pos)
-        snapshot = list(c)
-        for item in snapshot:
+        # Java fail-fast iterators: a structural change of the collection while
+        # iterating throws ConcurrentModificationException on the next next()
+        if isinstance(c, KeySet):
+            backing = c.m
+            snapshot = c.items()
+            shape = lambda: list(backing.keys())
+        else:
+            backing = c
+            snapshot = list(c)
+            shape = lambda: len(backing)
+        before = shape()
+        cursor = 0
+        while True:
+            if isinstance(c, KeySet):
+                if cursor >= len(snapshot):
+                    break
+            elif cursor >= len(backing):  # ArrayList.hasNext(): cursor != size
+                break
+            if shape() != before:
+                raise ScriptRuntimeError("concurrent_modification_exception", None, self.pos)
+            item = snapshot[cursor] if isinstance(c, KeySet) else backing[cursor]
+            cursor += 1
             _loop_guard(env, self.pos)
             env.vars[self.name] = cast_to(self.tname, item)
             env.types[self.name] = None if self.tname in ("def", "var") else self.tname
@@ -1394,8 +1436,6 @@ class ForEach(Node):
                 break
             except Continue:
                 continue
-            if isinstance(c, list) and len(c) != len(snapshot):
-                raise ScriptRuntimeError("concurrent_modification_exception", None, self.pos)
 
 
 class ReturnStmt(Node):

@@ -198,3 +198,21 @@ def test_instanceof_and_null_safe():
     _, s, _ = run("ctx._source.a = ctx._source.m instanceof Map; ctx._source.b = ctx._source.x?.y; "
                   "ctx._source.c = ctx._source.x ?: 'dflt'", {"m": {}})
     assert s == {"m": {}, "a": True, "b": None, "c": "dflt"}
+
+
+def test_map_views_are_live_and_fail_fast():
+    _, s, _ = run("def ks = ctx._source.h.keySet(); ctx._source.h.put('c', 3); ctx._source.n = ks.size(); "
+                  "ks.remove('a'); ctx._source.vals = new ArrayList(ctx._source.h.values())",
+                  {"h": {"a": 1, "b": 2}})
+    assert s["n"] == 3 and s["h"] == {"b": 2, "c": 3} and s["vals"] == [2, 3]
+    e = runtime_error("for (def k : ctx._source.h.keySet()) { ctx._source.h.remove(k); }",
+                      {"h": {"a": 1, "b": 2}})
+    assert e.exc_type == "concurrent_modification_exception"
+    # removing while on the last element ends the loop quietly, as a HashMap iterator does
+    _, s, _ = run("for (def k : ctx._source.h.keySet()) { if (k == 'b') { ctx._source.h.remove(k); } }",
+                  {"h": {"a": 1, "b": 2}})
+    assert s["h"] == {"a": 1}
+    # the safe idiom: copy the keys first
+    _, s, _ = run("for (def k : new ArrayList(ctx._source.h.keySet())) { if (ctx._source.h[k] < 2) "
+                  "{ ctx._source.h.remove(k); } }", {"h": {"a": 1, "b": 2, "c": 0}})
+    assert s["h"] == {"b": 2}
