@@ -32,6 +32,7 @@
 #include "lockplan.h"
 #include "log.h"
 #include "path.h"
+#include "stats.h"
 
 #ifndef RENAME_NOREPLACE
 #define RENAME_NOREPLACE (1 << 0)
@@ -136,18 +137,60 @@ struct ctl_buf {
 	size_t len;
 };
 
-/* Appends KEY with newlines, backslashes and other control bytes escaped. */
+/* Length of the valid UTF-8 sequence at S (2 to 4), or 0. */
+static size_t utf8_seq_len(const unsigned char *s)
+{
+	size_t n, i;
+	uint32_t cp;
+
+	if (s[0] >= 0xc2 && s[0] <= 0xdf) {
+		n = 2;
+		cp = s[0] & 0x1f;
+	} else if (s[0] >= 0xe0 && s[0] <= 0xef) {
+		n = 3;
+		cp = s[0] & 0x0f;
+	} else if (s[0] >= 0xf0 && s[0] <= 0xf4) {
+		n = 4;
+		cp = s[0] & 0x07;
+	} else {
+		return 0;
+	}
+	for (i = 1; i < n; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = (cp << 6) | (s[i] & 0x3f);
+	}
+	if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+	    (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return n;
+}
+
+/* Appends KEY as one line of valid UTF-8: backslashes doubled, control
+ * bytes and bytes that are not UTF-8 written as \xNN. */
 static void ctl_put_key(FILE *f, const char *key)
 {
-	for (; *key; key++) {
-		unsigned char c = (unsigned char)*key;
+	const unsigned char *k = (const unsigned char *)key;
 
-		if (c == '\\')
+	while (*k) {
+		size_t n;
+
+		if (*k == '\\') {
 			fputs("\\\\", f);
-		else if (c < 0x20 || c == 0x7f)
-			fprintf(f, "\\x%02x", c);
-		else
-			fputc(c, f);
+			k++;
+		} else if (*k < 0x20 || *k == 0x7f) {
+			fprintf(f, "\\x%02x", *k++);
+		} else if (*k < 0x80) {
+			fputc(*k++, f);
+		} else {
+			n = utf8_seq_len(k);
+			if (n) {
+				fwrite(k, 1, n, f);
+				k += n;
+			} else {
+				fprintf(f, "\\x%02x", *k++);
+			}
+		}
 	}
 }
 
@@ -213,6 +256,123 @@ static void ctl_stat(enum ctl_kind kind, struct stat *st)
 		st->st_nlink = 1;
 		st->st_size = 0; /* generated on open; read with direct_io */
 	}
+}
+
+/* ---- lookups during a rename ----------------------------------------- */
+
+/* While a rename holds its locks, a lookup of its source or target, or of
+ * a name below them, waits for it as under the guide's tree locks (shared
+ * on the ancestors of what one reads), and then sees the result: the old
+ * path is gone (ENOENT). Lookups below a directory being renamed are
+ * already held back by libfuse and the kernel; this covers the names
+ * themselves, which the kernel revalidates without the directory lock.
+ * The wait is bounded by lock_timeout (EBUSY, logged). */
+struct inflight {
+	struct inflight *next;
+	const char *from;
+	const char *to;
+};
+
+static struct {
+	pthread_mutex_t mutex;
+	pthread_cond_t cond;     /* broadcast when a rename ends */
+	struct inflight *list;   /* protected by mutex */
+	unsigned long count;     /* atomic; read without the mutex */
+} inflight_tab = {.mutex = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+/* True when PATH is TOP or below it. */
+static bool path_within(const char *path, const char *top)
+{
+	size_t n = strlen(top);
+
+	return strncmp(path, top, n) == 0 && (path[n] == '\0' || path[n] == '/');
+}
+
+static void inflight_add(struct inflight *r)
+{
+	pthread_mutex_lock(&inflight_tab.mutex);
+	r->next = inflight_tab.list;
+	inflight_tab.list = r;
+	__atomic_add_fetch(&inflight_tab.count, 1, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&inflight_tab.mutex);
+}
+
+static void inflight_remove(struct inflight *r)
+{
+	struct inflight **pp;
+
+	pthread_mutex_lock(&inflight_tab.mutex);
+	for (pp = &inflight_tab.list; *pp; pp = &(*pp)->next) {
+		if (*pp == r) {
+			*pp = r->next;
+			__atomic_sub_fetch(&inflight_tab.count, 1, __ATOMIC_RELEASE);
+			break;
+		}
+	}
+	pthread_cond_broadcast(&inflight_tab.cond);
+	pthread_mutex_unlock(&inflight_tab.mutex);
+}
+
+static const struct inflight *inflight_find_locked(const char *path)
+{
+	const struct inflight *r;
+
+	for (r = inflight_tab.list; r; r = r->next)
+		if (path_within(path, r->from) || path_within(path, r->to))
+			return r;
+	return NULL;
+}
+
+/* Waits until no rename in progress touches PATH. Returns 0, or -EBUSY
+ * after lock_timeout. */
+static int inflight_wait(struct tlfs *fs, const char *path)
+{
+	const struct inflight *r;
+	struct timespec t0, dl, now;
+	int64_t waited_us;
+	char from[256], to[256];
+	int res = 0;
+
+	if (!__atomic_load_n(&inflight_tab.count, __ATOMIC_ACQUIRE))
+		return 0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	dl = t0;
+	dl.tv_sec += (time_t)fs->cfg->lock_timeout;
+	dl.tv_nsec += (long)((fs->cfg->lock_timeout - (double)(time_t)fs->cfg->lock_timeout) * 1e9);
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&inflight_tab.mutex);
+	r = inflight_find_locked(path);
+	if (!r)
+		goto out_unlock;
+	stats_add(&fs->mgr.stats.waits, 1);
+	while (r) {
+		if (pthread_cond_clockwait(&inflight_tab.cond, &inflight_tab.mutex, CLOCK_MONOTONIC,
+					   &dl) == ETIMEDOUT) {
+			r = inflight_find_locked(path);
+			if (r) {
+				snprintf(from, sizeof(from), "%s", r->from);
+				snprintf(to, sizeof(to), "%s", r->to);
+				res = -EBUSY;
+			}
+			break;
+		}
+		r = inflight_find_locked(path);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	waited_us = (int64_t)(now.tv_sec - t0.tv_sec) * 1000000 + (now.tv_nsec - t0.tv_nsec) / 1000;
+	stats_record_wait(&fs->mgr.stats, (uint64_t)waited_us);
+	if (res) {
+		stats_add(&fs->mgr.stats.timeouts, 1);
+		tl_log(LOG_WARNING,
+		       "lookup of '%s' timed out after %" PRId64 " ms: rename '%s' -> '%s' holds it",
+		       path, waited_us / 1000, from, to);
+	}
+out_unlock:
+	pthread_mutex_unlock(&inflight_tab.mutex);
+	return res;
 }
 
 /* ---- unlinked files that are still open ------------------------------- */
@@ -692,6 +852,9 @@ static int tlfs_getattr(const char *path, struct stat *st, struct fuse_file_info
 		hidden_put(h);
 		return res;
 	}
+	res = inflight_wait(fs, path);
+	if (res)
+		return res;
 	res = creds_enter(fs);
 	if (res)
 		return res;
@@ -1160,6 +1323,7 @@ static int tlfs_rename(const char *from, const char *to, unsigned int flags)
 	struct tl_plan *plan = NULL;
 	struct tl_holder holder;
 	int64_t t0 = mono_ms();
+	struct inflight busy = {.from = from, .to = to};
 	struct stat st;
 	bool linked = false;
 	int res;
@@ -1195,6 +1359,8 @@ static int tlfs_rename(const char *from, const char *to, unsigned int flags)
 	res = lockmgr_acquire(&fs->mgr, plan, (uint32_t)fuse_get_context()->pid, &holder);
 	if (res)
 		goto out_free_plan;
+	if (plan->n)
+		inflight_add(&busy);
 	if (fs->cfg->rename_delay_ms) {
 		struct timespec ts = {.tv_sec = fs->cfg->rename_delay_ms / 1000,
 				      .tv_nsec = (long)(fs->cfg->rename_delay_ms % 1000) * 1000000};
@@ -1223,6 +1389,8 @@ static int tlfs_rename(const char *from, const char *to, unsigned int flags)
 	res = res == -1 ? -errno : 0;
 
 out_release_locks:
+	if (plan->n)
+		inflight_remove(&busy);
 	creds_daemon(fs);
 	lockmgr_release(&fs->mgr, plan, &holder);
 	tl_log(LOG_DEBUG, "rename '%s' -> '%s': %zu locks in %" PRId64 " ms: %s", from, to, plan->n,

@@ -1,0 +1,214 @@
+"""The guide's scenarios on one mount, with rename_delay_ms forcing overlap.
+
+rename_delay_ms holds a rename's locks that long before it renames, so two
+operations started together really overlap. Real `mv` processes are used.
+
+Note on one mount: the kernel resolves a path with its cached entries
+(entry_timeout) before it sends the rename, and libfuse holds back any
+request below a directory being renamed until that rename ends, then gives
+the filesystem the *new* path. So with cached entries the second `mv` of
+the guide waits and then applies to the moved file (nothing is lost
+either). With entry_timeout=0 every name is looked up again; a lookup of a
+name being renamed waits for the rename and then fails: the guide's
+ENOENT. Across mounts (the es store tests) the lock store alone does it.
+"""
+import os
+import subprocess
+import time
+
+import pytest
+
+DELAY = 0.7
+
+
+def mv(src, dst):
+    return subprocess.Popen(["mv", src, dst], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, LC_ALL="C"))
+
+
+def finish(proc):
+    out, err = proc.communicate(timeout=30)
+    return proc.returncode, err.decode(), time.monotonic()
+
+
+def guide_tree(m):
+    d = m.bpath("clinton", "projects", "elasticsearch")
+    os.makedirs(d)
+    with open(os.path.join(d, "README.txt"), "w") as f:
+        f.write("the readme\n")
+
+
+def run_guide(m, first_head_start=0.25):
+    root = m.mnt
+    t0 = time.monotonic()
+    p1 = mv(root + "/clinton", root + "/bill")
+    time.sleep(first_head_start)
+    p2 = mv(root + "/clinton/projects/elasticsearch/README.txt",
+            root + "/clinton/projects/elasticsearch/README.asciidoc")
+    rc2, err2, t2 = finish(p2)
+    rc1, err1, t1 = finish(p1)
+    return (rc1, err1, t1 - t0), (rc2, err2, t2 - t0)
+
+
+def test_locking__guide_second_mv_waits_then_enoent(mount_factory):
+    m = mount_factory(opts=["rename_delay_ms=%d" % (DELAY * 1000), "entry_timeout=0"])
+    guide_tree(m)
+    os.listdir(m.path("clinton", "projects", "elasticsearch"))
+    (rc1, err1, t1), (rc2, err2, t2) = run_guide(m)
+    assert rc1 == 0, err1
+    assert rc2 != 0
+    assert "No such file or directory" in err2
+    assert t2 >= t1 - 0.05, "the second mv must end after the first"
+    assert t2 >= DELAY
+    # nothing lost, nothing half-done
+    with open(m.bpath("bill", "projects", "elasticsearch", "README.txt")) as f:
+        assert f.read() == "the readme\n"
+    assert sorted(os.listdir(m.bpath())) == ["bill"]
+    assert os.listdir(m.bpath("bill", "projects", "elasticsearch")) == ["README.txt"]
+    st = m.stats()
+    assert st["renames"] == 1
+    assert st["waits"] >= 1
+    assert m.locks() == []
+
+
+def test_locking__guide_with_cached_entries_nothing_lost(mount_factory):
+    m = mount_factory(opts=["rename_delay_ms=%d" % (DELAY * 1000)])
+    guide_tree(m)
+    os.listdir(m.path("clinton", "projects", "elasticsearch"))
+    (rc1, err1, t1), (rc2, err2, t2) = run_guide(m)
+    assert rc1 == 0, err1
+    assert t2 >= t1 - 0.05, "the second mv must wait for the first"
+    files = []
+    for p, ds, fs in os.walk(m.bpath()):
+        files += [os.path.relpath(os.path.join(p, n), m.bpath()) for n in fs]
+    if rc2 == 0:
+        assert files == ["bill/projects/elasticsearch/README.asciidoc"]
+    else:
+        assert "No such file or directory" in err2
+        assert files == ["bill/projects/elasticsearch/README.txt"]
+    with open(m.bpath(files[0])) as f:
+        assert f.read() == "the readme\n"
+    assert m.locks() == []
+
+
+def _two_disjoint(m):
+    for d in ("a", "b"):
+        os.makedirs(m.path(d, "sub"))
+        with open(m.path(d, "sub", "f"), "w") as f:
+            f.write(d)
+    t0 = time.monotonic()
+    p1 = mv(m.path("a", "sub"), m.path("a", "moved"))
+    p2 = mv(m.path("b", "sub"), m.path("b", "moved"))
+    r1, r2 = finish(p1), finish(p2)
+    assert r1[0] == 0 and r2[0] == 0, (r1, r2)
+    assert os.path.exists(m.bpath("a", "moved", "f"))
+    assert os.path.exists(m.bpath("b", "moved", "f"))
+    return max(r1[2], r2[2]) - t0
+
+
+def test_locking__disjoint_renames_overlap_under_tree(mount_factory):
+    m = mount_factory(opts=["rename_delay_ms=%d" % (DELAY * 1000), "lock_strategy=tree"])
+    wall = _two_disjoint(m)
+    assert DELAY * 0.95 <= wall < DELAY * 1.6, wall
+    st = m.stats()
+    assert st["renames"] == 2
+    assert st["conflicts"] == 0
+    assert m.locks() == []
+
+
+def test_locking__disjoint_renames_serialise_under_global(mount_factory):
+    m = mount_factory(opts=["rename_delay_ms=%d" % (DELAY * 1000), "lock_strategy=global"])
+    wall = _two_disjoint(m)
+    assert wall >= DELAY * 1.9, wall
+    st = m.stats()
+    assert st["renames"] == 2
+    assert st["waits"] >= 1
+    assert st["conflicts"] >= 1
+    assert st["wait_p99_us"] > 0
+    assert m.locks() == []
+
+
+def test_locking__document_rename_below_waits(mount_factory):
+    m = mount_factory(opts=["rename_delay_ms=%d" % (DELAY * 1000), "lock_strategy=document",
+                            "entry_timeout=0"])
+    os.makedirs(m.path("d", "inner"))
+    with open(m.path("d", "inner", "f"), "w") as f:
+        f.write("x")
+    t0 = time.monotonic()
+    p1 = mv(m.path("d"), m.path("e"))
+    time.sleep(0.2)
+    p2 = mv(m.path("d", "inner", "f"), m.path("d", "inner", "g"))
+    rc2, err2, t2 = finish(p2)
+    rc1, err1, t1 = finish(p1)
+    assert rc1 == 0, err1
+    assert t2 - t0 >= DELAY * 0.95, "the rename below must wait for the directory's"
+    assert t2 >= t1 - 0.05
+    assert rc2 != 0 and "No such file or directory" in err2
+    assert os.listdir(m.bpath("e", "inner")) == ["f"]
+    assert m.locks() == []
+
+
+def test_locking__lock_timeout_gives_ebusy(mount_factory):
+    """On one mount, renames that conflict in the tree are already held
+    back by the kernel and libfuse (see above), so the lock store decides
+    between renames they let run together: under the global strategy."""
+    m = mount_factory(opts=["rename_delay_ms=3000", "lock_timeout=1", "lock_strategy=global"])
+    for d in ("a", "b"):
+        os.makedirs(m.path(d, "x"))
+    p1 = mv(m.path("a", "x"), m.path("a", "y"))
+    time.sleep(0.25)
+    t0 = time.monotonic()
+    p2 = mv(m.path("b", "x"), m.path("b", "y"))
+    rc2, err2, t2 = finish(p2)
+    assert rc2 != 0 and "Device or resource busy" in err2, err2
+    assert 0.9 <= t2 - t0 < 2.5
+    # while the first still holds its lock, the listing shows it, once
+    locks = m.locks()
+    assert len(locks) == 1 and locks[0].startswith("exclusive") and locks[0].endswith(
+        " global"), locks
+    rc1, err1, _ = finish(p1)
+    assert rc1 == 0, err1
+    assert m.locks() == []
+    assert os.path.isdir(m.bpath("b", "x"))
+    assert m.stats()["timeouts"] == 1
+    log = m.log()
+    assert "timed out" in log and "/b/x" in log, log
+
+
+def test_locking__namespace_scope_create_waits_for_rename(mount_factory):
+    m = mount_factory(opts=["rename_delay_ms=%d" % (DELAY * 1000), "lock_scope=namespace",
+                            "entry_timeout=0"])
+    os.makedirs(m.path("d"))
+    t0 = time.monotonic()
+    p1 = mv(m.path("d"), m.path("e"))
+    time.sleep(0.2)
+    p2 = subprocess.Popen(["touch", m.path("d", "new")], stderr=subprocess.PIPE,
+                          env=dict(os.environ, LC_ALL="C"))
+    rc2, err2, t2 = finish(p2)
+    rc1, err1, t1 = finish(p1)
+    assert rc1 == 0, err1
+    assert t2 - t0 >= DELAY * 0.95, "the create must wait for the rename"
+    if rc2 == 0:
+        assert os.listdir(m.bpath("e")) == ["new"]
+    else:
+        assert "No such file or directory" in err2
+        assert os.listdir(m.bpath("e")) == []
+    assert not os.path.exists(m.bpath("d"))
+    assert m.locks() == []
+
+
+@pytest.mark.parametrize("strategy", ["tree", "document"])
+def test_locking__namespace_ops_are_planned(mount_factory, strategy):
+    m = mount_factory(opts=["lock_scope=namespace", "lock_strategy=" + strategy])
+    os.mkdir(m.path("d"))
+    with open(m.path("d", "f"), "w") as f:
+        f.write("x")
+    os.link(m.path("d", "f"), m.path("d", "h"))
+    os.symlink("f", m.path("d", "s"))
+    os.mkfifo(m.path("d", "p"))
+    for n in ("f", "h", "s", "p"):
+        os.unlink(m.path("d", n))
+    os.rmdir(m.path("d"))
+    st = m.stats()
+    assert st["entry_ops"] >= 9
+    assert m.locks() == []
