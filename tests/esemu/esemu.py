@@ -438,6 +438,15 @@ class Request(object):
         self.consumed = set()
         self.api = None
         self.pp = {}
+        self._check = None
+
+    def prepared(self):
+        """Called by a handler once it has read its parameters and parsed its
+        body, before it acts: Elasticsearch checks for unrecognized
+        parameters (and for bodies nobody consumed) at that point."""
+        check, self._check = self._check, None
+        if check is not None:
+            check()
 
     def param(self, name, default=None):
         self.consumed.add(name)
@@ -730,6 +739,7 @@ class Emulator(object):
 
     # ------------------------------------------------------------ handlers
     def h_info(self, req):
+        req.prepared()
         fl = self.fl
         version = {}
         if self.flavor.startswith("opensearch"):
@@ -747,6 +757,7 @@ class Emulator(object):
                      "version": version, "tagline": tagline}
 
     def h_ping(self, req):
+        req.prepared()
         return 200, None
 
     def h_cluster_health(self, req):
@@ -758,6 +769,7 @@ class Emulator(object):
             raise EsError(400, "illegal_argument_exception", "unknown cluster health status [%s]" % want)
         timeout = parse_time(req.param("timeout"), 30.0)
         r200 = req.bool_param("return_200_for_cluster_health_timeout")
+        req.prepared()
         expr = req.pp.get("index")
         missing = False
         try:
@@ -791,6 +803,7 @@ class Emulator(object):
             m = body["mappings"]
             if len(m) == 1 and isinstance(list(m.values())[0], dict):
                 body = dict(body, mappings=list(m.values())[0])
+        req.prepared()
         self.store.create_index(name, body)
         self.store.persist()
         return 200, {"acknowledged": True, "shards_acknowledged": True, "index": name}
@@ -798,9 +811,11 @@ class Emulator(object):
     def h_indices_exists(self, req):
         for p in ("local", "flat_settings", "include_defaults", "expand_wildcards"):
             req.param(p)
+        allow = req.bool_param("allow_no_indices", False)
+        ignore = req.bool_param("ignore_unavailable")
+        req.prepared()
         try:
-            idxs = self.store.resolve(req.pp["index"], allow_no_indices=req.bool_param("allow_no_indices", False),
-                                      ignore_unavailable=req.bool_param("ignore_unavailable"))
+            idxs = self.store.resolve(req.pp["index"], allow_no_indices=allow, ignore_unavailable=ignore)
         except EsError:
             return 404, None
         return (200 if idxs else 404), None
@@ -810,6 +825,7 @@ class Emulator(object):
             req.param(p)
         req.bool_param("allow_no_indices")
         ignore = req.bool_param("ignore_unavailable")
+        req.prepared()
         expr = req.pp["index"]
         if self.flavor == "es8" and any(p == "_all" or "*" in p for p in expr.split(",")):
             # action.destructive_requires_name defaults to true since 8.0
@@ -842,8 +858,10 @@ class Emulator(object):
         for p in ("local", "flat_settings", "include_defaults", "expand_wildcards", "master_timeout",
                   "include_type_name"):
             req.param(p)
-        idxs = self.store.resolve(req.pp["index"], ignore_unavailable=req.bool_param("ignore_unavailable"))
         req.bool_param("allow_no_indices")
+        ignore = req.bool_param("ignore_unavailable")
+        req.prepared()
+        idxs = self.store.resolve(req.pp["index"], ignore_unavailable=ignore)
         out = {}
         for i in idxs:
             out[i.name] = {"aliases": {}, "mappings": i.mappings, "settings": self._settings_body(i)}
@@ -853,8 +871,10 @@ class Emulator(object):
         for p in ("expand_wildcards", "master_timeout", "local"):
             req.param(p)
         itn = self.types and req.bool_param("include_type_name")
-        idxs = self.store.resolve(req.pp.get("index"), ignore_unavailable=req.bool_param("ignore_unavailable"))
         req.bool_param("allow_no_indices")
+        ignore = req.bool_param("ignore_unavailable")
+        req.prepared()
+        idxs = self.store.resolve(req.pp.get("index"), ignore_unavailable=ignore)
         out = {}
         for i in idxs:
             out[i.name] = {"mappings": ({"_doc": i.mappings} if itn and i.mappings else i.mappings)}
@@ -864,9 +884,11 @@ class Emulator(object):
         for p in ("timeout", "master_timeout", "expand_wildcards", "write_index_only", "include_type_name"):
             req.param(p)
         body = self.json_body(req, required=True)
-        st.validate_mapping(body)
-        idxs = self.store.resolve(req.pp["index"], ignore_unavailable=req.bool_param("ignore_unavailable"))
         req.bool_param("allow_no_indices")
+        ignore = req.bool_param("ignore_unavailable")
+        req.prepared()
+        st.validate_mapping(body)
+        idxs = self.store.resolve(req.pp["index"], ignore_unavailable=ignore)
         for i in idxs:
             for f, spec in (body.get("properties") or {}).items():
                 old = (i.mappings.get("properties") or {}).get(f)
@@ -882,8 +904,10 @@ class Emulator(object):
 
     def h_indices_refresh(self, req):
         req.param("expand_wildcards")
-        idxs = self.store.resolve(req.pp.get("index"), allow_no_indices=req.bool_param("allow_no_indices", True),
-                                  ignore_unavailable=req.bool_param("ignore_unavailable"))
+        allow = req.bool_param("allow_no_indices", True)
+        ignore = req.bool_param("ignore_unavailable")
+        req.prepared()
+        idxs = self.store.resolve(req.pp.get("index"), allow_no_indices=allow, ignore_unavailable=ignore)
         for i in idxs:
             i.refresh()
         total = sum((1 + i.replicas) * i.num_shards for i in idxs)
@@ -893,7 +917,6 @@ class Emulator(object):
     def h_index(self, req, create=False):
         name = req.pp["index"]
         doc_id = req.pp.get("id")
-        st.check_id(doc_id)
         op_type = req.param("op_type")
         if create:
             op_type = "create"
@@ -907,11 +930,19 @@ class Emulator(object):
         policy = self.refresh_policy(req)
         for p in ("wait_for_active_shards", "timeout", "routing"):
             req.param(p)
-        self.pipeline_check(req)
+        pipeline = req.param("pipeline")
+        req.bool_param("require_alias")
+        if not req.body:
+            raise EsError(400, "parse_exception", "request body is required")
+        req.prepared()
         msgs += index_validation(op_type, doc_id, version, vt, if_seq_no, if_term)
-        source, raw = self.doc_source_body(req, doc_id)
         if msgs:
             raise st.validation_error(*msgs)
+        if doc_id == "":
+            raise EsError(400, "illegal_argument_exception", "if _id is specified it must not be empty")
+        if pipeline not in (None, "_none"):
+            raise EsError(400, "illegal_argument_exception", "pipeline with id [%s] does not exist" % pipeline)
+        source, raw = self.doc_source_body(req, doc_id)
         idx = self.get_index_for_write(name, req)
         result, doc = self.store.write_index(idx, doc_id, source, op_type=op_type, if_seq_no=if_seq_no,
                                              if_primary_term=if_term, version=version, version_type=vt, raw=raw)
@@ -941,6 +972,7 @@ class Emulator(object):
                 and "_source_includes" not in req.params and "_source_excludes" not in req.params:
             fetch = False  # asking for stored fields only drops _source, as Elasticsearch does
         version, vt = self.version_params(req)
+        req.prepared()
         idx = self.store.indices.get(name)
         if idx is None:
             if head:
@@ -984,13 +1016,13 @@ class Emulator(object):
     def h_delete(self, req):
         name = req.pp["index"]
         doc_id = req.pp["id"]
-        st.check_id(doc_id)
         if_seq_no, if_term, msgs = self.check_cas_params(req, "delete")
         version, vt = self.version_params(req)
         policy = self.refresh_policy(req)
         for p in ("wait_for_active_shards", "timeout", "routing"):
             req.param(p)
-        msgs += cas_validation(version, vt, if_seq_no, if_term)
+        req.prepared()
+        msgs += cas_validation(version, vt, if_seq_no, if_term) + id_length(doc_id)
         if msgs:
             raise st.validation_error(*msgs)
         if vt in ("external", "external_gte"):
@@ -1069,7 +1101,6 @@ class Emulator(object):
     def h_update(self, req):
         name = req.pp["index"]
         doc_id = req.pp["id"]
-        st.check_id(doc_id)
         if_seq_no, if_term, msgs = self.check_cas_params(req, "update")
         retry = req.int_param("retry_on_conflict", 0)
         policy = self.refresh_policy(req)
@@ -1078,20 +1109,21 @@ class Emulator(object):
         want_get = req.has("_source") or req.has("_source_includes") or req.has("_source_excludes")
         for p in ("wait_for_active_shards", "timeout", "routing"):
             req.param(p)
-        if req.bool_param("require_alias"):
+        require_alias = req.bool_param("require_alias")
+        if req.body:
+            text = req.body.decode("utf-8", errors="replace")
+            u = self.parse_update_body(self.json_body(req), text, lang)
+        else:
+            u = {}
+        req.prepared()
+        if require_alias:
             raise EsError(404, "index_not_found_exception",
                           "no such index [%s] and [require_alias] request flag is [true] and [%s] is not an alias"
                           % (name, name), {"index_uuid": "_na_", "index": name})
-        if not req.body:
-            raise EsError(400, "action_request_validation_exception",
-                          "Validation Failed: 1: script or doc is missing;")
-        text = req.body.decode("utf-8", errors="replace")
-        body = self.json_body(req)
-        u = self.parse_update_body(body, text, lang)
         if if_seq_no is not None:
             u["if_seq_no"], u["if_primary_term"] = if_seq_no, if_term
         u["retry_on_conflict"] = retry
-        msgs += cas_validation(None, None, if_seq_no, if_term)
+        msgs += cas_validation(None, None, if_seq_no, if_term) + id_length(doc_id)
         msgs += self.validate_update(u, retry)
         if retry < 0:
             msgs.append("retry_on_conflict must be greater than or equal to 0")
@@ -1142,11 +1174,13 @@ class Emulator(object):
         for p in ("wait_for_active_shards", "timeout", "routing", "_source", "_source_includes",
                   "_source_excludes", "type"):
             req.param(p)
-        self.pipeline_check(req)
+        pipeline = req.param("pipeline")
         default_require_alias = req.bool_param("require_alias")
+        for p in ("require_data_stream", "list_executed_pipelines"):
+            req.param(p)
         data = req.body or b""
         if not data:
-            raise st.validation_error("no requests added")
+            raise EsError(400, "parse_exception", "request body is required")
         if not data.endswith(b"\n"):
             raise EsError(400, "illegal_argument_exception", "The bulk request must be terminated by a newline [\\n]")
         lines = data.split(b"\n")[:-1]
@@ -1200,11 +1234,6 @@ class Emulator(object):
                 src_text = lines[i].decode("utf-8", errors="replace").rstrip("\r")
                 i += 1
             actions.append((lineno, op, meta, src_text))
-        if not actions:
-            raise st.validation_error("no requests added")
-        missing = [k for k, a in enumerate(actions) if not (a[2].get("_index") or default_index)]
-        if missing:
-            raise st.validation_error(*(["index is missing"] * len(missing)))
         # update bodies are parsed up front (a bad one fails the whole request)
         parsed = []
         for lineno, op, meta, src_text in actions:
@@ -1216,6 +1245,14 @@ class Emulator(object):
                     raise EsError(400, "json_parse_exception", "Unexpected character: %s" % e)
                 u = self.parse_update_body(ub, src_text)
             parsed.append((lineno, op, meta, src_text, u))
+        req.prepared()
+        if not actions:
+            raise st.validation_error("no requests added")
+        missing = [k for k, a in enumerate(actions) if not (a[2].get("_index") or default_index)]
+        if missing:
+            raise st.validation_error(*(["index is missing"] * len(missing)))
+        if pipeline not in (None, "_none"):
+            raise EsError(400, "illegal_argument_exception", "pipeline with id [%s] does not exist" % pipeline)
         items = []
         errors = False
         touched = {}
@@ -1342,8 +1379,11 @@ class Emulator(object):
         for p in ("stored_fields", "preference", "routing"):
             req.param(p)
         fetch, inc, exc = self.source_filter(req)
+        for p in ("force_synthetic_source",):
+            req.param(p)
         body = self.json_body(req)
         if body is None:
+            req.prepared()
             raise st.validation_error("no documents to get")
         if not isinstance(body, dict):
             raise EsError(400, "parse_exception", "Failed to derive xcontent")
@@ -1374,6 +1414,7 @@ class Emulator(object):
                               "unknown parameter [%s] in request body or parameter is of the wrong type[%s] " % (
                                   k, "START_ARRAY" if isinstance(v, list) else "START_OBJECT" if isinstance(v, dict)
                                   else "VALUE_STRING"))
+        req.prepared()
         msgs = []
         for n, d in enumerate(specs):
             if not (d.get("_index") or default_index):
@@ -1493,6 +1534,8 @@ class Emulator(object):
             elif isinstance(bs, dict):
                 inc = _as_list(bs.get("includes", bs.get("include", [])))
                 exc = _as_list(bs.get("excludes", bs.get("exclude", [])))
+        self.store.check_query([], query)  # the query is parsed with the request
+        req.prepared()
         idxs = self.store.resolve(req.pp.get("index"), ignore_unavailable=req.bool_param("ignore_unavailable"),
                                   allow_no_indices=req.bool_param("allow_no_indices", True))
         if from_ + size > 10000 and idxs:
@@ -1645,6 +1688,8 @@ class Emulator(object):
         for p in ("ignore_throttled", "expand_wildcards", "min_score", "preference", "routing", "analyzer",
                   "analyze_wildcard", "default_operator", "df", "lenient", "terminate_after"):
             req.param(p)
+        self.store.check_query([], query)
+        req.prepared()
         idxs = self.store.resolve(req.pp.get("index"), ignore_unavailable=req.bool_param("ignore_unavailable"),
                                   allow_no_indices=req.bool_param("allow_no_indices", True))
         self.store.check_query(idxs, query)
@@ -1685,6 +1730,9 @@ class Emulator(object):
         query = body.get("query")
         if q is not None:
             query = st.lite_query(q)
+        if query is not None:
+            self.store.check_query([], query)
+        req.prepared()
         if query is None:
             raise st.validation_error("query is missing")
         idxs = self.store.resolve(req.pp.get("index"), ignore_unavailable=req.bool_param("ignore_unavailable"),
@@ -1750,6 +1798,16 @@ def cas_validation(version, vt, if_seq_no, if_term):
     return msgs
 
 
+def id_length(doc_id):
+    """DocWriteRequest.validateDocIdLength as a list of messages."""
+    if doc_id is None:
+        return []
+    n = len(doc_id.encode("utf-8"))
+    if n > st.MAX_ID_BYTES:
+        return ["id [%s] is too long, must be no longer than 512 bytes but was: %d" % (doc_id, n)]
+    return []
+
+
 def index_validation(op_type, doc_id, version, vt, if_seq_no, if_term):
     """IndexRequest.validate(): the create checks return early."""
     vt = vt or "internal"
@@ -1763,7 +1821,7 @@ def index_validation(op_type, doc_id, version, vt, if_seq_no, if_term):
     msgs = []
     if doc_id is None and (vt != "internal" or version is not None):
         msgs.append("an id must be provided if version type or value are set")
-    return msgs + cas_validation(version, vt, if_seq_no, if_term)
+    return msgs + cas_validation(version, vt, if_seq_no, if_term) + id_length(doc_id)
 
 
 def _as_list(v):
@@ -2157,21 +2215,24 @@ class Handler(BaseHTTPRequestHandler):
             allowed_params |= ES7_EXTRA_PARAMS.get(api, set())
         if emu.flavor == "es8":
             allowed_params |= ES8_EXTRA_PARAMS.get(api, set())
-        unknown = sorted(k for k in req.params if k not in allowed_params)
-        if unknown:
-            parts = []
-            for k in unknown:
-                parts.append("[%s]%s" % (k, did_you_mean(k, sorted(allowed_params - GLOBAL_PARAMS))))
-            reason = "request [%s] contains unrecognized parameter%s: %s" % (
-                req.path, "s" if len(unknown) > 1 else "", ", ".join(parts))
-            raise EsError(400, "illegal_argument_exception", reason)
-        if req.body and api not in BODY_APIS:
-            raise EsError(400, "illegal_argument_exception", "request [%s %s] does not support having a body"
-                          % (req.method, req.path))
-        if "type" in pp:
-            pass
+        candidates = sorted(allowed_params - {"source", "source_content_type"})
+
+        def check():
+            unknown = sorted(k for k in req.params if k not in allowed_params)
+            if unknown:
+                parts = []
+                for k in unknown:
+                    parts.append("[%s]%s" % (k, did_you_mean(k, candidates)))
+                reason = "request [%s] contains unrecognized parameter%s: %s" % (
+                    req.path, "s" if len(unknown) > 1 else "", ", ".join(parts))
+                raise EsError(400, "illegal_argument_exception", reason)
+            if req.body and api not in BODY_APIS:
+                raise EsError(400, "illegal_argument_exception", "request [%s %s] does not support having a body"
+                              % (req.method, req.path))
+        req._check = check
         handler = getattr(emu, "h_" + api.replace(".", "_"))
         res = handler(req)
+        req.prepared()
         if len(res) == 2:
             status, body = res
             headers = {}

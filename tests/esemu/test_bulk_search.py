@@ -72,6 +72,8 @@ def test_bulk_malformed(es):
     st, _, b = es.post("/_bulk", '{"index":{"_id":"1"}}\n{}\n', ctype=NDJSON)
     assert st == 400 and b["error"]["type"] == "action_request_validation_exception"
     st, _, b = es.post("/_bulk", "", ctype=NDJSON)
+    assert st == 400 and b["error"]["type"] == "parse_exception" and b["error"]["reason"] == "request body is required"
+    st, _, b = es.post("/_bulk", '{"index":{"_index":"a"}}\n', ctype=NDJSON)  # the action without source is dropped
     assert st == 400 and b["error"]["reason"] == "Validation Failed: 1: no requests added;"
     st, _, b = es.post("/_bulk", '{"index":{"_index":"a"}}\n', ctype="text/plain")
     assert st == 406

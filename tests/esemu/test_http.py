@@ -256,3 +256,18 @@ def test_es8_refuses_wildcard_index_delete(es):
     st, _, b = es.delete("/a*")
     assert st == 400 and b["error"]["reason"] == "Wildcard expressions or all indices are not allowed"
     assert es.head("/a1")[0] == 200
+
+
+def test_parameter_check_comes_after_request_parsing(es):
+    # Elasticsearch parses parameters and body first, then looks for unrecognized parameters,
+    # and only then executes (validation, index lookups)
+    st, _, b = es.put("/idx/_doc/1?refresh=yes&foo=1", {"a": 1})
+    assert b["error"]["reason"] == "Unknown value for refresh: [yes]."
+    st, _, b = es.post("/idx/_update/1?foo=1", {"dac": {}})
+    assert b["error"]["type"] == "x_content_parse_exception"
+    st, _, b = es.put("/idx/_doc/" + "x" * 600 + "?foo=1", {"a": 1})
+    assert "unrecognized parameter" in b["error"]["reason"]
+    st, _, b = es.get("/nope/_doc/1?foo=1")
+    assert st == 400 and "unrecognized parameter" in b["error"]["reason"]
+    st, _, b = es.put("/idx/_doc/1", b"")
+    assert st == 400 and b["error"]["type"] == "parse_exception" and b["error"]["reason"] == "request body is required"
