@@ -1,0 +1,119 @@
+"""Options: both spellings, config files, and every problem reported at once."""
+import os
+import subprocess
+
+import pytest
+
+from conftest import BIN, is_mounted
+
+
+def run(args, timeout=20):
+    return subprocess.run([BIN] + args, capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, LC_ALL="C"))
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    b, m = tmp_path / "backing", tmp_path / "mnt"
+    b.mkdir()
+    m.mkdir()
+    return str(b), str(m)
+
+
+def test_options__bad_options_all_reported_at_once(dirs):
+    b, m = dirs
+    r = run([b, m, "-f", "-o", "lock_store=nope,lock_timeout=-1,lock_strategy=x"])
+    assert r.returncode == 1
+    for what in ("lock_store 'nope'", "lock_timeout '-1'", "lock_strategy 'x'"):
+        assert what in r.stderr, r.stderr
+    assert not is_mounted(m)
+
+
+def test_options__bad_options_in_both_spellings_and_file(dirs, tmp_path):
+    b, m = dirs
+    cfg = tmp_path / "bad.conf"
+    cfg.write_text("lock_scope = sideways\n")
+    r = run([b, m, "-f", "--config=" + str(cfg), "--rename_delay_ms=soon",
+             "-o", "attr_timeout=-3"])
+    assert r.returncode == 1
+    for what in ("lock_scope 'sideways'", "rename_delay_ms 'soon'", "attr_timeout '-3'"):
+        assert what in r.stderr, r.stderr
+    assert not is_mounted(m)
+
+
+def test_options__help_and_version(dirs):
+    r = run(["--help"])
+    assert r.returncode == 0
+    assert "lock_strategy" in r.stdout and "BACKING" in r.stdout
+    r = run(["-h"])
+    assert r.returncode == 0
+    r = run(["--version"])
+    assert r.returncode == 0
+    assert "treelockfs" in r.stdout
+    r = run(["-V"])
+    assert r.returncode == 0
+
+
+def test_options__missing_or_bad_backing(dirs, tmp_path):
+    b, m = dirs
+    r = run([str(tmp_path / "nope"), m, "-f"])
+    assert r.returncode == 1
+    assert "nope" in r.stderr and "No such file or directory" in r.stderr, r.stderr
+    f = tmp_path / "file"
+    f.write_text("")
+    r = run([str(f), m, "-f"])
+    assert r.returncode == 1
+    assert "not a directory" in r.stderr, r.stderr
+    r = run([])
+    assert r.returncode == 1
+    assert "missing BACKING" in r.stderr, r.stderr
+    r = run([b])
+    assert r.returncode == 1
+    assert "missing MOUNTPOINT" in r.stderr, r.stderr
+    assert not is_mounted(m)
+
+
+@pytest.mark.parametrize("spelling", ["long", "o"])
+def test_options__both_spellings_work(mount_factory, spelling):
+    if spelling == "long":
+        m = mount_factory(args=["--lock_strategy=global", "--lock_timeout=2"])
+    else:
+        m = mount_factory(opts=["lock_strategy=global", "lock_timeout=2"])
+    st = m.stats()
+    assert st["lock_strategy"] == "global"
+    os.mkdir(m.path("a"))
+    os.rename(m.path("a"), m.path("b"))
+    assert m.stats()["renames"] == 1
+
+
+@pytest.mark.parametrize("how", ["--config", "-o"])
+def test_options__config_file_and_override(mount_factory, tmp_path, how):
+    cfg = tmp_path / "treelockfs.conf"
+    cfg.write_text("# comment\nlock_strategy = global\n\nlock_timeout = 5\n")
+    args = ["--config=" + str(cfg)] if how == "--config" else ["-o", "config=" + str(cfg)]
+    m = mount_factory(args=args)
+    assert m.stats()["lock_strategy"] == "global"
+    m.stop()
+    m2 = mount_factory(args=args + ["--lock_strategy=document"], name="mnt2")
+    assert m2.stats()["lock_strategy"] == "document"
+    m2.stop()
+    m3 = mount_factory(opts=["lock_strategy=none"], args=args, name="mnt3")
+    assert m3.stats()["lock_strategy"] == "none"
+
+
+def test_options__missing_config_file(dirs, tmp_path):
+    b, m = dirs
+    r = run([b, m, "-f", "--config=" + str(tmp_path / "nope.conf")])
+    assert r.returncode == 1
+    assert "nope.conf" in r.stderr, r.stderr
+    assert not is_mounted(m)
+
+
+def test_options__cache_timeouts_are_used(mount_factory):
+    m = mount_factory(opts=["entry_timeout=0", "attr_timeout=0"])
+    with open(m.path("f"), "w") as f:
+        f.write("1")
+    os.stat(m.path("f"))
+    with open(m.bpath("f"), "w") as f:
+        f.write("12345")
+    assert os.stat(m.path("f")).st_size == 5
