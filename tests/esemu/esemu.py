@@ -2057,37 +2057,40 @@ class Handler(BaseHTTPRequestHandler):
             self.send_error_obj(EsError(500, "exception", "[esemu] internal error: %r" % (e,)))
 
     def route(self, segs):
+        """Like RestController over its path trie: every pattern matching the
+        path is a candidate (literal segments preferred); the first that has
+        the method wins, otherwise the union of their methods is "allowed"."""
         emu = self.server.emu
         routes = ROUTES + (TYPED_ROUTES if emu.types else [])
-        best = None
+        matches = []
         for pattern, methods in routes:
             if len(pattern) != len(segs):
                 continue
-            score = 0
             pp = {}
             ok = True
             for p, s in zip(pattern, segs):
                 if p.startswith("{"):
-                    if p in ("{type}",) and s.startswith("_"):
+                    if p == "{type}" and s.startswith("_"):
                         ok = False
                         break
                     pp[p[1:-1]] = s
-                elif p == s:
-                    score += 1
-                else:
+                elif p != s:
                     ok = False
                     break
-            if not ok:
-                continue
-            # prefer literal segments earlier in the path (a path trie)
-            key = tuple(0 if p.startswith("{") else 1 for p in pattern)
-            if best is None or key > best[0]:
-                best = (key, methods, pp)
-        if best is None:
+            if ok:
+                key = tuple(0 if p.startswith("{") else 1 for p in pattern)
+                matches.append((key, methods, pp))
+        if not matches:
             return None, {}, None
-        methods, pp = best[1], best[2]
-        api = methods.get(self.command)
-        return api, pp, methods
+        matches.sort(key=lambda m: m[0], reverse=True)
+        for _, methods, pp in matches:
+            api = methods.get(self.command)
+            if api is not None:
+                return api, pp, methods
+        allowed = set()
+        for _, methods, _pp in matches:
+            allowed.update(methods)
+        return None, matches[0][2], allowed
 
     def authenticate(self, req):
         emu = self.server.emu
@@ -2181,18 +2184,21 @@ class Handler(BaseHTTPRequestHandler):
 
     def handle_api(self, req, api, pp, allowed):
         emu = self.server.emu
-        if emu.flavor in ("es8", "opensearch2"):
+        if emu.flavor == "es8":
             self.authenticate(req)
         if allowed is None:
             raise PlainError(400, "no handler found for uri [%s] and method [%s]" % (req.raw_path, req.method))
         if api is None:
-            order = ["GET", "POST", "PUT", "DELETE", "OPTIONS", "HEAD", "PATCH"]
-            ms = sorted(allowed, key=lambda m: order.index(m) if m in order else 9)
+            ms = sorted(allowed)
             if self.command == "OPTIONS":
                 raise PlainOk(ms)
             raise PlainError(405, "Incorrect HTTP method for uri [%s] and method [%s], allowed: [%s]"
                              % (req.raw_path, req.method, ", ".join(ms)), {"Allow": ",".join(ms)})
-        if emu.flavor not in ("es8", "opensearch2"):
+        # 7.x and OpenSearch check the Content-Type before the security filter
+        # that wraps each handler; 8.x authenticates as the request arrives
+        if emu.flavor != "es8":
+            if req.body or "source" not in req.params:
+                self.check_content_type(req)
             self.authenticate(req)
         req.api = api
         req.pp = pp
