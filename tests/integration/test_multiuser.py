@@ -80,14 +80,15 @@ def prepare(r):
     os.chmod(j(r, "ro", "secret"), 0o600)
     write_file(j(r, "ro", "readable"), b"r")
     os.chmod(j(r, "ro", "readable"), 0o644)
-    for name in ("theirs", "theirs2", "shared", "suid", "suid2", "suid3", "lnk"):
+    for name in ("theirs", "theirs2", "shared", "suid", "suid2", "suid3", "suid4", "suid5",
+                 "lnk"):
         write_file(j(r, "tmp", name), b"other user's")
         os.chown(j(r, "tmp", name), OTHER_USER, OTHER_USER)
     os.chmod(j(r, "tmp", "theirs"), 0o644)
     os.chmod(j(r, "tmp", "theirs2"), 0o600)
     os.chmod(j(r, "tmp", "shared"), 0o666)
     os.chmod(j(r, "tmp", "lnk"), 0o600)
-    for name in ("suid", "suid2", "suid3"):
+    for name in ("suid", "suid2", "suid3", "suid4", "suid5"):
         os.chown(j(r, "tmp", name), OTHER_USER, SUPP)
         os.chmod(j(r, "tmp", name), 0o6777)
     os.mkdir(j(r, "tmp", "theirdir"))
@@ -169,6 +170,26 @@ def user_steps():
         ("open trunc suid file", lambda r: os.close(os.open(j(r, "tmp", "suid3"),
                                                             os.O_WRONLY | os.O_TRUNC))),
         ("open trunc cleared bits", lambda r: os.stat(j(r, "tmp", "suid3"))),
+        ("ftruncate suid file", lambda r: _ftruncate(j(r, "tmp", "suid4"), 2)),
+        ("ftruncate cleared bits", lambda r: os.stat(j(r, "tmp", "suid4"))),
+        ("fallocate suid file", lambda r: _fallocate(j(r, "tmp", "suid5"), 8192)),
+        ("fallocate bits", lambda r: os.stat(j(r, "tmp", "suid5"))),
+        ("own suid file", lambda r: (write_file(j(r, "pub", "su"), b"x"),
+                                     os.chmod(j(r, "pub", "su"), 0o6755),
+                                     os.stat(j(r, "pub", "su")))[2]),
+        ("chown own suid to supplementary", lambda r: os.chown(j(r, "pub", "su"), -1, SUPP)),
+        ("own suid bits after chown", lambda r: os.stat(j(r, "pub", "su"))),
+        ("write own suid", lambda r: write_file(j(r, "pub", "su"), b"y", os.O_WRONLY)),
+        ("own suid bits after write", lambda r: os.stat(j(r, "pub", "su"))),
+        ("create with setgid mode", lambda r: (os.close(os.open(j(r, "tmp", "sgc"),
+                                                                os.O_CREAT | os.O_WRONLY,
+                                                                0o2755)),
+                                               os.stat(j(r, "tmp", "sgc")))[1]),
+        ("open trunc readable", lambda r: os.open(j(r, "ro", "readable"),
+                                                  os.O_RDONLY | os.O_TRUNC)),
+        ("rename own over theirs (not sticky)", lambda r: (
+            write_file(j(r, "pub", "a"), b"a"), write_file(j(r, "pub", "b"), b"b"),
+            os.rename(j(r, "pub", "a"), j(r, "pub", "b")), read_file(j(r, "pub", "b")))[3]),
         ("hard link theirs", lambda r: os.link(j(r, "tmp", "lnk"), j(r, "tmp", "lnk2"))),
         ("hard link readable", lambda r: os.link(j(r, "ro", "readable"), j(r, "pub", "rl"))),
         ("rename own dir", lambda r: os.rename(j(r, "pub", "d"), j(r, "tmp", "d"))),
@@ -185,6 +206,15 @@ def user_steps():
              os.lstat(os.path.join(p, n)).st_gid)
             for p, ds, fs in os.walk(r) for n in ds + fs)),
     ]
+
+
+def _fallocate(path, size):
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.posix_fallocate(fd, 0, size)
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
 
 
 def _ftruncate(path, size):
