@@ -279,6 +279,7 @@ struct sb {
 };
 
 static const struct lockstore_ops es_ops;
+static int reap_owner(struct es_store *es, const char *owner, bool drop_intents, size_t *nlocks);
 
 static int64_t mono_ms(void)
 {
@@ -796,7 +797,8 @@ static bool obs_record(struct es_store *es, const char *owner, int64_t seq, int6
 		o->dead = false;
 		o->reaped = false;
 	} else {
-		limit = 2 * (o->ttl_ms > es->ttl_ms ? o->ttl_ms : es->ttl_ms);
+		/* the holder fences itself after ITS lease_ttl */
+		limit = 2 * (o->ttl_ms > 0 ? o->ttl_ms : es->ttl_ms);
 		if (now - o->first_ms >= limit)
 			o->dead = true;
 	}
@@ -1085,7 +1087,7 @@ static void takeover(struct es_store *es, const char *owner, char **extra, size_
 	if (b.len)
 		send_idempotent(es, &b);
 	sb_free(&b);
-	if (lockstore_es_reap(&es->base, owner, &nlocks) == 0) {
+	if (reap_owner(es, owner, false, &nlocks) == 0) {
 		pthread_mutex_lock(&es->mutex);
 		obs_find(es, owner)->reaped = true;
 		pthread_mutex_unlock(&es->mutex);
@@ -2170,10 +2172,9 @@ int lockstore_es_owners(struct lockstore *st, unsigned int observe_ms, struct es
 		if (!id || strncmp(id, OWNER_PREFIX, strlen(OWNER_PREFIX)) != 0)
 			continue;
 		owner_info_fill(&list[cnt], hit);
+		/* alive once its seq_no moves while we watch, dead after
+		 * 2 x its lease_ttl unmoved: no clock of its is trusted */
 		obs_record(es, list[cnt].id, list[cnt].seq_no, list[cnt].ttl_ms);
-		/* a renewal well within its ttl by its own clock: alive */
-		if (list[cnt].renewed_ms > 0 && wall_ms() - list[cnt].renewed_ms < list[cnt].ttl_ms)
-			list[cnt].state = ES_OWNER_ALIVE;
 		cnt++;
 	}
 	cJSON_Delete(root);
@@ -2333,9 +2334,11 @@ int lockstore_es_break(struct lockstore *st, const char *key)
 	return err;
 }
 
-int lockstore_es_reap(struct lockstore *st, const char *owner, size_t *nlocks)
+/* Evicts OWNER from every lock its intents and exclusive locks name, in
+ * one bulk, then deletes its lease document; with DROP_INTENTS its intents
+ * too. Returns 0 or -ENOLCK. */
+static int reap_owner(struct es_store *es, const char *owner, bool drop_intents, size_t *nlocks)
 {
-	struct es_store *es = es_checked(st);
 	struct httpc_response r;
 	struct sb b = {0};
 	cJSON *q, *root;
@@ -2345,8 +2348,6 @@ int lockstore_es_reap(struct lockstore *st, const char *owner, size_t *nlocks)
 	int err = 0;
 
 	*nlocks = 0;
-	if (!es)
-		return -EINVAL;
 	q = cJSON_CreateObject();
 	cJSON_AddStringToObject(cJSON_AddObjectToObject(q, "term"), "owner", owner);
 	root = search_all(es, q);
@@ -2369,6 +2370,10 @@ int lockstore_es_reap(struct lockstore *st, const char *owner, size_t *nlocks)
 				free(kid);
 				nitems++;
 			}
+			if (drop_intents) {
+				sb_add_line(&b, action("delete", hid));
+				nitems++;
+			}
 		} else if (is_lock_id(hid)) {
 			add_evict(&b, hid, owner);
 			nitems++;
@@ -2384,7 +2389,8 @@ int lockstore_es_reap(struct lockstore *st, const char *owner, size_t *nlocks)
 			{
 				const char *res = jstr(hit->child, "result");
 
-				if (res && (strcmp(res, "updated") == 0 || strcmp(res, "deleted") == 0))
+				if (res && strcmp(hit->child->string, "update") == 0 &&
+				    (strcmp(res, "updated") == 0 || strcmp(res, "deleted") == 0))
 					(*nlocks)++;
 			}
 		}
@@ -2400,4 +2406,14 @@ int lockstore_es_reap(struct lockstore *st, const char *owner, size_t *nlocks)
 	}
 	tl_log(LOG_NOTICE, "reaped owner '%s': %zu lock documents changed", owner, *nlocks);
 	return 0;
+}
+
+int lockstore_es_reap(struct lockstore *st, const char *owner, size_t *nlocks)
+{
+	struct es_store *es = es_checked(st);
+
+	*nlocks = 0;
+	if (!es)
+		return -EINVAL;
+	return reap_owner(es, owner, true, nlocks);
 }

@@ -168,3 +168,41 @@ def test_es__directory_rename_not_starved(emu, es_mounts):
     assert took < 2.0, took
     assert os.path.isdir(a.bpath("big2"))
     wait_for(lambda: lock_docs(emu) == {}, 5, what="no lock or mark left")
+
+
+def test_es__ctl_reap_dead_owner(emu, es_mounts):
+    a, b = es_mounts(emu, "A", "B", opts={"A": ["rename_delay_ms=60000"]})
+    makedirs(a, "r", "src")
+    hung = start_op(os.rename, a.path("r/src"), a.path("r/dst"))
+    wait_for(lambda: held_by(emu, "/r/src"), 5, what="A's locks")
+    a_owner = owner_id(emu, "A")
+    a.kill(signal.SIGKILL)
+    forget_mount(a)
+    # a live owner is not reaped without --force
+    r = ctl(emu, "reap", owner_id(emu, "B"), "--no-wait")
+    assert r.returncode != 0
+    r = ctl(emu, "owners")
+    assert r.returncode == 0
+    lines = {l.split()[0]: l for l in r.stdout.splitlines()[1:]}
+    assert lines[a_owner].endswith("dead"), r.stdout
+    assert lines[owner_id(emu, "B")].endswith("alive"), r.stdout
+    r = ctl(emu, "reap", "--dead")
+    assert r.returncode == 0, r.stderr
+    assert "reaped '%s'" % a_owner in r.stdout
+    assert lock_docs(emu) == {}
+    assert owner_id(emu, "A") is None
+    assert intent_docs(emu) == {}
+    os.rename(b.path("r/src"), b.path("r/b"))  # at once: nothing in the way
+    hung.join(5)
+
+
+def test_es__failover_to_second_node(emu, mount_factory):
+    url = "http://127.0.0.1:1," + emu.url
+    # in -o form a comma separates options: give the list as --es_url=
+    m = mount_factory(opts=["lock_store=es", "owner=F", "lease_ttl=2"], args=["--es_url=" + url])
+    os.mkdir(m.path("x"))
+    for i in range(3):
+        os.rename(m.path("x" if i == 0 else "x%d" % (i - 1)), m.path("x%d" % i))
+    assert os.path.isdir(m.bpath("x2"))
+    r = ctl(emu, "check", url=url)
+    assert r.returncode == 0, r.stderr
