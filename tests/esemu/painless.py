@@ -417,10 +417,16 @@ class Entry(object):
 
 
 class Ctx(object):
-    """The update context ``ctx``.  ``_source`` and ``op`` are writable;
-    metadata is read-only (es8: assignment throws, es7: ignored as in a map)."""
+    """The update context ``ctx``.
 
-    WRITABLE = ("_source", "op")
+    Elasticsearch 7 (and OpenSearch) hand the script a plain HashMap: any key
+    may be written, only ``op`` and ``_source`` are read back.  Elasticsearch
+    8 uses a CtxMap: metadata keys (``_index``, ``_id``, ``_version``,
+    ``_routing``, ``_type``, ``_now``) are read-only ("_id cannot be
+    updated"), ``op`` must be a String or null, other keys are accepted and
+    ignored."""
+
+    METADATA = ("_index", "_id", "_version", "_routing", "_type", "_now", "op")
 
     def __init__(self, fields, strict_metadata):
         self.fields = fields
@@ -430,13 +436,16 @@ class Ctx(object):
         return self.fields.get(name)
 
     def put(self, name, value):
-        if name not in self.WRITABLE and name in self.fields:
-            if self.strict:
+        if self.strict and name in self.METADATA and name in self.fields:
+            if name != "op":
                 raise rt("illegal_argument_exception", "%s cannot be updated" % name)
-            return
-        if name not in self.WRITABLE and self.strict:
-            raise rt("illegal_argument_exception", "Cannot put key [%s] with value [%s] into ctx" % (name, to_str(value)))
+            if value is not None and not isinstance(value, str):
+                raise rt("illegal_argument_exception",
+                         "op [%s] is wrong type, expected assignable to [java.lang.String], not [%s]"
+                         % (to_str(value), java_class(value)))
+        old = self.fields.get(name)
         self.fields[name] = value
+        return old
 
     def as_map(self):
         return dict(self.fields)
@@ -1088,6 +1097,8 @@ def call_method(o, name, args):
     if name == "hashCode" and n == 0:
         return wrap_int(hash(to_str(o)))
     if isinstance(o, Ctx):
+        if name == "put" and n == 2:
+            return o.put(args[0], args[1])
         o = o.fields
     if isinstance(o, dict):
         if name == "containsKey" and n == 1:

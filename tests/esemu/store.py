@@ -1310,7 +1310,7 @@ class Store(object):
                 ctx = {"op": "create", "_source": painless.from_json(source), "_now": painless.JLong(
                     int(time.time() * 1000))}
                 if self.flavor == "es8":  # UpsertCtxMap also exposes the index and id
-                    ctx = {"_index": idx.name, "_id": doc_id, "_routing": None, **ctx}
+                    ctx = {"_index": idx.name, "_id": doc_id, **ctx}
                 run_script(req["script"], ctx, idx, doc_id)
                 op = ctx.get("op")
                 if op != "create":
@@ -1329,8 +1329,8 @@ class Store(object):
             ctx = {"_index": idx.name, "_id": doc_id, "_version": cur.version, "_routing": None,
                    "op": "index", "_now": painless.JLong(int(time.time() * 1000)),
                    "_source": painless.from_json(copy.deepcopy(cur.source))}
-            if self.flavor in ("es7", "opensearch1"):
-                ctx["_type"] = "_doc"
+            if self.flavor in ("es7", "opensearch1", "es8"):
+                ctx["_type"] = "_doc"  # 8.x UpdateCtxMap still carries _type: _doc
             run_script(req["script"], ctx, idx, doc_id)
             op = ctx.get("op")
             if op == "index":

@@ -246,3 +246,20 @@ def test_validation_messages_in_order(es):
                                     "2: compare and write operations can not be used with upsert;")
     st, _, b = es.post("/locks/_update/1", {"doc_as_upsert": True, "script": "ctx.op='none'"})
     assert b["error"]["reason"] == "Validation Failed: 1: doc must be specified if doc_as_upsert is enabled;"
+
+
+def test_es8_ctx_metadata_is_read_only(es):
+    es.put("/locks/_doc/a", {"x": 1})
+    st, _, b = upd(es, "a", {"script": "ctx._id = 'other'"})
+    assert st == 400 and b["error"]["caused_by"]["caused_by"] == {"type": "illegal_argument_exception",
+                                                                  "reason": "_id cannot be updated"}
+    st, _, b = upd(es, "a", {"script": "ctx.whatever = 1; ctx._source.y = ctx._type"})
+    assert st == 200 and es.get("/locks/_doc/a")[2]["_source"] == {"x": 1, "y": "_doc"}
+
+
+def test_es7_ctx_is_a_plain_map(es7):
+    es7.put("/locks/_doc/a", {"x": 1})
+    st, _, b = es7.post("/locks/_update/a", {"script": "ctx._id = 'other'; ctx._source.y = 2"})
+    assert st == 200 and b["_id"] == "a" and b["_type"] == "_doc"
+    st, _, b = es7.post("/locks/_update/nope", {"doc": {"a": 1}})
+    assert st == 404 and b["error"]["reason"] == "[_doc][nope]: document missing"
