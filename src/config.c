@@ -53,6 +53,8 @@ static const struct fuse_opt tl_opts[] = {
 	OPT_STR("negative_timeout", negative_timeout_s),
 	OPT_STR("log_level", log_level_s),
 	OPT_STR("config", config_file),
+	/* "--config FILE", two words, as the man page and --help promise */
+	{"--config %s", offsetof(struct tl_config, config_file), 0},
 	OPT_STR("es_url", es_url),
 	OPT_STR("es_index", es_index),
 	OPT_STR("es_user", es_user),
@@ -341,22 +343,6 @@ int config_parse(struct tl_config *cfg, struct fuse_args *args, bool for_ctl)
 		free(file);
 		if (err)
 			goto out;
-	}
-	/* "--config F" (two words) is not a fuse_opt template form: join it */
-	for (i = 1; i + 1 < args->argc; i++) {
-		if (strcmp(args->argv[i], "--config") == 0) {
-			char *joined;
-
-			if (asprintf(&joined, "--config=%s", args->argv[i + 1]) < 0) {
-				err = -ENOMEM;
-				goto out;
-			}
-			free(args->argv[i]);
-			args->argv[i] = joined;
-			memmove(&args->argv[i + 1], &args->argv[i + 2],
-				(size_t)(args->argc - i - 1) * sizeof(char *));
-			args->argc--;
-		}
 	}
 	if (fuse_opt_parse(args, cfg, tl_opts, opt_proc) == -1)
 		config_error(cfg, "cannot parse the command line");

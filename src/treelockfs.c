@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <fuse.h>
 #include <fuse_lowlevel.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,8 +65,11 @@ static int add_mount_options(struct tl_config *cfg, struct fuse_args *args)
 		return -ENOMEM;
 	}
 	free(esc);
-	err |= fuse_opt_add_arg(args, opt);
+	/* a default: an fsname= of the user's (config file, command line)
+	 * comes later and wins */
+	err |= fuse_opt_insert_arg(args, 1, opt);
 	free(opt);
+	err |= fuse_opt_insert_arg(args, 1, "-osubtype=treelockfs");
 	return err ? -ENOMEM : 0;
 }
 
@@ -113,7 +117,8 @@ int main(int argc, char *argv[])
 	}
 	if (cfg.lock_store == TL_STORE_ES)
 		config_load_secrets(&cfg);
-	if (cfg.backing && add_mount_options(&cfg, &args) != 0)
+	/* after a fuse_opt_parse() failure ARGS is still main's argv: leave it */
+	if (cfg.backing && args.allocated && add_mount_options(&cfg, &args) != 0)
 		config_error(&cfg, "out of memory");
 	if (fuse_parse_cmdline(&args, &opts) != 0)
 		config_error(&cfg, "cannot parse the libfuse options");
@@ -171,7 +176,9 @@ int main(int argc, char *argv[])
 		if (!loop_cfg)
 			goto out_signals;
 		fuse_loop_cfg_set_clone_fd(loop_cfg, (unsigned)opts.clone_fd);
-		fuse_loop_cfg_set_idle_threads(loop_cfg, opts.max_idle_threads);
+		/* UINT_MAX: not given; libfuse 3.14 would warn "Ignoring invalid max threads" */
+		if (opts.max_idle_threads != UINT_MAX)
+			fuse_loop_cfg_set_idle_threads(loop_cfg, opts.max_idle_threads);
 		if (opts.max_threads && opts.max_threads <= 100000)
 			fuse_loop_cfg_set_max_threads(loop_cfg, opts.max_threads);
 		err = fuse_loop_mt(fuse, loop_cfg);

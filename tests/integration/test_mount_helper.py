@@ -319,15 +319,7 @@ def test_mount_helper__config_file_errors_are_reported(dirs):
     assert "invalid lock_timeout 'never'" in err and "invalid lock_store 'redis'" in err
 
 
-BUG_CONFIG_TWO_WORDS = ("config_parse() frees main's argv for '--config FILE' (two words): "
-                        "SIGSEGV/SIGABRT; patch in the packaging report")
-BUG_PARSE_FAILURE = ("after a fuse_opt_parse() failure main() adds to main's own argv: "
-                     "assertion in fuse_opt_add_arg, SIGABRT; patch in the packaging report")
-BUG_FSNAME = "main() appends fsname=BACKING after the user's fsname=; patch in the packaging report"
-
-
 @pytest.mark.nofuse
-@pytest.mark.xfail(reason=BUG_CONFIG_TWO_WORDS, strict=True)
 @pytest.mark.parametrize("where", ["first", "last"])
 def test_mount_helper__config_as_two_words(dirs, where):
     bad = write(str(dirs / "b.conf"), "lock_timeout = never\n")
@@ -338,7 +330,6 @@ def test_mount_helper__config_as_two_words(dirs, where):
 
 
 @pytest.mark.nofuse
-@pytest.mark.xfail(reason=BUG_PARSE_FAILURE, strict=True)
 @pytest.mark.parametrize("last", ["-o", "--config"])
 def test_mount_helper__option_without_its_argument_is_an_error(dirs, last):
     rc, _, err = run_fs(str(dirs / "backing"), str(dirs / "mnt"), "-f", last)
@@ -364,7 +355,6 @@ def test_mount_helper__config_file_passes_libfuse_options_on(mount_factory, tmp_
     assert mountinfo(m.mnt)[0] == "fuse.treelockfs"
 
 
-@pytest.mark.xfail(reason=BUG_FSNAME, strict=True)
 def test_mount_helper__fsname_of_the_user_wins(mount_factory, tmp_path):
     conf = write(str(tmp_path / "c.conf"), "fsname = fromfile\n")
     m = mount_factory(opts=["config=" + conf], name="mnt1")
