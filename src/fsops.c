@@ -1682,6 +1682,9 @@ static int tlfs_write_buf(const char *path, struct fuse_bufvec *buf, off_t off,
 
 	if (fi->fh & CTL_TAG)
 		return -EBADF;
+	/* as the daemon: the kernel has asked us to clear set-user-ID bits
+	 * where a write must, and the write itself must not (CAP_FSETID) */
+	creds_daemon(fs_get());
 	dst.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
 	dst.buf[0].fd = (int)fi->fh;
 	dst.buf[0].pos = off;
@@ -1739,6 +1742,7 @@ static int tlfs_fallocate(const char *path, int mode, off_t off, off_t len,
 {
 	if (fi->fh & CTL_TAG)
 		return -EBADF;
+	creds_daemon(fs_get()); /* as for write_buf */
 	return fallocate((int)fi->fh, mode, off, len) == -1 ? -errno : 0;
 }
 
@@ -1751,6 +1755,7 @@ static ssize_t tlfs_copy_file_range(const char *path_in, struct fuse_file_info *
 
 	if ((fi_in->fh & CTL_TAG) || (fi_out->fh & CTL_TAG))
 		return -EXDEV; /* the kernel falls back to read and write */
+	creds_daemon(fs_get()); /* as for write_buf */
 	res = copy_file_range((int)fi_in->fh, &off_in, (int)fi_out->fh, &off_out, len,
 			      (unsigned)flags);
 	return res == -1 ? -errno : res;
@@ -1797,7 +1802,9 @@ static int tlfs_lock(const char *path, struct fuse_file_info *fi, int cmd, struc
 		return -EINVAL;
 	}
 	/* an owner without a description holds nothing: test against all
-	 * (the caller's own fd holds no lock), and unlocking is a no-op */
+	 * (the caller's own fd holds no lock), and unlocking is a no-op; the
+	 * description is opened as the daemon, whatever this thread did last */
+	creds_daemon(fs_get());
 	res = lk_get((int)fi->fh, fi->lock_owner, cmd != F_GETLK && lk->l_type != F_UNLCK, &o);
 	if (res == -ENOENT)
 		res = 0;

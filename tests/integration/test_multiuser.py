@@ -279,6 +279,71 @@ def test_multiuser__two_users_and_root_interleaved(shared_mount):
         assert os.stat(m.path("pub", "root%d" % i)).st_uid == 0
 
 
+def test_multiuser__root_write_keeps_setuid_bits_after_users(shared_mount):
+    """Root (CAP_FSETID) keeps a file's set-user-ID bits when it writes,
+    although the daemon threads just served other users."""
+    m, _ = shared_mount
+    os.mkdir(m.path("pub"))
+    os.chmod(m.path("pub"), 0o777)
+    for i in range(8):
+        run_as(USER, GROUP, lambda: write_file(m.path("pub", "u%d" % i), b"u"))
+        p = m.path("pub", "s%d" % i)
+        write_file(p, b"x")
+        os.chown(p, OTHER_USER, OTHER_USER)
+        os.chmod(p, 0o6755)
+        run_as(USER, GROUP, lambda: os.stat(p))
+        write_file(p, b"root was here", os.O_WRONLY)
+        fd = os.open(p, os.O_RDWR)
+        try:
+            os.posix_fallocate(fd, 0, 8192)
+        finally:
+            os.close(fd)
+        assert stat.S_IMODE(os.stat(p).st_mode) == 0o6755
+        assert stat.S_IMODE(os.stat(m.bpath("pub", "s%d" % i)).st_mode) == 0o6755
+
+
+def test_multiuser__posix_locks_between_users(shared_mount):
+    """A lock one user takes through the mount stops another user's."""
+    import fcntl
+    m, _ = shared_mount
+    os.mkdir(m.path("pub"))
+    os.chmod(m.path("pub"), 0o777)
+    write_file(m.path("pub", "f"), b"0123456789")
+    os.chmod(m.path("pub", "f"), 0o666)
+    ready_r, ready_w = os.pipe()
+    done_r, done_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the holder, as USER
+        try:
+            os.setgroups([])
+            os.setgid(GROUP)
+            os.setuid(USER)
+            fd = os.open(m.path("pub", "f"), os.O_RDWR)
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 4, 0)
+            os.write(ready_w, b"1")
+            os.read(done_r, 1)
+        finally:
+            os._exit(0)
+    try:
+        assert os.read(ready_r, 1) == b"1"
+
+        def probe(start):
+            fd = os.open(m.path("pub", "f"), os.O_RDWR)
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, start)
+                return 0
+            except OSError as e:
+                return e.errno
+            finally:
+                os.close(fd)
+        assert run_as(OTHER_USER, OTHER_USER, lambda: probe(0)) in (errno.EAGAIN, errno.EACCES)
+        assert run_as(OTHER_USER, OTHER_USER, lambda: probe(6)) == 0
+    finally:
+        os.write(done_w, b"1")
+        os.waitpid(pid, 0)
+    assert run_as(OTHER_USER, OTHER_USER, lambda: probe(0)) == 0
+
+
 def test_multiuser__control_files_readable_by_users(shared_mount):
     m, _ = shared_mount
     out = run_as(USER, GROUP, lambda: read_file(m.path(".treelockfs", "stats")))
