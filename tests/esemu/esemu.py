@@ -1856,10 +1856,12 @@ def script_error(src, reason, stack, pos, exc_type, message):
     se = {"type": "script_exception", "reason": reason, "script_stack": stack, "script": src, "lang": "painless"}
     if pos is not None:
         se["position"] = pos
-    root = dict(se)
     cause = dict(se)
     cause["caused_by"] = {"type": exc_type, "reason": message}
-    return EsError(400, "illegal_argument_exception", "failed to execute script", caused_by=cause, root=[root])
+    # UpdateHelper wraps the ScriptException in IllegalArgumentException("failed to
+    # execute script"); that is not an ElasticsearchException, so guessRootCauses()
+    # reports the wrapper itself as the root cause (as 7.17 answers show)
+    return EsError(400, "illegal_argument_exception", "failed to execute script", caused_by=cause)
 
 
 # --------------------------------------------------------------------------

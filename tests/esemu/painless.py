@@ -1508,6 +1508,13 @@ class Parser(object):
         self.scopes = [set(globals_)]
         self.loop_depth = 0
         self.stmt_starts = []
+        self.sem_err = None
+
+    def sem(self, err):
+        """Record a semantic error: Painless parses the whole script first
+        (syntax errors win), then reports the first semantic error."""
+        if self.sem_err is None:
+            self.sem_err = err
 
     # token helpers
     @property
@@ -1543,11 +1550,9 @@ class Parser(object):
 
     # scopes
     def declare(self, name, tok):
-        for s in self.scopes[1:]:
+        for s in self.scopes:
             if name in s:
-                raise CompileError("variable [%s] is already defined" % name, tok.pos)
-        if name in self.scopes[0]:
-            raise CompileError("variable [%s] is already defined" % name, tok.pos)
+                self.sem(CompileError("variable [%s] is already defined" % name, tok.pos))
         self.scopes[-1].add(name)
 
     def defined(self, name):
@@ -1559,12 +1564,14 @@ class Parser(object):
         while self.t.kind != "eof":
             stmts.append(self.statement(top=True))
         self.check_reachable(stmts)
+        if self.sem_err is not None:
+            raise self.sem_err
         return Block(stmts, 0)
 
     def check_reachable(self, stmts):
         for k, s in enumerate(stmts[:-1]):
             if self.terminates(s):
-                raise CompileError("Unreachable statement.", stmts[k + 1].pos)
+                self.sem(CompileError("Unreachable statement.", stmts[k + 1].pos))
 
     def terminates(self, s):
         if isinstance(s, (ReturnStmt, Throw, BreakStmt, ContinueStmt)):
@@ -1650,7 +1657,7 @@ class Parser(object):
             if v in ("break", "continue"):
                 self.i += 1
                 if self.loop_depth == 0:
-                    raise CompileError("Extraneous %s statement." % v, tok.pos)
+                    self.sem(CompileError("Extraneous %s statement." % v, tok.pos))
                 self.end_statement(in_block, top)
                 return BreakStmt(tok.pos) if v == "break" else ContinueStmt(tok.pos)
             if v == "return":
@@ -1678,7 +1685,7 @@ class Parser(object):
         expr = self.expression()
         last = (top and self.t.kind == "eof") or (top and self.at(";") and self.peek().kind == "eof")
         if not expr.has_effect and not last:
-            raise CompileError("Not a statement.", tok.pos)
+            self.sem(CompileError("Not a statement.", tok.pos))
         self.end_statement(in_block, top)
         return ExprStmt(expr, tok.pos)
 
@@ -1773,7 +1780,9 @@ class Parser(object):
         t = self.t
         if t.kind == "op" and t.val in ASSIGN_OPS:
             if not isinstance(left, (Var, Field, Index)):
-                raise CompileError("invalid assignment: cannot assign a value to %s" % self._describe(left), t.pos)
+                self.sem(CompileError("invalid assignment: cannot assign a value to %s" % self._describe(left),
+                                      t.pos))
+                left = Var("_invalid_", t.pos)
             self._check_writable(left)
             self.i += 1
             right = self.assignment()
@@ -1785,8 +1794,8 @@ class Parser(object):
 
     def _check_writable(self, node):
         if isinstance(node, Var) and node.name in ("params", "ctx"):
-            raise CompileError("invalid assignment: cannot assign a value to read-only variable [%s]" % node.name,
-                               node.pos)
+            self.sem(CompileError("invalid assignment: cannot assign a value to read-only variable [%s]"
+                                  % node.name, node.pos))
 
     def conditional(self):
         c = self.binary(0)
@@ -1814,8 +1823,10 @@ class Parser(object):
             self.i += 1
             if t.val == "instanceof":
                 tt = self.t
-                if tt.kind != "id" or tt.val not in ALL_TYPES:
-                    raise CompileError("cannot resolve type [%s]" % tt.val, tt.pos)
+                if tt.kind != "id":
+                    raise self.error()
+                if tt.val not in ALL_TYPES:
+                    self.sem(CompileError("cannot resolve type [%s]" % tt.val, tt.pos))
                 self.i += 1
                 left = InstanceOf(left, tt.val, t.pos)
                 continue
@@ -1829,7 +1840,8 @@ class Parser(object):
             self.i += 1
             target = self.unary()
             if not isinstance(target, (Var, Field, Index)):
-                raise CompileError("invalid assignment: cannot assign a value to this expression", t.pos)
+                self.sem(CompileError("invalid assignment: cannot assign a value to this expression", t.pos))
+                target = Var("_invalid_", t.pos)
             self._check_writable(target)
             return IncDec(target, t.val, True, t.pos)
         if t.kind == "op" and t.val in ("!", "-", "+", "~"):
@@ -1876,7 +1888,8 @@ class Parser(object):
                 continue
             if t.val in ("++", "--"):
                 if not isinstance(e, (Var, Field, Index)):
-                    raise CompileError("invalid assignment: cannot assign a value to this expression", t.pos)
+                    self.sem(CompileError("invalid assignment: cannot assign a value to this expression", t.pos))
+                    e = Var("_invalid_", t.pos)
                 self._check_writable(e)
                 self.i += 1
                 e = IncDec(e, t.val, False, t.pos)
@@ -1903,20 +1916,24 @@ class Parser(object):
             v = text
             if kind == "l":
                 if v > (1 << 64) - 1:
-                    raise CompileError("Invalid long constant [%s]." % self.src[t.pos:t.end], t.pos)
+                    self.sem(CompileError("Invalid long constant [%s]." % self.src[t.pos:t.end], t.pos))
+                    return JLong(0)
                 return wrap_long(v)
             if v > 0xFFFFFFFF:
-                raise CompileError("Invalid int constant [%s]." % self.src[t.pos:t.end], t.pos)
+                self.sem(CompileError("Invalid int constant [%s]." % self.src[t.pos:t.end], t.pos))
+                return 0
             return wrap_int(v)
         if kind in ("d", "f"):
             return float(text)
         v = int(text, 10)
         if kind == "l":
             if v > LONG_MAX:
-                raise CompileError("Invalid long constant [%s]." % text, t.pos)
+                self.sem(CompileError("Invalid long constant [%s]." % text, t.pos))
+                return JLong(0)
             return JLong(v)
         if v > INT_MAX:
-            raise CompileError("Invalid int constant [%s]." % text, t.pos)
+            self.sem(CompileError("Invalid int constant [%s]." % text, t.pos))
+            return 0
         return v
 
     def primary(self):
@@ -1939,23 +1956,25 @@ class Parser(object):
                 ct = self.t
                 if ct.kind != "id":
                     raise self.error()
-                if ct.val not in CONSTRUCTIBLE:
-                    if ct.val in ALL_TYPES or ct.val in STATIC_CLASSES:
-                        raise CompileError("constructor [%s, <init>/%d] not found" % (ct.val, 0), ct.pos)
-                    raise CompileError("cannot resolve type [%s]" % ct.val, ct.pos)
                 self.i += 1
                 if self.at("["):
                     raise CompileError("arrays are not supported by this emulator", self.t.pos)
                 if self.at("<"):
                     raise CompileError("invalid sequence of tokens near ['<'].", self.t.pos)
                 args = self.arguments()
+                if ct.val not in CONSTRUCTIBLE:
+                    if ct.val in ALL_TYPES or ct.val in STATIC_CLASSES:
+                        self.sem(CompileError("constructor [%s, <init>/%d] not found" % (ct.val, len(args)), ct.pos))
+                    else:
+                        self.sem(CompileError("cannot resolve type [%s]" % ct.val, ct.pos))
+                    return Lit(None, t.pos)
                 if ct.val in EXCEPTION_CLASSES and len(args) > 1:
-                    raise CompileError("constructor [java.lang.%s, <init>/%d] not found" % (ct.val, len(args)),
-                                       ct.pos)
+                    self.sem(CompileError("constructor [java.lang.%s, <init>/%d] not found" % (ct.val, len(args)),
+                                          ct.pos))
                 if ct.val in ("HashMap", "LinkedHashMap", "TreeMap", "ArrayList", "LinkedList", "HashSet") \
                         and len(args) > 1:
-                    raise CompileError("constructor [java.util.%s, <init>/%d] not found" % (ct.val, len(args)),
-                                       ct.pos)
+                    self.sem(CompileError("constructor [java.util.%s, <init>/%d] not found" % (ct.val, len(args)),
+                                          ct.pos))
                 return New(ct.val, args, t.pos)
             raise self.error()
         if t.kind == "op":
@@ -1972,12 +1991,14 @@ class Parser(object):
             self.i += 1
             if self.defined(name):
                 if self.at("("):
-                    raise CompileError("Unknown call [%s] with [%d] arguments." % (name, len(self.arguments())),
-                                       t.pos)
+                    self.sem(CompileError("Unknown call [%s] with [%d] arguments." % (name, len(self.arguments())),
+                                          t.pos))
+                    return Lit(None, t.pos)
                 return Var(name, t.pos)
             if name in STATIC_CLASSES:
                 if not self.at("."):
-                    raise CompileError("cannot resolve symbol [%s]" % name, t.pos)
+                    self.sem(CompileError("cannot resolve symbol [%s]" % name, t.pos))
+                    return Lit(None, t.pos)
                 self.i += 1
                 mt = self.t
                 if mt.kind != "id":
@@ -1986,19 +2007,20 @@ class Parser(object):
                 if self.at("("):
                     args = self.arguments()
                     if (name, mt.val, len(args)) not in STATIC_METHODS:
-                        raise CompileError("unknown static method [%s] with [%d] arguments on type [%s]"
-                                           % (mt.val, len(args), name), mt.pos)
+                        self.sem(CompileError("unknown static method [%s] with [%d] arguments on type [%s]"
+                                              % (mt.val, len(args), name), mt.pos))
+                        return Lit(None, t.pos)
                     return StaticCall(name, mt.val, args, mt.pos)
                 if (name, mt.val) not in StaticField.VALUES:
-                    raise CompileError("unknown static field [%s] on type [%s]" % (mt.val, name), mt.pos)
+                    self.sem(CompileError("unknown static field [%s] on type [%s]" % (mt.val, name), mt.pos))
+                    return Lit(None, t.pos)
                 return StaticField(name, mt.val, mt.pos)
             if self.at("("):
-                raise CompileError("Unknown call [%s] with [%d] arguments." % (name, len(self.arguments())), t.pos)
-            if self.t.kind in ("id", "num", "str") or (self.t.kind == "kw" and self.t.val in (
-                    "true", "false", "null", "new")):
-                # e.g. Groovy's `assert false`: a syntax error before any symbol lookup
-                raise self.error()
-            raise CompileError("cannot resolve symbol [%s]" % name, t.pos)
+                self.sem(CompileError("Unknown call [%s] with [%d] arguments." % (name, len(self.arguments())),
+                                      t.pos))
+                return Lit(None, t.pos)
+            self.sem(CompileError("cannot resolve symbol [%s]" % name, t.pos))
+            return Var(name, t.pos)
         raise self.error()
 
     def collection_init(self):

@@ -216,3 +216,11 @@ def test_map_views_are_live_and_fail_fast():
     _, s, _ = run("for (def k : new ArrayList(ctx._source.h.keySet())) { if (ctx._source.h[k] < 2) "
                   "{ ctx._source.h.remove(k); } }", {"h": {"a": 1, "b": 2, "c": 0}})
     assert s["h"] == {"b": 2}
+
+
+def test_syntax_errors_win_over_semantic_errors():
+    # Painless parses the whole script before its semantic pass
+    e = compile_error("ctx._source.a = process_id; if (true) { assert false; }")
+    assert e.message == "invalid sequence of tokens near ['false']."
+    e = compile_error("ctx._source.a = nope1; ctx._source.b = nope2;")
+    assert e.message == "cannot resolve symbol [nope1]"

@@ -32,7 +32,7 @@ def test_script_refusal_is_400_script_exception(es):
     assert err["caused_by"]["caused_by"] == {"type": "illegal_state_exception", "reason": "exclusive"}
     assert err["caused_by"]["lang"] == "painless" and err["caused_by"]["script"] == SHARED
     assert "^---- HERE" in err["caused_by"]["script_stack"][-1]
-    assert err["root_cause"][0]["type"] == "script_exception" and "caused_by" not in err["root_cause"][0]
+    assert err["root_cause"] == [{"type": "illegal_argument_exception", "reason": "failed to execute script"}]
 
 
 def test_npe_is_runtime_error(es):
