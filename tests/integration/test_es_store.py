@@ -309,3 +309,27 @@ def test_es__ctl_check_and_locks(emu, es_mounts):
     assert op.error is None
     assert ctl(emu, "bogus").returncode == 1
     assert ctl(emu, "check", url="http://127.0.0.1:1").returncode == 2
+
+
+@pytest.mark.parametrize("strategy", ["global", "document"])
+def test_es__global_and_document_strategies(emu, es_mounts, strategy):
+    a, b = es_mounts(emu, "A", "B", opts={"A": ["lock_strategy=" + strategy, "rename_delay_ms=1000"],
+                                          "B": ["lock_strategy=" + strategy]})
+    makedirs(a, "clinton", "projects")
+    write(a, "clinton/projects/README.txt")
+    op = start_op(os.rename, a.path("clinton"), a.path("bill"))
+    if strategy == "global":
+        src = wait_for(lambda: held_by(emu, "global"), 5, what="the global lock")
+    else:
+        # X on the source, every entry below it, and the destination
+        wait_for(lambda: held_by(emu, "/clinton/projects/README.txt"), 5, what="document locks")
+        src = held_by(emu, "/clinton")
+        assert held_by(emu, "/clinton/projects") and held_by(emu, "/bill")
+    assert src["lock_type"] == "exclusive" and src["process_id"].startswith("A:")
+    other = start_op(os.rename, b.path("clinton/projects/README.txt"),
+                     b.path("clinton/projects/README.asciidoc"))
+    op.join(10)
+    other.join(10)
+    assert op.error is None
+    assert other.errno == errno.ENOENT
+    assert lock_docs(emu) == {}
