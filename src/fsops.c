@@ -485,6 +485,34 @@ static int hidden_remove(const char *path)
 	return 0;
 }
 
+/* Follows a rename of FROM to TO (or their exchange) in the hidden paths
+ * below them, as libfuse does in its nodes. */
+static void hidden_renamed(const char *from, const char *to, bool exchange)
+{
+	struct hidden *h;
+
+	if (!__atomic_load_n(&hidden_tab.count, __ATOMIC_ACQUIRE))
+		return;
+	pthread_mutex_lock(&hidden_tab.mutex);
+	for (h = hidden_tab.list; h; h = h->next) {
+		const char *old = NULL, *new = NULL;
+		char *p;
+
+		if (path_within(h->path, from) && strcmp(h->path, from) != 0) {
+			old = from;
+			new = to;
+		} else if (exchange && path_within(h->path, to) && strcmp(h->path, to) != 0) {
+			old = to;
+			new = from;
+		}
+		if (!old || asprintf(&p, "%s%s", new, h->path + strlen(old)) < 0)
+			continue;
+		free(h->path);
+		h->path = p;
+	}
+	pthread_mutex_unlock(&hidden_tab.mutex);
+}
+
 /* The /proc name of a hidden file's fd, which open(), chmod(), truncate()
  * and the *xattr() calls follow to the file itself. */
 static void hidden_proc(const struct hidden *h, char proc[64])
@@ -1403,6 +1431,8 @@ out_free_below:
 		links_forget(from);
 		links_invalidate(st.st_dev, st.st_ino, NULL);
 	}
+	if (!res)
+		hidden_renamed(from, to, flags & RENAME_EXCHANGE);
 	return res;
 }
 

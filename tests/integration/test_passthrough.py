@@ -603,6 +603,25 @@ def test_passthrough__unlinked_open_file_still_usable(mnt):
     assert os.listdir(mnt.bpath()) == []
 
 
+def test_passthrough__unlinked_open_file_survives_parent_rename(mnt):
+    os.makedirs(mnt.path("a", "b"))
+    p = mnt.path("a", "b", "f")
+    write_file(p, b"kept")
+    fd = os.open(p, os.O_RDWR)
+    try:
+        os.unlink(p)
+        os.rename(mnt.path("a"), mnt.path("z"))
+        time.sleep(1.1)  # past attr_timeout: fstat asks the filesystem
+        assert os.fstat(fd).st_size == 4
+        os.ftruncate(fd, 2)
+        assert os.fstat(fd).st_size == 2
+        assert os.pread(fd, 10, 0) == b"ke"
+    finally:
+        os.close(fd)
+    assert os.listdir(mnt.bpath("z", "b")) == []
+    os.rmdir(mnt.path("z", "b"))
+
+
 def test_passthrough__hard_links_share_inode(mnt):
     write_file(mnt.path("a"), b"data")
     os.link(mnt.path("a"), mnt.path("b"))
