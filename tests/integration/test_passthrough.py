@@ -244,6 +244,14 @@ def test_passthrough__attributes_match_native(tmp_path, mnt):
     compare(tmp_path, mnt, steps)
 
 
+def _falloc(path, size):
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.posix_fallocate(fd, 0, size)
+    finally:
+        os.close(fd)
+
+
 def _ftruncate(path, size, flags=os.O_RDWR):
     fd = os.open(path, flags)
     try:
@@ -750,6 +758,8 @@ def test_passthrough__pjdfstest_corner_cases_match_native(tmp_path, mnt):
         ("chown same", lambda r: ctime_moves(r, "f", lambda: os.chown(j(r, "f"), 0, 0))),
         ("chmod same", lambda r: ctime_moves(r, "f", lambda: os.chmod(j(r, "f"), 0o644))),
         ("truncate same size", lambda r: ctime_moves(r, "f", lambda: os.truncate(j(r, "f"), 3))),
+        ("fallocate moves ctime", lambda r: ctime_moves(r, "f", lambda: _falloc(j(r, "f"), 8192))),
+        ("size after fallocate", lambda r: os.stat(j(r, "f")).st_size),
         ("chmod suid", lambda r: os.chmod(j(r, "f"), 0o6755)),
         ("chown clears suid", lambda r: os.chown(j(r, "f"), 65534, 65533)),
         ("mode after chown", lambda r: stat.filemode(os.stat(j(r, "f")).st_mode)),
