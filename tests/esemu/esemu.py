@@ -544,7 +544,7 @@ class Emulator(object):
         return d
 
     def write_body(self, req, idx, doc_id, result, version, seq_no, forced=False, shards=None):
-        d = self.meta(idx.name, doc_id, req.pp.get("type", "_doc"))
+        d = self.meta(idx.name, doc_id, self.doc_type(idx, req.pp.get("type")))
         d["_version"] = version
         d["result"] = result
         if forced:
@@ -554,6 +554,28 @@ class Emulator(object):
             d["_seq_no"] = seq_no
             d["_primary_term"] = 1
         return d
+
+    def doc_type(self, idx, requested):
+        """The ``_type`` shown in 7.x answers: the type asked for, or the
+        index's single mapping type (``_doc`` for typeless indices)."""
+        if requested not in (None, "_doc"):
+            return requested
+        return (idx.type_name if idx is not None else None) or "_doc"
+
+    def claim_type(self, idx, requested):
+        """7.x indices hold one mapping type; a write with another is refused."""
+        if not self.types:
+            return
+        want = requested or "_doc"
+        with idx.lock:
+            have = idx.type_name
+            if have is None:
+                idx.type_name = want
+                return
+        if want != have and want != "_doc":
+            raise EsError(400, "illegal_argument_exception",
+                          "Rejecting mapping update to [%s] as the final mapping would have more than 1 type: [%s, %s]"
+                          % (idx.name, have, want))
 
     def source_value(self, doc, includes=None, excludes=None):
         if includes or excludes:
@@ -944,6 +966,7 @@ class Emulator(object):
             raise EsError(400, "illegal_argument_exception", "pipeline with id [%s] does not exist" % pipeline)
         source, raw = self.doc_source_body(req, doc_id)
         idx = self.get_index_for_write(name, req)
+        self.claim_type(idx, req.pp.get("type"))
         result, doc = self.store.write_index(idx, doc_id, source, op_type=op_type, if_seq_no=if_seq_no,
                                              if_primary_term=if_term, version=version, version_type=vt, raw=raw)
         forced = self.do_refresh(idx, policy)
@@ -952,7 +975,8 @@ class Emulator(object):
         body = self.write_body(req, idx, doc.id, result, doc.version, doc.seq_no, forced)
         headers = {}
         if status == 201:
-            headers["Location"] = "/%s/%s/%s" % (java_urlencode(idx.name), java_urlencode(req.pp.get("type", "_doc")),
+            headers["Location"] = "/%s/%s/%s" % (java_urlencode(idx.name),
+                                                 java_urlencode(self.doc_type(idx, req.pp.get("type"))),
                                                  java_urlencode(doc.id))
         return status, body, headers
 
@@ -992,7 +1016,7 @@ class Emulator(object):
                               "Document not found [%s]/[%s]" % (name, doc_id) if self.flavor != "es7" else
                               "Document not found [%s]/[_doc]/[%s]" % (name, doc_id))
             return 200, self.source_value(doc, inc, exc)
-        body = self.meta(name, doc_id, req.pp.get("type", "_doc"))
+        body = self.meta(name, doc_id, self.doc_type(idx, req.pp.get("type")))
         if doc is None:
             body["found"] = False
             return 404, body
@@ -1136,6 +1160,8 @@ class Emulator(object):
             if isinstance(s, (list, str)) and not isinstance(s, bool):
                 inc = [s] if isinstance(s, str) else s
         idx = self.get_index_for_write(name)
+        self.claim_type(idx, req.pp.get("type"))
+        u["_type"] = req.pp.get("type")
         result, doc, _ = self.do_update(idx, doc_id, u)
         forced = self.do_refresh(idx, policy) if result != "noop" else False
         if result != "noop":
@@ -1158,7 +1184,8 @@ class Emulator(object):
                            "_source": st.filter_source(doc.source, inc, exc)}
         headers = {}
         if status == 201:
-            headers["Location"] = "/%s/%s/%s" % (java_urlencode(idx.name), java_urlencode(req.pp.get("type", "_doc")),
+            headers["Location"] = "/%s/%s/%s" % (java_urlencode(idx.name),
+                                                 java_urlencode(self.doc_type(idx, req.pp.get("type"))),
                                                  java_urlencode(doc_id))
         return status, body, headers
 
@@ -1267,7 +1294,7 @@ class Emulator(object):
             except EsError as e:
                 item = {"_index": name}
                 if self.types:
-                    item["_type"] = meta.get("_type", "_doc")
+                    item["_type"] = self.doc_type(self.store.indices.get(name), meta.get("_type") or req.pp.get("type"))
                 item["_id"] = doc_id
                 item["status"] = e.status
                 item["error"] = e.inner()
@@ -1295,7 +1322,7 @@ class Emulator(object):
 
     def bulk_item(self, req, name, doc_id, op, meta, src_text, u, default_require_alias, touched):
         st.check_index_name(name)
-        type_name = meta.get("_type", "_doc")
+        type_name = meta.get("_type") or req.pp.get("type")
         if doc_id is not None:
             st.check_id(doc_id)
         require_alias = meta.get("require_alias", default_require_alias)
@@ -1346,6 +1373,7 @@ class Emulator(object):
             source, raw = self.parse_source(src_text, doc_id)
             idx, _ = self.store.auto_create(name)
             touched[name] = idx
+            self.claim_type(idx, type_name)
             result, doc = self.store.write_index(idx, doc_id, source, op_type=op_type, if_seq_no=if_seq_no,
                                                  if_primary_term=if_term,
                                                  version=int(version) if version is not None else None,
@@ -1366,6 +1394,8 @@ class Emulator(object):
             raise st.validation_error(*msgs)
         idx, _ = self.store.auto_create(name)
         touched[name] = idx
+        self.claim_type(idx, type_name)
+        u["_type"] = type_name
         result, doc, _ = self.store.update(idx, doc_id, u, self.run_script)
         status, body, _h = self.update_response(sub, idx, doc_id, result, doc, False)
         body["status"] = status

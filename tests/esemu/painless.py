@@ -1539,7 +1539,7 @@ class Parser(object):
         tok = tok or self.t
         if msg is None:
             if tok.kind == "eof":
-                msg = "invalid sequence of tokens near ['<EOF>']."
+                msg = "unexpected end of script."
             else:
                 msg = "invalid sequence of tokens near ['%s']." % self.src[tok.pos:tok.end]
         return CompileError(msg, tok.pos)

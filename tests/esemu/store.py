@@ -901,6 +901,7 @@ class Index(object):
         self.docs = {}
         self.tombstones = {}
         self.max_seq_nos = {}  # shard -> highest _seq_no
+        self.type_name = None  # the single mapping type of a 7.x index (None until first use)
         self.searchable = {}
         self.lock = threading.Lock()
         self.doc_locks = {}
@@ -957,9 +958,9 @@ class Index(object):
         return EsError(409, "version_conflict_engine_exception", "[%s]: version conflict, %s" % (doc_id, reason),
                        {"index_uuid": self.uuid, "shard": str(self.shard_of(doc_id)), "index": self.name})
 
-    def doc_missing(self, doc_id, flavor):
+    def doc_missing(self, doc_id, flavor, type_name=None):
         reason = "[%s]: document missing" % doc_id if flavor == "es8" else \
-            "[_doc][%s]: document missing" % doc_id
+            "[%s][%s]: document missing" % (type_name or "_doc", doc_id)
         return EsError(404, "document_missing_exception", reason,
                        {"index_uuid": self.uuid, "shard": str(self.shard_of(doc_id)), "index": self.name})
 
@@ -1129,7 +1130,10 @@ class Store(object):
                 raise EsError(400, "resource_already_exists_exception",
                               "index [%s/%s] already exists" % (name, idx.uuid),
                               {"index_uuid": idx.uuid, "index": name})
-            self.indices[name] = Index(name, copy.deepcopy(mappings), settings)
+            idx = Index(name, copy.deepcopy(mappings), settings)
+            if mappings:
+                idx.type_name = "_doc"
+            self.indices[name] = idx
             self._dirty()
         return self.indices[name]
 
@@ -1304,7 +1308,7 @@ class Store(object):
             if req.get("doc_as_upsert"):
                 upsert = req.get("doc")
             if upsert is None:
-                raise idx.doc_missing(doc_id, self.flavor)
+                raise idx.doc_missing(doc_id, self.flavor, req.get("_type"))
             source = copy.deepcopy(upsert)
             if req.get("scripted_upsert") and req.get("script") is not None:
                 ctx = {"op": "create", "_source": painless.from_json(source), "_now": painless.JLong(
@@ -1408,7 +1412,7 @@ class Store(object):
                     now = time.monotonic()
                     out["indices"][name] = {
                         "uuid": idx.uuid, "created": idx.created, "mappings": idx.mappings,
-                        "settings": idx.settings,
+                        "settings": idx.settings, "type_name": idx.type_name,
                         "max_seq_nos": {str(k): v for k, v in idx.max_seq_nos.items()},
                         "docs": {d.id: [d.source, d.seq_no, d.version, d.raw] for d in idx.docs.values()},
                         "tombstones": {k: [v[0], v[1], GC_DELETES_SECONDS - (now - v[2])]
@@ -1449,6 +1453,7 @@ class Store(object):
         for name, d in data.get("indices", {}).items():
             idx = Index(name, d.get("mappings") or {}, d.get("settings") or {}, d.get("uuid"), d.get("created"))
             idx.max_seq_nos = {int(k): v for k, v in (d.get("max_seq_nos") or {}).items()}
+            idx.type_name = d.get("type_name")
             for doc_id, v in d.get("docs", {}).items():
                 idx.docs[doc_id] = Doc(doc_id, v[0], v[1], v[2], raw=v[3] if len(v) > 3 else None)
             for doc_id, v in d.get("tombstones", {}).items():

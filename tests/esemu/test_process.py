@@ -196,10 +196,10 @@ def test_es7_flavor_types_and_guide_requests(make_emu):
     st, _, b = c.post("/fs/_update/%2Fclinton", {
         "script": "if (ctx._source.lock_type == 'exclusive') { throw new IllegalStateException('x'); } "
                   "ctx._source.lock_count++"})
-    assert st == 200 and b["_type"] == "_doc"
+    assert st == 200 and b["_type"] == "lock"  # the index's single type
     st, _, b = c.post("/fs/lock/%2Fclinton%2fprojects%2felasticsearch/_update",
                       {"script": "if (--ctx._source.lock_count == 0) { ctx.op = 'delete' } "})
-    assert st == 404 and b["error"]["reason"] == "[_doc][/clinton/projects/elasticsearch]: document missing"
+    assert st == 404 and b["error"]["reason"] == "[lock][/clinton/projects/elasticsearch]: document missing"
     st, _, b = c.get("/fs/_mapping?include_type_name=true")
     assert st == 200
 
@@ -224,3 +224,15 @@ def test_fail_rate_is_deterministic(make_emu):
         return out
     a, b = statuses(), statuses()
     assert a == b and 200 in a and len(set(a)) > 1
+
+
+def test_es7_single_mapping_type(make_emu):
+    c = Client(make_emu(flavor="es7").url)
+    assert c.put("/fs/lock/a/_create", {})[2]["_type"] == "lock"
+    st, _, b = c.get("/fs/_doc/a")
+    assert st == 200 and b["_type"] == "lock"  # typeless APIs show the index's single type
+    st, _, b = c.put("/fs/other/b", {})
+    assert st == 400 and b["error"]["reason"] == ("Rejecting mapping update to [fs] as the final mapping would have "
+                                                  "more than 1 type: [lock, other]")
+    c.put("/typeless", {"mappings": {"properties": {"a": {"type": "keyword"}}}})
+    assert c.put("/typeless/lock/1", {})[0] == 400
