@@ -1095,7 +1095,12 @@ class Emulator(object):
             elif k == "_source":
                 req["_source"] = v
             elif k in ("if_seq_no", "if_primary_term"):
-                req[k] = int(v)
+                try:
+                    req[k] = int(v)
+                except (TypeError, ValueError):
+                    raise EsError(400, "x_content_parse_exception",
+                                  "[1:1] [UpdateRequest] failed to parse field [%s]" % k,
+                                  caused_by={"type": "number_format_exception", "reason": 'For input string: "%s"' % v})
         return req
 
     def validate_update(self, u, retry):
@@ -1254,6 +1259,13 @@ class Emulator(object):
                     raise EsError(400, "illegal_argument_exception",
                                   "Malformed action/metadata line [%d], expected a simple value for field [%s] "
                                   "but found [START_%s]" % (lineno, k, "OBJECT" if isinstance(v, dict) else "ARRAY"))
+                if k in ("if_seq_no", "if_primary_term", "version", "retry_on_conflict") and v is not None:
+                    try:
+                        meta[k] = int(v) if not isinstance(v, float) else int(v)
+                        if isinstance(v, bool):
+                            raise ValueError
+                    except ValueError:
+                        raise EsError(400, "number_format_exception", 'For input string: "%s"' % v)
             src_text = None
             if op != "delete":
                 if i >= len(lines):
@@ -1621,7 +1633,7 @@ class Emulator(object):
         hits_obj = {}
         if total_obj is not None:
             hits_obj["total"] = total_obj
-        hits_obj["max_score"] = max_score
+        hits_obj["max_score"] = max_score if size > 0 else None
         hits_obj["hits"] = out_hits
         n = sum(i.num_shards for i in idxs)
         return 200, {"took": int((time.monotonic() - started) * 1000), "timed_out": False,
