@@ -401,6 +401,16 @@ static int64_t jint(const cJSON *o, const char *name, int64_t dflt)
 	return cJSON_IsNumber(v) ? (int64_t)v->valuedouble : dflt;
 }
 
+/* Prints J compactly and frees it (accepts NULL). Returns a new string or
+ * NULL. */
+static char *jprint_free(cJSON *j)
+{
+	char *t = j ? cJSON_PrintUnformatted(j) : NULL;
+
+	cJSON_Delete(j);
+	return t;
+}
+
 static cJSON *jparse(const struct httpc_response *r)
 {
 	return cJSON_ParseWithLengthOpts(r->body, r->len, NULL, false);
@@ -967,9 +977,13 @@ static int send_idempotent(struct es_store *es, struct sb *b)
 
 			if (item_state(it, &st) == ITEM_RETRY)
 				retry = true;
-			else if (item_state(it, &st) == ITEM_FATAL)
-				tl_log(LOG_ERR, "lock store refused a release item (HTTP %ld): %.300s",
-				       st, cJSON_PrintUnformatted(it) ? "see debug log" : "");
+			else if (item_state(it, &st) == ITEM_FATAL) {
+				char *t = cJSON_PrintUnformatted(it);
+
+				tl_log(LOG_ERR, "lock store refused a release item (HTTP %ld): %.1000s",
+				       st, t ? t : "?");
+				free(t);
+			}
 		}
 		cJSON_Delete(root);
 		root = NULL;
@@ -1515,7 +1529,7 @@ static int lease_write(struct es_store *es, bool create)
 	snprintf(query, sizeof(query), "if_seq_no=%" PRId64 "&if_primary_term=%" PRId64, seq, term);
 	if (es_path(es, path, sizeof(path), create ? "_create" : "_doc", id, create ? NULL : query))
 		return -ENAMETOOLONG;
-	body = cJSON_PrintUnformatted(owner_source(es, owner));
+	body = jprint_free(owner_source(es, owner));
 	if (!body)
 		return -ENOMEM;
 	sent = mono_ms();
@@ -1884,7 +1898,7 @@ static int bootstrap(struct es_store *es, bool for_ctl)
 
 	err = read_mapping(es, &have, NULL);
 	if (err == -ENOENT && !for_ctl) {
-		body = cJSON_PrintUnformatted(mapping_body(es->strategy));
+		body = jprint_free(mapping_body(es->strategy));
 		if (!body)
 			return -ENOMEM;
 		snprintf(path, sizeof(path), "/%s", es->index_esc);

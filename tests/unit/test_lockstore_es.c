@@ -202,6 +202,7 @@ static void fx_init(struct fixture *fx)
 	fx->cfg.es_url = strdup(fx->r.url);
 	free(fx->cfg.es_index);
 	fx->cfg.es_index = strdup("locks");
+	free(fx->cfg.owner);
 	fx->cfg.owner = strdup("hostA");
 	fx->cfg.lease_ttl = 10;
 	fx->cfg.lock_timeout = 5;
