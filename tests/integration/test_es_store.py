@@ -333,3 +333,43 @@ def test_es__global_and_document_strategies(emu, es_mounts, strategy):
     assert op.error is None
     assert other.errno == errno.ENOENT
     assert lock_docs(emu) == {}
+
+
+def test_es__api_key(tmp_path_factory, mount_factory, tmp_path):
+    import base64
+    keyfile = tmp_path / "emu-key"
+    keyfile.write_text("kid:ksecret")
+    emu = start_emulator(tmp_path_factory, "es8", ["--api-key-file", str(keyfile)])
+    try:
+        enc = tmp_path / "api-key"
+        enc.write_text(base64.b64encode(b"kid:ksecret").decode() + "\n")
+        os.chmod(enc, 0o600)
+        m = mount_factory(opts=es_opts(emu, "A", "es_api_key_file=%s" % enc))
+        os.mkdir(m.path("d"))
+        os.rename(m.path("d"), m.path("e"))
+        m.stop()
+        assert "ksecret" not in m.log()
+    finally:
+        emu.stop()
+
+
+def test_es__store_paused_while_holding(emu, es_mounts):
+    """The store stops answering after the locks were taken: the rename
+    ends (renamed, or ENOLCK when the lease went stale meanwhile) and the
+    locks it could not release are released once the store is back."""
+    (a,) = es_mounts(emu, "A", opts={"A": ["rename_delay_ms=800", "es_timeout_ms=400",
+                                           "lock_timeout=3"]})
+    makedirs(a, "h")
+    write(a, "h/f")
+    op = start_op(os.rename, a.path("h/f"), a.path("h/g"))
+    wait_for(lambda: held_by(emu, "/h/f"), 5, what="the locks")
+    emu.admin("POST", "/_esemu/pause")
+    try:
+        op.join(15)
+        assert not op.is_alive()
+        assert op.error is None or op.errno == errno.ENOLCK, op.error
+        assert lock_docs(emu) != {}  # still there: the release could not be sent
+    finally:
+        emu.admin("POST", "/_esemu/resume")
+    wait_for(lambda: lock_docs(emu) == {} and intent_docs(emu) == {}, 10,
+             what="the kept release after resume")
