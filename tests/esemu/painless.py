@@ -1500,6 +1500,70 @@ CONSTRUCTIBLE = {"HashMap", "LinkedHashMap", "TreeMap", "ArrayList", "LinkedList
 ALL_TYPES = PRIM_TYPES | REF_TYPES | set(EXCEPTION_CLASSES)
 
 
+OPERATION_NAMES = {
+    "*": "multiplication", "/": "division", "%": "remainder", "+": "addition", "-": "subtraction",
+    "<<": "left shift", ">>": "right shift", ">>>": "unsigned shift", "~": "bitwise not", "&": "bitwise and",
+    "^": "bitwise xor", "|": "bitwise or", "!": "boolean not", "&&": "boolean and", "||": "boolean or",
+    "<": "less than", "<=": "less than or equals", ">": "greater than", ">=": "greater than or equals",
+    "==": "equals", "===": "reference equals", "!=": "not equals", "!==": "reference not equals",
+}
+
+
+def describe(node):
+    """How Painless names an expression in "not a statement" errors."""
+    if isinstance(node, (Binary, Unary)):
+        return "%s operation [%s]" % (OPERATION_NAMES.get(node.op, node.op), node.op)
+    if isinstance(node, Cond):
+        return "conditional operation [?:]"
+    if isinstance(node, Elvis):
+        return "elvis operation [?:]"
+    if isinstance(node, CastExpr):
+        return "explicit cast with target type [%s]" % node.tname
+    if isinstance(node, MapInit):
+        return "map initializer"
+    if isinstance(node, ListInit):
+        return "list initializer"
+    if isinstance(node, InstanceOf):
+        return "instanceof with target type [%s]" % node.tname
+    if isinstance(node, Lit):
+        v = node.v
+        if v is None:
+            return "null constant"
+        if isinstance(v, bool):
+            return "boolean constant [%s]" % ("true" if v else "false")
+        if isinstance(v, str):
+            return "string constant [%s]" % v
+        return "numeric constant [%s]" % to_str(v)
+    if isinstance(node, Var):
+        return "variable [%s]" % node.name
+    if isinstance(node, (Field, StaticField)):
+        return "dot operator [%s]" % node.name
+    if isinstance(node, Index):
+        return "brace operator [[]]"
+    return "expression"
+
+
+def static_type(node):
+    if isinstance(node, Lit):
+        v = node.v
+        if isinstance(v, bool):
+            return "boolean"
+        if isinstance(v, JLong):
+            return "long"
+        if isinstance(v, int):
+            return "int"
+        if isinstance(v, float):
+            return "double"
+        if isinstance(v, str):
+            return "java.lang.String"
+        return "null"
+    if isinstance(node, Binary) and node.op in ("==", "!=", "===", "!==", "<", "<=", ">", ">=", "&&", "||"):
+        return "boolean"
+    if isinstance(node, (InstanceOf,)) or (isinstance(node, Unary) and node.op == "!"):
+        return "boolean"
+    return "def"
+
+
 class Parser(object):
     def __init__(self, src, globals_):
         self.src = src
@@ -1508,13 +1572,13 @@ class Parser(object):
         self.scopes = [set(globals_)]
         self.loop_depth = 0
         self.stmt_starts = []
-        self.sem_err = None
+        self.sem_errs = []
 
-    def sem(self, err):
+    def sem(self, err, at=None):
         """Record a semantic error: Painless parses the whole script first
-        (syntax errors win), then reports the first semantic error."""
-        if self.sem_err is None:
-            self.sem_err = err
+        (syntax errors win), then its semantic pass reports the first error it
+        meets; ``at`` is where that pass would meet it (default: its offset)."""
+        self.sem_errs.append((err.offset if at is None else at, len(self.sem_errs), err))
 
     # token helpers
     @property
@@ -1563,24 +1627,110 @@ class Parser(object):
         stmts = []
         while self.t.kind != "eof":
             stmts.append(self.statement(top=True))
-        self.check_reachable(stmts)
-        if self.sem_err is not None:
-            raise self.sem_err
-        return Block(stmts, 0)
+        tree = Block(stmts, 0)
+        tree.end = len(self.src)
+        self.cf_block(tree, False, False)
+        if self.sem_errs:
+            raise min(self.sem_errs, key=lambda e: (e[0], e[1]))[2]
+        return tree
 
-    def check_reachable(self, stmts):
-        for k, s in enumerate(stmts[:-1]):
-            if self.terminates(s):
-                self.sem(CompileError("Unreachable statement.", stmts[k + 1].pos))
+    # control flow, as Painless' semantic pass checks it (void update context)
+    NO_FLAGS = {"method": False, "loop": False, "all": False, "cont": False, "brk": False}
 
-    def terminates(self, s):
-        if isinstance(s, (ReturnStmt, Throw, BreakStmt, ContinueStmt)):
-            return True
-        if isinstance(s, Block):
-            return bool(s.stmts) and self.terminates(s.stmts[-1])
-        if isinstance(s, If):
-            return s.other is not None and self.terminates(s.then) and self.terminates(s.other)
-        return False
+    def cf_body(self, node, in_loop, last_loop):
+        if node is None or (isinstance(node, Block) and not node.stmts):
+            return None
+        if not isinstance(node, Block):
+            blk = Block([node], node.pos)
+            blk.end = getattr(node, "end", node.pos)
+            node = blk
+        return self.cf_block(node, in_loop, last_loop)
+
+    def cf_block(self, node, in_loop, last_loop):
+        flags = dict(self.NO_FLAGS)
+        stmts = node.stmts
+        for k, st in enumerate(stmts):
+            is_last = k == len(stmts) - 1
+            f = self.cf_stmt(st, in_loop, last_loop and is_last)
+            if is_last:
+                flags["method"], flags["loop"], flags["all"] = f["method"], f["loop"], f["all"]
+            elif f["all"]:
+                self.sem(CompileError("invalid block: unreachable statement", node.pos), at=stmts[k + 1].pos)
+            flags["cont"] |= f["cont"]
+            flags["brk"] |= f["brk"]
+        return flags
+
+    def cf_loop(self, kind, node, cond, body, continuous_if_none=False):
+        flags = dict(self.NO_FLAGS)
+        continuous = cond is None and continuous_if_none
+        empty = body is None or (isinstance(body, Block) and not body.stmts)
+        if isinstance(cond, Lit) and isinstance(cond.v, bool):
+            if not cond.v:
+                self.sem(CompileError("extraneous %s loop" % kind, node.pos), at=cond.pos)
+            continuous = cond.v
+            if cond.v and empty and kind in ("while", "for"):
+                self.sem(CompileError("no paths escape from %s loop" % kind, node.pos), at=cond.pos)
+        bf = self.cf_body(body, True, True)
+        if bf is not None:
+            if bf["loop"] and not bf["cont"]:
+                self.sem(CompileError("extraneous %s loop" % kind, node.pos), at=getattr(body, "end", node.pos))
+            if continuous and not bf["brk"]:
+                flags["method"] = flags["all"] = True
+        return flags
+
+    def cf_stmt(self, st, in_loop, last_loop):
+        flags = dict(self.NO_FLAGS)
+        if isinstance(st, Block):
+            return self.cf_block(st, in_loop, last_loop)
+        if isinstance(st, (ReturnStmt, Throw)):
+            flags["method"] = flags["loop"] = flags["all"] = True
+        elif isinstance(st, BreakStmt):
+            if not in_loop:
+                self.sem(CompileError("invalid break statement: not inside loop", st.pos))
+            flags["all"] = flags["loop"] = flags["brk"] = True
+        elif isinstance(st, ContinueStmt):
+            if not in_loop:
+                self.sem(CompileError("invalid continue statement: not inside loop", st.pos))
+            elif last_loop:
+                self.sem(CompileError("extraneous continue statement", st.pos))
+            flags["all"] = flags["cont"] = True
+        elif isinstance(st, If):
+            empty_then = st.then is None or (isinstance(st.then, Block) and not st.then.stmts)
+            if (isinstance(st.cond, Lit) and isinstance(st.cond.v, bool)) or empty_then:
+                self.sem(CompileError("extraneous if block", st.pos), at=st.cond.pos)
+            tf = self.cf_body(st.then, in_loop, last_loop) or dict(self.NO_FLAGS)
+            if st.other is None:
+                flags["cont"], flags["brk"] = tf["cont"], tf["brk"]
+            else:
+                ef = self.cf_body(st.other, in_loop, last_loop)
+                if ef is None:
+                    self.sem(CompileError("extraneous else block.", st.pos), at=getattr(st.then, "end", st.pos))
+                    ef = dict(self.NO_FLAGS)
+                for k in ("method", "loop", "all"):
+                    flags[k] = tf[k] and ef[k]
+                for k in ("cont", "brk"):
+                    flags[k] = tf[k] or ef[k]
+        elif isinstance(st, While):
+            if st.do:
+                flags = self.cf_loop("do-while", st, None, st.body)
+                if isinstance(st.cond, Lit) and isinstance(st.cond.v, bool):
+                    if not st.cond.v:
+                        self.sem(CompileError("extraneous do-while loop", st.pos), at=st.cond.pos)
+                    else:
+                        bf = self.cf_body(st.body, True, True) or dict(self.NO_FLAGS)
+                        if not bf["brk"]:
+                            flags["method"] = flags["all"] = True
+            else:
+                flags = self.cf_loop("while", st, st.cond, st.body)
+        elif isinstance(st, For):
+            flags = self.cf_loop("for", st, st.cond, st.body, continuous_if_none=True)
+        elif isinstance(st, ForEach):
+            if st.body is None or (isinstance(st.body, Block) and not st.body.stmts):
+                self.sem(CompileError("extraneous foreach loop", st.pos), at=st.coll.pos)
+            bf = self.cf_body(st.body, True, True)
+            if bf is not None and bf["loop"] and not bf["cont"]:
+                self.sem(CompileError("extraneous foreach loop", st.pos), at=getattr(st.body, "end", st.pos))
+        return flags
 
     def block(self):
         start = self.t
@@ -1593,8 +1743,9 @@ class Parser(object):
             stmts.append(self.statement(in_block=True))
         self.expect("}")
         self.scopes.pop()
-        self.check_reachable(stmts)
-        return Block(stmts, start.pos)
+        b = Block(stmts, start.pos)
+        b.end = self.toks[self.i - 1].end
+        return b
 
     def trailer(self):
         """A loop/if body: a block or a single statement."""
@@ -1615,6 +1766,11 @@ class Parser(object):
         raise self.error()
 
     def statement(self, top=False, in_block=False, single=False):
+        node = self._statement(top, in_block, single)
+        node.end = self.toks[self.i - 1].end
+        return node
+
+    def _statement(self, top=False, in_block=False, single=False):
         tok = self.t
         self.stmt_starts.append(tok.pos)
         if tok.kind == "kw":
@@ -1656,8 +1812,6 @@ class Parser(object):
                 return self.for_statement(tok)
             if v in ("break", "continue"):
                 self.i += 1
-                if self.loop_depth == 0:
-                    self.sem(CompileError("Extraneous %s statement." % v, tok.pos))
                 self.end_statement(in_block, top)
                 return BreakStmt(tok.pos) if v == "break" else ContinueStmt(tok.pos)
             if v == "return":
@@ -1665,6 +1819,9 @@ class Parser(object):
                 expr = None
                 if not (self.at(";") or self.t.kind == "eof" or self.at("}")):
                     expr = self.expression()
+                    # update scripts are void: a returned value cannot be cast to void
+                    self.sem(CompileError("Cannot cast from [%s] to [void]." % static_type(expr), expr.pos,
+                                          "class_cast_exception"), at=getattr(expr, "pos", tok.pos))
                 self.end_statement(in_block, top)
                 return ReturnStmt(expr, tok.pos)
             if v == "throw":
@@ -1674,18 +1831,17 @@ class Parser(object):
                 return Throw(expr, tok.pos)
             if v == "try":
                 raise CompileError("try/catch is not supported by this emulator", tok.pos)
-        if tok.kind == "op" and tok.val == "{" and not single:
-            return self.block()
-        if tok.kind == "op" and tok.val == ";":
-            raise self.error()
+        if tok.kind == "op" and tok.val in ("{", ";"):
+            raise self.error()  # neither bare blocks nor empty statements are Painless statements
         if self.is_declaration():
             d = self.declaration()
             self.end_statement(in_block, top)
             return d
         expr = self.expression()
-        last = (top and self.t.kind == "eof") or (top and self.at(";") and self.peek().kind == "eof")
-        if not expr.has_effect and not last:
-            self.sem(CompileError("Not a statement.", tok.pos))
+        if not expr.has_effect:
+            # the update context is void: even the last expression is not returned
+            self.sem(CompileError("not a statement: result not used from %s" % describe(expr), expr.pos),
+                     at=tok.pos)
         self.end_statement(in_block, top)
         return ExprStmt(expr, tok.pos)
 

@@ -175,7 +175,7 @@ def test_unknown_variable_message():
     ("ctx._source.missing++", "null_pointer_exception"),
     ("ctx._source.a = params.nope.size()", "null_pointer_exception"),
     ("ctx._source.a = 'x' < 1", "class_cast_exception"),
-    ("if (ctx._source.s) { }", "class_cast_exception"),
+    ("if (ctx._source.s) { ctx.op = 'none' }", "class_cast_exception"),
     ("ctx._source.a = ctx._source.m.nosuch()", "illegal_argument_exception"),
     ("throw new IllegalArgumentException('boom')", "illegal_argument_exception"),
     ("ctx._source.a = [1][3]", "index_out_of_bounds_exception"),
@@ -224,3 +224,29 @@ def test_syntax_errors_win_over_semantic_errors():
     assert e.message == "invalid sequence of tokens near ['false']."
     e = compile_error("ctx._source.a = nope1; ctx._source.b = nope2;")
     assert e.message == "cannot resolve symbol [nope1]"
+
+
+@pytest.mark.parametrize("src,msg", [
+    ("return; ctx.op = 'none'", "invalid block: unreachable statement"),
+    ("if (true) { ctx.op = 'none' }", "extraneous if block"),
+    ("if (ctx._source.a == 1) { }", "extraneous if block"),
+    ("if (ctx._source.a == 1) { ctx.op = 'none' } else { }", "extraneous else block."),
+    ("while (true) { }", "no paths escape from while loop"),
+    ("while (false) { ctx.op = 'none' }", "extraneous while loop"),
+    ("while (ctx._source.a == 1) { break; }", "extraneous while loop"),
+    ("for (def x : ctx._source.l) { }", "extraneous foreach loop"),
+    ("for (def x : ctx._source.l) { continue; }", "extraneous continue statement"),
+    ("break;", "invalid break statement: not inside loop"),
+    ("ctx._source.a + 1", "not a statement: result not used from addition operation [+]"),
+    ("ctx._source.a == 1", "not a statement: result not used from equals operation [==]"),
+    ("return 1", "Cannot cast from [int] to [void]."),
+    ("while (true) { ctx.op = 'none'; } ctx.op = 'x'", "invalid block: unreachable statement"),
+])
+def test_painless_control_flow_errors(src, msg):
+    assert compile_error(src).message == msg
+
+
+def test_loops_that_escape_are_fine():
+    _, s, _ = run("int i = 0; while (true) { i++; if (i > 3) { break; } } ctx._source.i = i; "
+                  "for (int j = 0; j < 2; j++) { if (j == 0) { continue; } ctx._source.j = j; }")
+    assert s == {"i": 4, "j": 1}
