@@ -1152,8 +1152,8 @@ class Emulator(object):
         if if_seq_no is not None:
             u["if_seq_no"], u["if_primary_term"] = if_seq_no, if_term
         u["retry_on_conflict"] = retry
-        msgs += cas_validation(None, None, if_seq_no, if_term) + id_length(doc_id)
-        msgs += self.validate_update(u, retry)
+        msgs += cas_validation(None, None, if_seq_no, if_term)
+        msgs += self.validate_update(u, retry) + id_length(doc_id)
         if retry < 0:
             msgs.append("retry_on_conflict must be greater than or equal to 0")
         if msgs:
@@ -1259,6 +1259,8 @@ class Emulator(object):
                     raise EsError(400, "illegal_argument_exception",
                                   "Malformed action/metadata line [%d], expected a simple value for field [%s] "
                                   "but found [START_%s]" % (lineno, k, "OBJECT" if isinstance(v, dict) else "ARRAY"))
+                if k == "version_type" and v not in ("internal", "external", "external_gte", "force"):
+                    raise EsError(400, "illegal_argument_exception", "No version type match [%s]" % v)
                 if k in ("if_seq_no", "if_primary_term", "version", "retry_on_conflict") and v is not None:
                     try:
                         meta[k] = int(v) if not isinstance(v, float) else int(v)
@@ -1287,9 +1289,12 @@ class Emulator(object):
         req.prepared()
         if not actions:
             raise st.validation_error("no requests added")
-        missing = [k for k, a in enumerate(actions) if not (a[2].get("_index") or default_index)]
-        if missing:
-            raise st.validation_error(*(["index is missing"] * len(missing)))
+        # BulkRequest.validate(): every item's own validate(), one 400 for all
+        msgs = []
+        for lineno, op, meta, src_text, u in parsed:
+            msgs += self.bulk_item_validation(op, meta, u, default_index)
+        if msgs:
+            raise st.validation_error(*msgs)
         if pipeline not in (None, "_none"):
             raise EsError(400, "illegal_argument_exception", "pipeline with id [%s] does not exist" % pipeline)
         items = []
@@ -1332,11 +1337,39 @@ class Emulator(object):
         took = int((time.monotonic() - started) * 1000)
         return 200, {"took": took, "errors": errors, "items": items}
 
+    def bulk_item_validation(self, op, meta, u, default_index):
+        msgs = []
+        if not (meta.get("_index") or default_index):
+            msgs.append("index is missing")
+        doc_id = meta.get("_id")
+        doc_id = None if doc_id is None else str(doc_id)
+        version = meta.get("version")
+        vt = meta.get("version_type")
+        if_seq_no = meta.get("if_seq_no")
+        if_term = meta.get("if_primary_term")
+        if op in ("index", "create"):
+            op_type = "create" if op == "create" or meta.get("op_type") == "create" else "index"
+            msgs += index_validation(op_type, doc_id, version, vt, if_seq_no, if_term)
+        elif op == "delete":
+            if not doc_id:
+                msgs.append("id is missing")
+            msgs += cas_validation(version, vt, if_seq_no, if_term) + id_length(doc_id)
+        else:
+            if not doc_id:
+                msgs.append("id is missing")
+            retry = meta.get("retry_on_conflict", 0) or 0
+            if if_seq_no is not None:
+                u["if_seq_no"], u["if_primary_term"] = if_seq_no, if_term
+            u["retry_on_conflict"] = retry
+            msgs += cas_validation(None, None, if_seq_no, if_term)
+            msgs += self.validate_update(u, retry) + id_length(doc_id)
+        return msgs
+
     def bulk_item(self, req, name, doc_id, op, meta, src_text, u, default_require_alias, touched):
         st.check_index_name(name)
         type_name = meta.get("_type") or req.pp.get("type")
-        if doc_id is not None:
-            st.check_id(doc_id)
+        if doc_id == "" and op in ("index", "create"):
+            raise EsError(400, "illegal_argument_exception", "if _id is specified it must not be empty")
         require_alias = meta.get("require_alias", default_require_alias)
         if require_alias in (True, "true") and op != "delete":
             raise EsError(404, "index_not_found_exception",
@@ -1347,23 +1380,11 @@ class Emulator(object):
                           % meta.get("pipeline"))
         if_seq_no = meta.get("if_seq_no")
         if_term = meta.get("if_primary_term")
-        if if_seq_no is not None:
-            if_seq_no = int(if_seq_no)
-        if if_term is not None:
-            if_term = int(if_term)
-        msgs = []
         version = meta.get("version")
         vt = meta.get("version_type")
-        if vt is not None and vt not in ("internal", "external", "external_gte", "force"):
-            raise EsError(400, "illegal_argument_exception", "No version type match [%s]" % vt)
         sub = Request(req.method, req.raw_path, req.path, req.segs, {}, req.headers, None)
         sub.pp = {"type": type_name}
         if op == "delete":
-            if doc_id is None:
-                raise st.validation_error("id is missing")
-            msgs += cas_validation(int(version) if version is not None else None, vt, if_seq_no, if_term)
-            if msgs:
-                raise st.validation_error(*msgs)
             idx = self.store.indices.get(name)
             if idx is None:
                 if vt in ("external", "external_gte"):
@@ -1371,39 +1392,23 @@ class Emulator(object):
                 else:
                     raise st.index_not_found(name)
             touched[name] = idx
-            result, ver, seq = self.store.write_delete(idx, doc_id, if_seq_no, if_term,
-                                                       int(version) if version is not None else None, vt)
+            result, ver, seq = self.store.write_delete(idx, doc_id, if_seq_no, if_term, version, vt)
             body = self.write_body(sub, idx, doc_id, result, ver, seq)
             body["status"] = 200 if result == "deleted" else 404
             return body
         if op in ("index", "create"):
             op_type = "create" if op == "create" or meta.get("op_type") == "create" else "index"
-            msgs += index_validation(op_type, doc_id, int(version) if version is not None else None, vt,
-                                     if_seq_no, if_term)
-            if msgs:
-                raise st.validation_error(*msgs)
             source, raw = self.parse_source(src_text, doc_id)
             idx, _ = self.store.auto_create(name)
             touched[name] = idx
             self.claim_type(idx, type_name)
             result, doc = self.store.write_index(idx, doc_id, source, op_type=op_type, if_seq_no=if_seq_no,
-                                                 if_primary_term=if_term,
-                                                 version=int(version) if version is not None else None,
+                                                 if_primary_term=if_term, version=version,
                                                  version_type=vt, raw=raw)
             body = self.write_body(sub, idx, doc.id, result, doc.version, doc.seq_no)
             body["status"] = 201 if result == "created" else 200
             return body
         # update
-        if doc_id is None:
-            raise st.validation_error("id is missing")
-        retry = int(meta.get("retry_on_conflict", 0))
-        if if_seq_no is not None:
-            u["if_seq_no"], u["if_primary_term"] = if_seq_no, if_term
-        u["retry_on_conflict"] = retry
-        msgs += cas_validation(None, None, if_seq_no, if_term)
-        msgs += self.validate_update(u, retry)
-        if msgs:
-            raise st.validation_error(*msgs)
         idx, _ = self.store.auto_create(name)
         touched[name] = idx
         self.claim_type(idx, type_name)

@@ -84,10 +84,19 @@ def test_bulk_cas_and_id_length(es):
     st, _, r = bulk(es, [
         {"index": {"_index": "locks", "_id": "a", "if_seq_no": b["_seq_no"] + 5, "if_primary_term": 1}}, {"x": 2},
         {"delete": {"_index": "locks", "_id": "a", "if_seq_no": b["_seq_no"], "if_primary_term": 1}},
-        {"index": {"_index": "locks", "_id": "x" * 513}}, {"x": 1},
+        {"index": {"_index": "locks", "_id": ""}}, {"x": 1},
     ])
     assert [list(i.values())[0]["status"] for i in r["items"]] == [409, 200, 400]
-    assert r["items"][2]["index"]["error"]["type"] == "action_request_validation_exception"
+    assert r["items"][2]["index"]["error"] == {"type": "illegal_argument_exception",
+                                               "reason": "if _id is specified it must not be empty"}
+    # BulkRequest.validate() checks every item first: one invalid item fails the whole request
+    st, _, r = bulk(es, [{"index": {"_index": "locks", "_id": "ok"}}, {"x": 1},
+                         {"index": {"_index": "locks", "_id": "x" * 513}}, {"x": 1},
+                         {"update": {"_index": "locks", "_id": "u"}}, {"doc": {"a": 1}, "script": "ctx.op='none'"}])
+    assert st == 400 and r["error"]["type"] == "action_request_validation_exception"
+    assert r["error"]["reason"] == ("Validation Failed: 1: id [%s] is too long, must be no longer than 512 bytes but "
+                                    "was: 513;2: can't provide both script and doc;" % ("x" * 513))
+    assert es.get("/locks/_doc/ok")[0] == 404
 
 
 def test_mget(es):
