@@ -674,7 +674,7 @@ class Emulator(object):
 
     def parse_source(self, text, doc_id):
         if not text.strip():
-            raise validation_source_missing()
+            raise EsError(400, "mapper_parsing_exception", "failed to parse, document is empty")
         try:
             src = json.loads(text, object_pairs_hook=dup_check_hook)
         except ValueError as e:
