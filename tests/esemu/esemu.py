@@ -1975,6 +1975,21 @@ class Handler(BaseHTTPRequestHandler):
         n = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(n) if n > 0 else b""
 
+    def decode_body(self, body):
+        """Netty's HttpContentDecompressor: gzip/deflate request bodies."""
+        enc = (self.headers.get("Content-Encoding") or "").strip().lower()
+        if not body or enc in ("", "identity"):
+            return body
+        import zlib
+        if enc in ("gzip", "x-gzip"):
+            return zlib.decompress(body, 16 + zlib.MAX_WBITS)
+        if enc == "deflate":
+            try:
+                return zlib.decompress(body)
+            except zlib.error:
+                return zlib.decompress(body, -zlib.MAX_WBITS)
+        raise ValueError("unsupported Content-Encoding " + enc)
+
     # -------------------------------------------------------------- send
     def send(self, status, body, headers=None, ctype=None):
         emu = self.server.emu
@@ -2015,6 +2030,13 @@ class Handler(BaseHTTPRequestHandler):
             self.end_headers()
             return
         self.send_header("Content-Type", ctype)
+        # http.compression defaults to true without TLS: gzip when the client accepts it
+        accept_enc = (self.headers.get("Accept-Encoding") or "").lower()
+        if data and self.server.ssl_ctx is None and "gzip" in accept_enc and "gzip;q=0" not in \
+                accept_enc.replace(" ", ""):
+            import gzip
+            data = gzip.compress(data)
+            self.send_header("Content-Encoding", "gzip")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -2058,6 +2080,11 @@ class Handler(BaseHTTPRequestHandler):
         except (ValueError, ConnectionError):
             self.close_connection = True
             return
+        try:
+            body = self.decode_body(body)
+        except Exception:
+            self._req = None
+            return self.send(400, {"error": "request body could not be decompressed", "status": 400})
         raw_path = self.path
         if raw_path.startswith("http://") or raw_path.startswith("https://"):
             raw_path = "/" + raw_path.split("/", 3)[3] if raw_path.count("/") >= 3 else "/"

@@ -276,3 +276,13 @@ def test_parameter_check_comes_after_request_parsing(es):
     assert st == 400 and "unrecognized parameter" in b["error"]["reason"]
     st, _, b = es.put("/idx/_doc/1", b"")
     assert st == 400 and b["error"]["type"] == "parse_exception" and b["error"]["reason"] == "request body is required"
+
+
+def test_http_compression(es):
+    import gzip
+    st, h, raw = es.request("GET", "/", headers={"Accept-Encoding": "gzip"}, raw=True)
+    hd = dict((k.lower(), v) for k, v in h)
+    assert st == 200 and hd["content-encoding"] == "gzip"
+    assert json.loads(gzip.decompress(raw))["tagline"] == "You Know, for Search"
+    st, _, b = es.put("/gz/_doc/1", gzip.compress(b'{"a":1}'), headers={"Content-Encoding": "gzip"})
+    assert st == 201 and es.get("/gz/_doc/1")[2]["_source"] == {"a": 1}
