@@ -24,6 +24,9 @@
 #include "httpc.h"
 #include "log.h"
 
+/* Between URLs of the node list: ',' (';' where ',' separates -o options). */
+#define URL_SEPARATORS ",; \t"
+
 struct httpc_node {
 	char *url;           /* base URL without a trailing '/' (may hold userinfo) */
 	char *name;          /* url with userinfo removed, for logs */
@@ -158,22 +161,18 @@ static int parse_nodes(struct httpc *c, const char *urls)
 	int n = 1;
 
 	for (; *p; p++)
-		if (*p == ',')
+		if (strchr(URL_SEPARATORS, *p))
 			n++;
 	c->nodes = calloc((size_t)n, sizeof(*c->nodes));
 	if (!c->nodes)
 		return -ENOMEM;
 	p = urls;
 	while (*p) {
-		const char *end = strchr(p, ',');
-		size_t len = end ? (size_t)(end - p) : strlen(p);
+		size_t len = strcspn(p, URL_SEPARATORS);
+		const char *end = p[len] ? p + len : NULL;
 		struct httpc_node *node = &c->nodes[c->nnodes];
 
-		while (len && (*p == ' ' || *p == '\t')) {
-			p++;
-			len--;
-		}
-		while (len && (p[len - 1] == ' ' || p[len - 1] == '/'))
+		while (len && p[len - 1] == '/')
 			len--;
 		if (len) {
 			node->url = strndup(p, len);
@@ -203,6 +202,47 @@ static char *dup_or_null(const char *s, int *err)
 	return d;
 }
 
+/* "Authorization: ApiKey <encoded>" for KEY given as "id:key" (encoded
+ * here: base64 has no ':') or already encoded. Returns NULL on ENOMEM. */
+static char *api_key_header(const char *key)
+{
+	static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	static const char prefix[] = "Authorization: ApiKey ";
+	size_t len = strcspn(key, "\r\n"), i, o;
+	const unsigned char *k = (const unsigned char *)key;
+	char *h;
+
+	h = malloc(sizeof(prefix) + 4 * (len / 3 + 1) + 1);
+	if (!h)
+		return NULL;
+	memcpy(h, prefix, sizeof(prefix) - 1);
+	o = sizeof(prefix) - 1;
+	if (!memchr(key, ':', len)) {
+		memcpy(h + o, key, len);
+		h[o + len] = '\0';
+		return h;
+	}
+	for (i = 0; i + 2 < len; i += 3) {
+		h[o++] = b64[k[i] >> 2];
+		h[o++] = b64[((k[i] & 3) << 4) | (k[i + 1] >> 4)];
+		h[o++] = b64[((k[i + 1] & 15) << 2) | (k[i + 2] >> 6)];
+		h[o++] = b64[k[i + 2] & 63];
+	}
+	if (len - i == 1) {
+		h[o++] = b64[k[i] >> 2];
+		h[o++] = b64[(k[i] & 3) << 4];
+		h[o++] = '=';
+		h[o++] = '=';
+	} else if (len - i == 2) {
+		h[o++] = b64[k[i] >> 2];
+		h[o++] = b64[((k[i] & 3) << 4) | (k[i + 1] >> 4)];
+		h[o++] = b64[(k[i + 1] & 15) << 2];
+		h[o++] = '=';
+	}
+	h[o] = '\0';
+	return h;
+}
+
 int httpc_open(const struct httpc_config *cfg, struct httpc **out)
 {
 	struct httpc *c;
@@ -228,12 +268,8 @@ int httpc_open(const struct httpc_config *cfg, struct httpc **out)
 	c->password = dup_or_null(cfg->password, &err);
 	c->cacert = dup_or_null(cfg->cacert, &err);
 	if (cfg->api_key && *cfg->api_key) {
-		size_t n = strlen(cfg->api_key) + sizeof("Authorization: ApiKey ");
-
-		c->auth_header = malloc(n);
-		if (c->auth_header)
-			snprintf(c->auth_header, n, "Authorization: ApiKey %s", cfg->api_key);
-		else
+		c->auth_header = api_key_header(cfg->api_key);
+		if (!c->auth_header)
 			err = -ENOMEM;
 	}
 	if (err)

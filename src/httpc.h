@@ -40,10 +40,12 @@
 struct httpc;
 
 struct httpc_config {
-	const char *urls;          /* "https://a:9200,https://b:9200" (required) */
+	const char *urls;          /* "https://a:9200,https://b:9200" (required;
+				    * ';', space or tab separate too) */
 	const char *user;          /* Basic auth when set ... */
 	const char *password;      /* ... with this password (may be NULL) */
-	const char *api_key;       /* "Authorization: ApiKey <api_key>" when set */
+	const char *api_key;       /* "Authorization: ApiKey ..." when set: "id:key"
+				    * (base64-encoded here) or already encoded */
 	const char *cacert;        /* CA bundle for TLS, NULL for the system's */
 	bool insecure;             /* skip TLS peer and host verification */
 	unsigned int timeout_ms;   /* total per attempt; 0 means 5000 */

@@ -198,8 +198,9 @@ def test_es__ctl_reap_dead_owner(emu, es_mounts):
 
 def test_es__failover_to_second_node(emu, mount_factory):
     url = "http://127.0.0.1:1," + emu.url
-    # in -o form a comma separates options: give the list as --es_url=
-    m = mount_factory(opts=["lock_store=es", "owner=F", "lease_ttl=2"], args=["--es_url=" + url])
+    # in -o form a comma separates options: the list is separated by ';'
+    m = mount_factory(opts=["lock_store=es", "owner=F", "lease_ttl=2",
+                            "es_url=" + url.replace(",", ";")])
     os.mkdir(m.path("x"))
     for i in range(3):
         os.rename(m.path("x" if i == 0 else "x%d" % (i - 1)), m.path("x%d" % i))

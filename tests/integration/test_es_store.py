@@ -349,6 +349,10 @@ def test_es__api_key(tmp_path_factory, mount_factory, tmp_path):
         os.rename(m.path("d"), m.path("e"))
         m.stop()
         assert "ksecret" not in m.log()
+        enc.write_text("kid:ksecret\n")  # the id:key form is encoded for us
+        m = mount_factory(opts=es_opts(emu, "A", "es_api_key_file=%s" % enc), name="mnt2")
+        os.rename(m.path("e"), m.path("f"))
+        m.stop()
     finally:
         emu.stop()
 

@@ -287,6 +287,7 @@ START_TEST(test_httpc__basic_and_api_key)
 	ck_assert_int_eq(responder_start(&r), 0);
 	responder_reply(&r, 200, "{}");
 	responder_reply(&r, 200, "{}");
+	responder_reply(&r, 200, "{}");
 	c = client(r.url, "elastic", "s3cret", NULL, 0, 0);
 	ck_assert_int_eq(httpc_request(c, "GET", "/", NULL, NULL, 0, 0, &resp, NULL, 0), 0);
 	httpc_response_free(&resp);
@@ -295,8 +296,14 @@ START_TEST(test_httpc__basic_and_api_key)
 	ck_assert_int_eq(httpc_request(c, "GET", "/", NULL, NULL, 0, 0, &resp, NULL, 0), 0);
 	httpc_response_free(&resp);
 	httpc_close(c);
+	/* "id:key" is encoded for us */
+	c = client(r.url, NULL, NULL, "id:key1", 0, 0);
+	ck_assert_int_eq(httpc_request(c, "GET", "/", NULL, NULL, 0, 0, &resp, NULL, 0), 0);
+	httpc_response_free(&resp);
+	httpc_close(c);
 	ck_assert_str_eq(r.reqs[0].auth, "Basic ZWxhc3RpYzpzM2NyZXQ=");
 	ck_assert_str_eq(r.reqs[1].auth, "ApiKey aWQ6a2V5");
+	ck_assert_str_eq(r.reqs[2].auth, "ApiKey aWQ6a2V5MQ==");
 	responder_stop(&r);
 }
 END_TEST
@@ -312,7 +319,7 @@ START_TEST(test_httpc__failover_skips_dead_node)
 	responder_reply(&r, 200, "{\"n\":1}");
 	responder_reply(&r, 200, "{\"n\":2}");
 	/* port 1 on loopback refuses connections */
-	snprintf(urls, sizeof(urls), "http://127.0.0.1:1, %s/", r.url);
+	snprintf(urls, sizeof(urls), "http://127.0.0.1:1; %s/", r.url);
 	c = client(urls, NULL, NULL, NULL, 0, 0);
 	ck_assert_int_eq(httpc_node_count(c), 2);
 	ck_assert_int_eq(httpc_request(c, "GET", "/", NULL, NULL, 0, 0, &resp, NULL, 0), 0);
