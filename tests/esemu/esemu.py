@@ -2146,7 +2146,7 @@ class Handler(BaseHTTPRequestHandler):
             ok = True
             for p, s in zip(pattern, segs):
                 if p.startswith("{"):
-                    if p == "{type}" and s.startswith("_"):
+                    if p == "{type}" and s.startswith("_") and s != "_doc":
                         ok = False
                         break
                     pp[p[1:-1]] = s

@@ -236,3 +236,10 @@ def test_es7_single_mapping_type(make_emu):
                                                   "more than 1 type: [lock, other]")
     c.put("/typeless", {"mappings": {"properties": {"a": {"type": "keyword"}}}})
     assert c.put("/typeless/lock/1", {})[0] == 400
+
+
+def test_es7_typed_update_with_doc_type(make_emu):
+    c = Client(make_emu(flavor="es7").url)
+    c.put("/t/_doc/1", {"n": 1})
+    st, _, b = c.post("/t/_doc/1/_update", {"script": "ctx._source.n++"})
+    assert st == 200 and b["result"] == "updated" and b["_type"] == "_doc"
