@@ -2081,7 +2081,13 @@ class Parser(object):
             return wrap_int(v)
         if kind in ("d", "f"):
             return float(text)
-        v = int(text, 10)
+        if len(text) > 1 and text[0] == "0":  # Java/Painless octal literal
+            try:
+                v = int(text, 8)
+            except ValueError:
+                raise CompileError("invalid sequence of tokens near ['%s']." % text, t.pos)
+        else:
+            v = int(text, 10)
         if kind == "l":
             if v > LONG_MAX:
                 self.sem(CompileError("Invalid long constant [%s]." % text, t.pos))

@@ -189,9 +189,9 @@ def test_compiled_scripts_are_cached():
 
 
 def test_comments_and_literals():
-    _, s, _ = run("// line\n/* block */ ctx._source.a = 0x10; ctx._source.b = 1.5e1; ctx._source.c = 3L; "
+    _, s, _ = run("// line\n/* block */ ctx._source.a = 0x10 + 010; ctx._source.b = 1.5e1; ctx._source.c = 3L; "
                   "ctx._source.d = (int) 2.7; ctx._source.e = (long) 3; ctx._source.f = 2.0f")
-    assert s == {"a": 16, "b": 15.0, "c": 3, "d": 2, "e": 3, "f": 2.0}
+    assert s == {"a": 24, "b": 15.0, "c": 3, "d": 2, "e": 3, "f": 2.0}
 
 
 def test_instanceof_and_null_safe():
