@@ -106,6 +106,8 @@ API_PARAMS = {
     "indices.put_mapping": {"timeout", "master_timeout", "ignore_unavailable", "allow_no_indices",
                             "expand_wildcards", "write_index_only"},
     "indices.refresh": {"ignore_unavailable", "allow_no_indices", "expand_wildcards"},
+    "indices.get_settings": {"master_timeout", "ignore_unavailable", "allow_no_indices", "expand_wildcards",
+                             "flat_settings", "local", "include_defaults"},
     "index": WRITE_COMMON | {"op_type", "version", "version_type", "if_seq_no", "if_primary_term", "pipeline",
                              "require_alias"},
     "create": WRITE_COMMON | {"version", "version_type", "pipeline"},
@@ -152,6 +154,8 @@ ROUTES = [
     (["{index}", "_mapping"], {"GET": "indices.get_mapping", "PUT": "indices.put_mapping",
                                "POST": "indices.put_mapping"}),
     (["{index}", "_refresh"], {"POST": "indices.refresh", "GET": "indices.refresh"}),
+    (["{index}", "_settings"], {"GET": "indices.get_settings"}),
+    (["_settings"], {"GET": "indices.get_settings"}),
     (["{index}", "_doc"], {"POST": "index"}),
     (["{index}", "_doc", "{id}"], {"PUT": "index", "POST": "index", "GET": "get", "HEAD": "exists",
                                    "DELETE": "delete"}),
@@ -887,6 +891,31 @@ class Emulator(object):
         out = {}
         for i in idxs:
             out[i.name] = {"aliases": {}, "mappings": i.mappings, "settings": self._settings_body(i)}
+        return 200, out
+
+    def h_indices_get_settings(self, req):
+        for p in ("master_timeout", "expand_wildcards", "local", "include_defaults"):
+            req.param(p)
+        flat = req.bool_param("flat_settings")
+        req.bool_param("allow_no_indices")
+        ignore = req.bool_param("ignore_unavailable")
+        req.prepared()
+        idxs = self.store.resolve(req.pp.get("index"), ignore_unavailable=ignore)
+        out = {}
+        for i in idxs:
+            s = self._settings_body(i)
+            if flat:
+                flat_s = {}
+
+                def walk(d, prefix):
+                    for k, v in d.items():
+                        if isinstance(v, dict):
+                            walk(v, prefix + k + ".")
+                        else:
+                            flat_s[prefix + k] = v
+                walk(s, "")
+                s = flat_s
+            out[i.name] = {"settings": s}
         return 200, out
 
     def h_indices_get_mapping(self, req):

@@ -170,3 +170,12 @@ def test_multiple_shards_have_their_own_seq_no(es):
     st, _, b = es.post("/ms/_search", {"size": 0})
     assert b["_shards"]["total"] == 3 and b["hits"]["total"]["value"] == 30
     assert es.get("/_cluster/health/ms")[2]["active_primary_shards"] == 3
+
+
+def test_get_settings(es):
+    es.put("/s1", {"settings": {"number_of_replicas": 0}})
+    st, _, b = es.get("/s1/_settings")
+    assert st == 200 and b["s1"]["settings"]["index"]["number_of_replicas"] == "0"
+    assert b["s1"]["settings"]["index"]["number_of_shards"] == "1"
+    st, _, b = es.get("/s1/_settings?flat_settings=true")
+    assert b["s1"]["settings"]["index.number_of_replicas"] == "0"
