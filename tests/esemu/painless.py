@@ -1090,6 +1090,10 @@ def call_method(o, name, args):
     n = len(args)
     if o is None:
         raise npe()
+    if any(isinstance(a, Closure) for a in args):
+        handled, result = functional_method(o.fields if isinstance(o, Ctx) else o, name, args)
+        if handled:
+            return result
     if name == "equals" and n == 1:
         return jequals(o, args[0])
     if name == "toString" and n == 0:
@@ -1280,6 +1284,196 @@ def _hashable(k):
 def _check_key(k):
     if not _hashable(k):
         raise rt("illegal_argument_exception", "unsupported map key of type [%s]" % java_class(k))
+
+
+class Closure(object):
+    def __init__(self, names, body, block, env, pos):
+        self.names, self.body, self.block, self.env, self.pos = names, body, block, env, pos
+
+    def __call__(self, *args):
+        if len(args) != len(self.names):
+            raise rt("illegal_argument_exception", "lambda takes %d arguments, got %d" % (len(self.names), len(args)))
+        env = self.env
+        saved = [(n, env.vars.get(n, _MISSING)) for n in self.names]
+        for n, a in zip(self.names, args):
+            env.vars[n] = a
+        try:
+            if not self.block:
+                return self.body.ev(env)
+            try:
+                self.body.ev(env)
+            except Return as r:
+                return r.value
+            return None
+        finally:
+            for n, old in saved:
+                if old is _MISSING:
+                    env.vars.pop(n, None)
+                else:
+                    env.vars[n] = old
+
+
+_MISSING = object()
+
+
+class Lambda(Node):
+    has_effect = True
+
+    def __init__(self, names, body, block, pos):
+        self.names, self.body, self.block, self.pos = names, body, block, pos
+
+    def ev(self, env):
+        return Closure(self.names, self.body, self.block, env, self.pos)
+
+
+def _fn(f, n):
+    if not isinstance(f, Closure):
+        if f is None:
+            raise npe()
+        raise rt("class_cast_exception", "Cannot cast %s to a functional interface" % java_class(f))
+    if len(f.names) != n:
+        raise rt("illegal_argument_exception",
+                 "Incorrect number of parameters for [lambda] in [function] expected [%d] but found [%d]"
+                 % (n, len(f.names)))
+    return f
+
+
+def functional_method(o, name, args):
+    """Methods taking lambdas (Java's and Painless' augmentations)."""
+    n = len(args)
+    if isinstance(o, dict):
+        if name == "forEach" and n == 1:
+            f = _fn(args[0], 2)
+            for k in list(o.keys()):
+                f(k, o.get(k))
+            return True, None
+        if name == "computeIfAbsent" and n == 2:
+            f = _fn(args[1], 1)
+            _check_key(args[0])
+            if o.get(args[0]) is None:
+                v = f(args[0])
+                if v is not None:
+                    o[args[0]] = v
+                return True, v
+            return True, o[args[0]]
+        if name == "computeIfPresent" and n == 2:
+            f = _fn(args[1], 2)
+            if o.get(args[0]) is not None:
+                v = f(args[0], o[args[0]])
+                if v is None:
+                    del o[args[0]]
+                else:
+                    o[args[0]] = v
+                return True, v
+            return True, None
+        if name == "compute" and n == 2:
+            f = _fn(args[1], 2)
+            _check_key(args[0])
+            v = f(args[0], o.get(args[0]))
+            if v is None:
+                o.pop(args[0], None)
+            else:
+                o[args[0]] = v
+            return True, v
+        if name == "merge" and n == 3:
+            f = _fn(args[2], 2)
+            _check_key(args[0])
+            if args[1] is None:
+                raise npe()
+            old = o.get(args[0])
+            v = args[1] if old is None else f(old, args[1])
+            if v is None:
+                o.pop(args[0], None)
+            else:
+                o[args[0]] = v
+            return True, v
+        if name == "replaceAll" and n == 1:
+            f = _fn(args[0], 2)
+            for k in list(o.keys()):
+                o[k] = f(k, o[k])
+            return True, None
+        if name in ("each", "any", "every", "find", "findAll", "count") and n == 1:
+            f = _fn(args[0], 2)
+            if name == "each":
+                for k in list(o.keys()):
+                    f(k, o.get(k))
+                return True, o
+            if name == "any":
+                return True, any(truth(f(k, v)) for k, v in list(o.items()))
+            if name == "every":
+                return True, all(truth(f(k, v)) for k, v in list(o.items()))
+            if name == "count":
+                return True, sum(1 for k, v in list(o.items()) if truth(f(k, v)))
+            if name == "find":
+                for k in list(o.keys()):
+                    if truth(f(k, o[k])):
+                        return True, Entry(o, k)
+                return True, None
+            return True, {k: v for k, v in list(o.items()) if truth(f(k, v))}
+    if isinstance(o, (list, KeySet)):
+        items = o.items() if isinstance(o, KeySet) else list(o)
+        if name == "removeIf" and n == 1:
+            f = _fn(args[0], 1)
+            doomed = [x for x in items if truth(f(x))]
+            if isinstance(o, KeySet):
+                for x in doomed:
+                    key = x.key if isinstance(x, Entry) else x
+                    if o.kind == "values":
+                        for k in [k for k, v in o.m.items() if v is x]:
+                            o.m.pop(k, None)
+                    else:
+                        o.m.pop(key, None)
+            else:
+                o[:] = [x for x in o if not any(x is d for d in doomed)]
+            return True, bool(doomed)
+        if name in ("forEach", "each") and n == 1:
+            f = _fn(args[0], 1)
+            for x in items:
+                f(x)
+            return True, None if name == "forEach" else o
+        if name in ("any", "every", "find", "findAll", "collect", "findResult") and n == 1:
+            f = _fn(args[0], 1)
+            if name == "any":
+                return True, any(truth(f(x)) for x in items)
+            if name == "every":
+                return True, all(truth(f(x)) for x in items)
+            if name == "find":
+                for x in items:
+                    if truth(f(x)):
+                        return True, x
+                return True, None
+            if name == "findAll":
+                return True, [x for x in items if truth(f(x))]
+            if name == "collect":
+                return True, [f(x) for x in items]
+            for x in items:
+                r = f(x)
+                if r is not None:
+                    return True, r
+            return True, None
+        if name == "replaceAll" and n == 1 and isinstance(o, list):
+            f = _fn(args[0], 1)
+            o[:] = [f(x) for x in o]
+            return True, None
+        if name == "sort" and n == 1 and isinstance(o, list):
+            import functools
+            if args[0] is None:
+                o.sort(key=functools.cmp_to_key(lambda a, b: compare_natural(a, b)))
+            else:
+                f = _fn(args[0], 2)
+                o.sort(key=functools.cmp_to_key(lambda a, b: int(f(a, b))))
+            return True, None
+    return False, None
+
+
+def compare_natural(a, b):
+    if a is None or b is None:
+        raise npe()
+    if is_num(a) and is_num(b):
+        return (a > b) - (a < b)
+    if isinstance(a, str) and isinstance(b, str):
+        return (a > b) - (a < b)
+    raise rt("class_cast_exception", "Cannot compare %s with %s" % (java_class(a), java_class(b)))
 
 
 class Call(Node):
@@ -1571,6 +1765,7 @@ class Parser(object):
         self.i = 0
         self.scopes = [set(globals_)]
         self.loop_depth = 0
+        self.lambda_depth = 0
         self.stmt_starts = []
         self.sem_errs = []
 
@@ -1819,9 +2014,10 @@ class Parser(object):
                 expr = None
                 if not (self.at(";") or self.t.kind == "eof" or self.at("}")):
                     expr = self.expression()
-                    # update scripts are void: a returned value cannot be cast to void
-                    self.sem(CompileError("Cannot cast from [%s] to [void]." % static_type(expr), expr.pos,
-                                          "class_cast_exception"), at=getattr(expr, "pos", tok.pos))
+                    if self.lambda_depth == 0:
+                        # update scripts are void: a returned value cannot be cast to void
+                        self.sem(CompileError("Cannot cast from [%s] to [void]." % static_type(expr), expr.pos,
+                                              "class_cast_exception"), at=getattr(expr, "pos", tok.pos))
                 self.end_statement(in_block, top)
                 return ReturnStmt(expr, tok.pos)
             if v == "throw":
@@ -1838,7 +2034,7 @@ class Parser(object):
             self.end_statement(in_block, top)
             return d
         expr = self.expression()
-        if not expr.has_effect:
+        if not expr.has_effect and self.lambda_depth == 0:
             # the update context is void: even the last expression is not returned
             self.sem(CompileError("not a statement: result not used from %s" % describe(expr), expr.pos),
                      at=tok.pos)
@@ -2042,6 +2238,8 @@ class Parser(object):
                 self.expect("]")
                 e = Index(e, k, t.pos)
                 continue
+            if t.val == "::":
+                raise CompileError("method references are not supported by this emulator", t.pos)
             if t.val in ("++", "--"):
                 if not isinstance(e, (Var, Field, Index)):
                     self.sem(CompileError("invalid assignment: cannot assign a value to this expression", t.pos))
@@ -2058,13 +2256,71 @@ class Parser(object):
         args = []
         if not self.at(")"):
             while True:
-                if self.at("->") or (self.t.kind == "id" and self.peek().val == "->"):
-                    raise CompileError("lambdas are not supported by this emulator", self.t.pos)
-                args.append(self.expression())
+                lam = self.lambda_params()
+                if lam is not None:
+                    args.append(self.lambda_body(*lam))
+                else:
+                    args.append(self.expression())
                 if not self.accept(","):
                     break
         self.expect(")")
         return args
+
+    def lambda_params(self):
+        """``x ->``, ``(x, y) ->``, ``(def x, int y) ->`` or ``() ->``; None if not a lambda."""
+        t = self.t
+        if t.kind == "id" and self.peek().kind == "op" and self.peek().val == "->":
+            self.i += 2
+            return [t.val], [t], t.pos
+        if not (t.kind == "op" and t.val == "("):
+            return None
+        j = self.i + 1
+        names, toks = [], []
+        while True:
+            tok = self.toks[j]
+            if tok.kind == "op" and tok.val == ")" and not names:
+                j += 1
+                break
+            if tok.kind != "id":
+                return None
+            nxt = self.toks[j + 1]
+            if nxt.kind == "id" and tok.val in ALL_TYPES:
+                tok = nxt
+                j += 1
+            names.append(tok.val)
+            toks.append(tok)
+            j += 1
+            sep = self.toks[j]
+            if sep.kind == "op" and sep.val == ",":
+                j += 1
+                continue
+            if sep.kind == "op" and sep.val == ")":
+                j += 1
+                break
+            return None
+        arrow = self.toks[j]
+        if not (arrow.kind == "op" and arrow.val == "->"):
+            return None
+        self.i = j + 1
+        return names, toks, t.pos
+
+    def lambda_body(self, names, toks, pos):
+        self.scopes.append(set())
+        for n, tok in zip(names, toks):
+            self.declare(n, tok)
+        self.lambda_depth += 1
+        saved_loop = self.loop_depth
+        self.loop_depth = 0
+        if self.at("{"):
+            body = self.block()
+            block = True
+        else:
+            body = self.expression()
+            block = False
+        self.loop_depth = saved_loop
+        self.lambda_depth -= 1
+        self.scopes.pop()
+        return Lambda(names, body, block, pos)
 
     def number(self, t):
         text, kind, is_hex = t.val

@@ -152,7 +152,7 @@ def test_return_allowed():
     "def x = 1; def x = 2;",
     "ctx._source.a = Math.nope(1)",
     "try { } catch (Exception e) { }",
-    "ctx._source.list.removeIf(x -> x == 1)",
+    "ctx._source.list.removeIf(String::isEmpty)",
     "ctx._source.a = /regex/",
     "break;",
     "ctx._source.a = 99999999999",
@@ -250,3 +250,22 @@ def test_loops_that_escape_are_fine():
     _, s, _ = run("int i = 0; while (true) { i++; if (i > 3) { break; } } ctx._source.i = i; "
                   "for (int j = 0; j < 2; j++) { if (j == 0) { continue; } ctx._source.j = j; }")
     assert s == {"i": 4, "j": 1}
+
+
+def test_lambdas_and_functional_methods():
+    _, s, _ = run("ctx._source.tags.removeIf(t -> t == params.t); "
+                  "ctx._source.h.entrySet().removeIf(e -> e.getValue() < params.now); "
+                  "ctx._source.c.merge(params.t, 1, (a, b) -> a + b); "
+                  "ctx._source.m.computeIfAbsent(params.t, k -> new HashMap()).put('x', 1); "
+                  "ctx._source.any = ctx._source.tags.any(x -> x == 'a'); "
+                  "ctx._source.doubled = ctx._source.l.collect(x -> x * 2); "
+                  "ctx._source.l.sort((a, b) -> b - a); "
+                  "ctx._source.h.forEach((k, v) -> { ctx._source.last = k; })",
+                  {"tags": ["a", "b"], "h": {"old": 1, "new": 9}, "c": {"b": 1}, "m": {}, "l": [1, 3, 2]},
+                  {"t": "b", "now": 5})
+    assert s == {"tags": ["a"], "h": {"new": 9}, "c": {"b": 2}, "m": {"b": {"x": 1}}, "l": [3, 2, 1],
+                 "any": True, "doubled": [2, 6, 4], "last": "new"}
+
+
+def test_lambda_parameter_cannot_shadow_a_local():
+    assert compile_error("def x = 1; ctx._source.l.removeIf(x -> x == 1)").message == "variable [x] is already defined"
