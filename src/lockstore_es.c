@@ -87,8 +87,9 @@
  * the script, so a live holder's share is never removed) and every lock
  * named by the dead owner's intents, then its lease document goes. Its
  * intents stay, for treelockctl intents. A mount that finds its own lease
- * document gone or replaced (a reap) takes a new owner id and counts the
- * renames it holds under the old one as fenced.
+ * document gone (a reap), or that renews it only after it lapsed (others
+ * may be evicting it at that very moment), takes a new owner id and counts
+ * the renames it holds under the old one as fenced.
  *
  * Bound: a rename blocked by a dead holder proceeds at most 2 x lease_ttl
  * + lease_ttl/3 + one backoff step (200 ms) after the holder died.
@@ -1509,7 +1510,9 @@ static int lease_reread(struct es_store *es, const char *owner)
 }
 
 /* Creates (CREATE) or renews our lease document. Returns 0, -ESTALE (it
- * was removed or replaced: we were reaped), -EAGAIN. */
+ * was removed: we were reaped), -ETIME (renewed, but after the lease had
+ * lapsed: others may be taking our locks over, so this owner id must not
+ * act again), -EAGAIN. */
 static int lease_write(struct es_store *es, bool create)
 {
 	struct httpc_response r;
@@ -1538,16 +1541,22 @@ static int lease_write(struct es_store *es, bool create)
 	if (cc == CALL_OK) {
 		root = jparse(&r);
 		pthread_mutex_lock(&es->mutex);
+		err = 0;
 		if (strcmp(owner, es->owner) == 0) {
 			es->owner_seq = jint(root, "_seq_no", 0);
 			es->owner_term = jint(root, "_primary_term", 1);
-			es->renewed_ms = sent;
 			es->owner_doc = true;
-			es->warned_stale = false;
+			/* a renewal after the lease lapsed does not make it
+			 * fresh again: observers may be taking it over now */
+			if (!create && es->renewed_ms > 0 && sent - es->renewed_ms >= es->ttl_ms) {
+				err = -ETIME;
+			} else {
+				es->renewed_ms = sent;
+				es->warned_stale = false;
+			}
 		}
 		pthread_mutex_unlock(&es->mutex);
 		cJSON_Delete(root);
-		err = 0;
 	} else if (r.status == 409 || r.status == 404) {
 		err = lease_reread(es, owner);
 	} else if (r.status) {
@@ -1639,7 +1648,7 @@ static void *heartbeat(void *arg)
 		err = lease_write(es, !have_doc);
 		if (err)
 			next = mono_ms() + period / 3; /* failing: retry sooner */
-		if (err == -ESTALE) {
+		if (err == -ESTALE || err == -ETIME) {
 			char old[160];
 
 			pthread_mutex_lock(&es->mutex);
@@ -1656,10 +1665,17 @@ static void *heartbeat(void *arg)
 			}
 			pthread_mutex_unlock(&es->mutex);
 			if (have_doc) {
-				tl_log(LOG_ERR,
-				       "the lease of owner '%s' was removed by another client: locks "
-				       "taken under it are lost; continuing as a new owner",
-				       old);
+				if (err == -ESTALE)
+					tl_log(LOG_ERR,
+					       "the lease of owner '%s' was removed by another client: "
+					       "locks taken under it are lost; continuing as a new owner",
+					       old);
+				else
+					tl_log(LOG_ERR,
+					       "the lease of owner '%s' lapsed (no renewal for %.1f s): "
+					       "locks taken under it may be taken over; continuing as a "
+					       "new owner",
+					       old, (double)es->ttl_ms / 1000);
 				char now_id[160];
 
 				pthread_mutex_lock(&es->mutex);

@@ -108,6 +108,11 @@ def owner_id(emu, name):
     return None
 
 
+def owner_ids(emu, name):
+    return [v["_source"]["owner"] for k, v in docs(emu).items()
+            if k.startswith("owner:") and v["_source"].get("name") == name]
+
+
 def store_requests(emu):
     """Requests the store served (admin calls are not counted)."""
     return emu.stats()

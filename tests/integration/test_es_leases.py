@@ -10,7 +10,7 @@ import threading
 import time
 
 from es_helpers import (ctl, emu, emu_module, es_mounts, forget_mount, held_by,  # noqa: F401
-                        intent_docs, lock_docs, owner_id, start_op, wait_for)
+                        intent_docs, lock_docs, owner_id, owner_ids, start_op, wait_for)
 
 TTL = 2.0
 # 2 x lease_ttl, plus one renewal period the observer may have missed, plus
@@ -207,3 +207,24 @@ def test_es__failover_to_second_node(emu, mount_factory):
     assert os.path.isdir(m.bpath("x2"))
     r = ctl(emu, "check", url=url)
     assert r.returncode == 0, r.stderr
+
+
+def test_es__lapsed_lease_means_new_owner(emu, es_mounts):
+    """Renewing after the lease lapsed does not make the old owner id usable
+    again (others may be evicting it right then): the mount starts over."""
+    (a,) = es_mounts(emu, "A", opts={"A": ["es_timeout_ms=300"]})
+    old = owner_id(emu, "A")
+    emu.admin("POST", "/_esemu/block", {"opaque_id": old, "mode": "reset"})
+    time.sleep(TTL + 0.5)
+    emu.admin("POST", "/_esemu/block", {"opaque_id": old, "mode": "none"})
+    wait_for(lambda: [o for o in owner_ids(emu, "A") if o != old], 5, what="a new owner id")
+    assert "lapsed" in a.log()
+    os.mkdir(a.path("n"))
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            os.rename(a.path("n"), a.path("n2"))
+            break
+        except OSError as e:
+            assert e.errno == errno.ENOLCK and time.monotonic() < deadline, e
+            time.sleep(0.2)
