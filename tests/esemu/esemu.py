@@ -1595,8 +1595,15 @@ class Emulator(object):
         version = req.bool_param("version", body.get("version", False) is True)
         rest_int = req.bool_param("rest_total_hits_as_int")
         tth = req.param("track_total_hits")
-        tth = body.get("track_total_hits", True) if tth is None else (True if tth in ("", "true") else
-                                                                      False if tth == "false" else int(tth))
+        if tth is None:
+            tth = body.get("track_total_hits", True)
+            if not isinstance(tth, (bool, int)):
+                raise EsError(400, "x_content_parse_exception",
+                              "[1:1] [track_total_hits] failed to parse field, expected a boolean or an integer")
+        elif tth in ("", "true", "false"):
+            tth = tth != "false"
+        else:
+            tth = req.int_param("track_total_hits")
         sort = body.get("sort")
         if req.param("sort"):
             sort = [s if ":" not in s else {s.split(":")[0]: s.split(":")[1]} for s in req.params["sort"].split(",")]
@@ -1630,6 +1637,8 @@ class Emulator(object):
                 pf[idx.name] = pq
             hits = [h for h in hits if pf[h[0].name].fn(h[1]) is not None]
         if body.get("min_score") is not None:
+            if not is_number(body["min_score"]):
+                raise EsError(400, "x_content_parse_exception", "[1:1] [min_score] failed to parse field")
             hits = [h for h in hits if h[2] >= float(body["min_score"])]
         sort_values = None
         if sort:
@@ -2156,6 +2165,14 @@ class Handler(BaseHTTPRequestHandler):
             self.send_error_obj(e)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+        except (ValueError, TypeError, AttributeError, KeyError) as e:
+            # a value of the wrong type somewhere in the request: Elasticsearch's
+            # parsers answer 400 for those, so do we (with a tell-tale reason)
+            if emu.args.verbose:
+                import traceback
+                traceback.print_exc()
+            self.send_error_obj(EsError(400, "illegal_argument_exception",
+                                        "[esemu] malformed request value: %s" % (e,)))
         except Exception as e:  # an emulator bug: answer like an unexpected server error
             import traceback
             traceback.print_exc()

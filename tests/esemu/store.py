@@ -812,11 +812,16 @@ def _bool_query(body, ctx):
         need = 0 if (clauses["must"] or clauses["filter"]) else (1 if should else 0)
     else:
         s = str(msm)
-        if s.endswith("%"):
+        if s.endswith("%") and s[:-1].lstrip("-").isdigit():
             pct = int(s[:-1])
             need = int(len(should) * pct / 100.0) if pct >= 0 else len(should) + int(len(should) * pct / 100.0)
         else:
-            need = int(s)
+            try:
+                need = int(s)
+            except ValueError:
+                raise EsError(400, "parsing_exception",
+                              "[bool] failed to parse field [minimum_should_match]", {"line": 1, "col": 1},
+                              caused_by={"type": "number_format_exception", "reason": 'For input string: "%s"' % s})
             if need < 0:
                 need = len(should) + need
     only_filters = not clauses["must"] and not should
