@@ -9,7 +9,7 @@
  *                 "holder":H, "process_id":H, "holders":{H:1}, "since":ms,
  *                 "pid":n, ["waiters":{...}]}
  *                {"lock_type":"shared", "lock_count":N, "path":"/a",
- *                 "holders":{H1:1, H2:1}, ["waiters":{...}]}
+ *                 "holders":{H1:1, H2:1}, "since":ms, ["waiters":{...}]}
  *                waiters: {H: {"owner":O, "mode":"exclusive"|"shared",
  *                              "age":start_ms, "tmo":ms}}
  *   owner        {"type":"owner", "owner":O, "name":"host", "pid":n,
@@ -600,6 +600,7 @@ static void add_acquire(struct es_store *es, struct sb *b, const struct attempt 
 		cJSON_AddStringToObject(up, "path", a->plan->items[i].key);
 		hs = cJSON_AddObjectToObject(up, "holders");
 		cJSON_AddNumberToObject(hs, a->hkey, 1);
+		cJSON_AddNumberToObject(up, "since", (double)wall_ms());
 		/* concurrent shared updates of one document retry inside ES */
 		cJSON_AddNumberToObject(cJSON_GetObjectItem(act, "update"), "retry_on_conflict", 5);
 		sb_add_line(b, act);

@@ -9,7 +9,8 @@ import statistics
 import threading
 import time
 
-from es_helpers import (ctl, emu, emu_module, es_mounts, forget_mount, held_by,  # noqa: F401
+from es_helpers import (ctl, emu, emu_any, emu_flavor_module, emu_module, es_mounts,  # noqa: F401
+                        forget_mount, held_by,
                         intent_docs, lock_docs, owner_id, owner_ids, start_op, wait_for)
 
 TTL = 2.0
@@ -23,7 +24,8 @@ def makedirs(m, *parts):
     os.makedirs(m.path(*parts), exist_ok=True)
 
 
-def test_es__kill9_holder_is_taken_over(emu, es_mounts):
+def test_es__kill9_holder_is_taken_over(emu_any, es_mounts):
+    emu = emu_any
     a, b = es_mounts(emu, "A", "B", opts={"A": ["rename_delay_ms=60000"]})
     makedirs(a, "d", "src")
     hung = start_op(os.rename, a.path("d/src"), a.path("d/dst"))
@@ -38,7 +40,7 @@ def test_es__kill9_holder_is_taken_over(emu, es_mounts):
     TAKEOVERS.append(took)
     assert op.error is None, op.error
     assert took <= BOUND, "take-over took %.2fs (bound %.2fs)" % (took, BOUND)
-    print("\ntake-over after kill -9: %.2fs (bound %.2fs)" % (took, BOUND))
+    print("\n%s take-over after kill -9: %.2fs (bound %.2fs)" % (emu.flavor, took, BOUND))
     assert os.path.isdir(b.bpath("d/other"))
     # nothing of the dead owner is left locked; its intent is reported
     assert lock_docs(emu) == {}, lock_docs(emu)

@@ -377,3 +377,20 @@ def test_es__store_paused_while_holding(emu, es_mounts):
         emu.admin("POST", "/_esemu/resume")
     wait_for(lambda: lock_docs(emu) == {} and intent_docs(emu) == {}, 10,
              what="the kept release after resume")
+
+
+def test_es__ctl_break(emu, es_mounts):
+    (a,) = es_mounts(emu, "A")
+    makedirs(a, "x")
+    assert guide_exclusive(emu, "/x") == 201
+    # no terminal to confirm on: refused
+    r = subprocess.run([__import__("es_helpers").CTL, "--es_url=" + emu.url, "break", "/x"],
+                       capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
+                       start_new_session=True)
+    assert r.returncode == 1 and "--force" in r.stderr
+    assert held_by(emu, "/x") is not None
+    r = ctl(emu, "break", "/x", "--force")
+    assert r.returncode == 0, r.stderr
+    assert held_by(emu, "/x") is None
+    os.rename(a.path("x"), a.path("y"))
+    assert ctl(emu, "break", "/nothing", "--force").returncode == 2
