@@ -1237,7 +1237,7 @@ static int es_try_acquire(struct lockstore *st, const struct tl_plan *plan, stru
 	struct attempt a = {.plan = plan, .h = h};
 	struct sb b = {0};
 	cJSON *root = NULL;
-	bool fresh, any_refused, ambiguous = false, intent_ok = false;
+	bool fresh, any_refused, intent_ok = false;
 	size_t i;
 	int err = -ENOMEM, round;
 
@@ -1280,11 +1280,12 @@ static int es_try_acquire(struct lockstore *st, const struct tl_plan *plan, stru
 		for (i = 0; i < plan->n; i++)
 			if (state[i] == ITEM_RETRY)
 				add_acquire(es, &b, &a, i);
+		/* a whole request that failed may have been applied: the
+		 * retry is safe (scripts are idempotent; a create that 409s
+		 * is checked against our holder id in on_refusal()) */
 		err = bulk_send(es, &b, &root);
-		if (err == -EAGAIN) {
-			ambiguous = true;
+		if (err == -EAGAIN)
 			continue;
-		}
 		if (err)
 			goto out_rollback;
 		it = cJSON_GetObjectItemCaseSensitive(root, "items")->child;
@@ -1307,8 +1308,6 @@ static int es_try_acquire(struct lockstore *st, const struct tl_plan *plan, stru
 				err = -EACCES;
 				goto out_rollback;
 			}
-			if (state[i] == ITEM_RETRY)
-				ambiguous = true;
 			it = it ? it->next : NULL;
 		}
 		cJSON_Delete(root);
@@ -1325,7 +1324,6 @@ static int es_try_acquire(struct lockstore *st, const struct tl_plan *plan, stru
 		if (k == 0 && intent_ok)
 			break;
 	}
-	(void)ambiguous;
 	for (i = 0; i < plan->n && state[i] != ITEM_REFUSED; i++)
 		;
 	if (i < plan->n) {
