@@ -18,9 +18,14 @@ Fidelity choices made here
 --------------------------
 * Request pipeline order: admin namespace, pause/block/latency, routing
   (unknown path: 400 ``no handler found``; known path, wrong method: 405),
-  authentication, Content-Type (406), unknown parameters (400), body checks,
-  then the action.  Elasticsearch 7 routes before authenticating; 8
-  authenticates first; the emulator follows the flavour.
+  authentication and Content-Type (406) in the flavour's order, then the
+  handler reads its parameters and parses its body, then unrecognized
+  parameters (400) are reported as ``BaseRestHandler`` does, then request
+  validation in the order of the ``validate()`` methods, then the action.
+* Script failures are ``illegal_argument_exception`` "failed to execute
+  script" caused by the ``script_exception``; the root cause is the wrapper
+  (``guessRootCauses`` stops at a non-Elasticsearch exception).
+* ``_bulk`` validates every item before executing any (``BulkRequest.validate``).
 * Documents keep the exact bytes they were indexed with, so ``_source`` in
   GET/search answers is returned verbatim (Elasticsearch embeds the stored
   bytes); sources rewritten by an update are re-serialised compactly.

@@ -23,6 +23,15 @@ Fidelity choices
   :class:`ScriptRuntimeError` carrying the Java exception type name
   (``null_pointer_exception``, ``illegal_state_exception``, ...).  The server
   turns both into Elasticsearch's ``script_exception`` error bodies.
+* The whole script is parsed first (syntax errors win), then a semantic
+  pass reports unknown symbols and Painless' control-flow errors
+  ("invalid block: unreachable statement", "extraneous if block", ...).
+  The update context is ``void``: expression statements must have an effect
+  and ``return`` takes no value.
+* Lambdas are supported as arguments of the functional collection methods
+  (``removeIf``, ``forEach``, ``merge``, ``computeIfAbsent``, ...).
+* Map views (``keySet()``, ``values()``, ``entrySet()``) are live and
+  iteration is fail-fast (``ConcurrentModificationException``).
 * Loops are capped at 1,000,000 iterations like Painless' loop counter.
 * Compiled scripts are cached per source string.
 """
