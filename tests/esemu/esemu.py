@@ -1739,7 +1739,7 @@ class Emulator(object):
                     vals.append(d.id)
                 else:
                     spec, parts = st.field_spec(idx.mappings, f)
-                    terms = st.indexed_terms(spec, st.extract(d.source, parts)) if spec is not None else []
+                    terms = st.indexed_terms(spec, st.field_values(d, parts)) if spec is not None else []
                     if not terms:
                         vals.append(None)
                     else:

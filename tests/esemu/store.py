@@ -360,8 +360,23 @@ def apply_mapping(mapping, source, doc_id):
     return new
 
 
+class MetaField(tuple):
+    """Source path stand-in for metadata fields such as ``_id``."""
+
+
+META_FIELDS = {"_id": {"type": "keyword"}, "_index": {"type": "keyword"}}
+
+
+def field_values(doc, parts):
+    if isinstance(parts, MetaField):
+        return [doc.id] if parts[0] == "_id" else [doc.index_name] if parts[0] == "_index" else []
+    return extract(doc.source, parts)
+
+
 def field_spec(mapping, path):
     """Resolve ``a.b`` / ``f.keyword`` to (mapping spec, source path)."""
+    if path in META_FIELDS:
+        return META_FIELDS[path], MetaField((path,))
     props = mapping.get("properties", {})
     parts = path.split(".")
     spec = None
@@ -546,7 +561,7 @@ class QueryContext(object):
             n = 0
             _, parts = field_spec(self.index.mappings, field)
             for d in self.snapshot.values():
-                if term in indexed_terms(spec, extract(d.source, parts)):
+                if term in indexed_terms(spec, field_values(d, parts)):
                     n += 1
             self._df[key] = n
         N = max(self.doc_count(), n)
@@ -626,7 +641,7 @@ def _term_query(body, ctx):
     is_text = spec.get("type") in ("text", "match_only_text")
 
     def match(d):
-        vals = extract(d.source, parts)
+        vals = field_values(d, parts)
         terms = indexed_terms(spec, vals)
         if ci and isinstance(qv, str):
             hit = [t for t in terms if isinstance(t, str) and t.lower() == qv.lower()]
@@ -658,7 +673,7 @@ def _terms_query(body, ctx):
     qvs = [query_value(spec, v) for v in vals if v is not None]
 
     def match(d):
-        terms = indexed_terms(spec, extract(d.source, parts))
+        terms = indexed_terms(spec, field_values(d, parts))
         return boost if any(t in qvs for t in terms) else None
     return Query(match)
 
@@ -682,7 +697,7 @@ def _prefix_query(body, ctx):
     p = _keyword_str(v)
 
     def match(d):
-        for t in indexed_terms(spec, extract(d.source, parts)):
+        for t in indexed_terms(spec, field_values(d, parts)):
             if isinstance(t, str) and (t.lower().startswith(p.lower()) if ci else t.startswith(p)):
                 return boost
         return None
@@ -716,7 +731,7 @@ def _exists_query(body, ctx):
         return Query(lambda d: None)
 
     def match(d):
-        vals = extract(d.source, parts)
+        vals = field_values(d, parts)
         if spec.get("type", "object") in ("object", "nested"):
             return boost if any(isinstance(v, dict) and v for v in vals) else None
         return boost if indexed_terms(spec, vals) else None
@@ -754,7 +769,7 @@ def _range_query(body, ctx):
         return True
 
     def match(d):
-        return boost if any(ok(t) for t in indexed_terms(spec, extract(d.source, parts))) else None
+        return boost if any(ok(t) for t in indexed_terms(spec, field_values(d, parts))) else None
     return Query(match)
 
 
@@ -777,7 +792,7 @@ def _match_query(body, ctx):
         qterms = [query_value(spec, v)]
 
     def match(d):
-        terms = indexed_terms(spec, extract(d.source, parts))
+        terms = indexed_terms(spec, field_values(d, parts))
         hits = [q for q in qterms if q in terms]
         if not hits or (op == "and" and len(hits) < len(qterms)):
             return None
@@ -885,7 +900,7 @@ def lite_query(q):
 
 
 class Doc(object):
-    __slots__ = ("id", "source", "seq_no", "version", "term", "raw")
+    __slots__ = ("id", "source", "seq_no", "version", "term", "raw", "index_name")
 
     def __init__(self, doc_id, source, seq_no, version, term=1, raw=None):
         self.id = doc_id
@@ -894,6 +909,7 @@ class Doc(object):
         self.version = version
         self.term = term
         self.raw = raw  # the source exactly as sent (Elasticsearch returns it verbatim)
+        self.index_name = None
 
 
 class Index(object):
@@ -1366,6 +1382,8 @@ class Store(object):
         hits = []
         for idx in idxs:
             snap = idx.searchable
+            for d in snap.values():
+                d.index_name = idx.name
             ctx = QueryContext(idx, snap, self.flavor)
             q = self._compile_query(query, ctx)
             for d in sorted(snap.values(), key=lambda d: d.seq_no):

@@ -251,3 +251,14 @@ def test_filter_path_on_bulk(es):
     assert "_source" not in b and b["_id"] == "1"
     st, _, b = es.get("/f/_doc/1?filter_path=**.a")
     assert b == {"_source": {"a": 1}}
+
+
+def test_metadata_fields_in_queries(es):
+    setup_docs(es)
+    b = es.post("/locks/_search", {"query": {"term": {"_id": "/a"}}})[2]
+    assert hits(b) == ["/a"]
+    b = es.post("/locks/_search", {"query": {"terms": {"_id": ["/a", "/e"]}}})[2]
+    assert hits(b) == ["/a", "/e"]
+    b = es.post("/locks/_search", {"query": {"bool": {"filter": [{"term": {"_index": "locks"}},
+                                                                  {"prefix": {"_id": "/c"}}]}}})[2]
+    assert hits(b) == ["/c", "/c/d"]
