@@ -530,7 +530,7 @@ class Emulator(object):
         self.args = args
         self.flavor = args.flavor
         self.fl = FLAVORS[args.flavor]
-        self.store = st.Store(args.flavor, args.data)
+        self.store = st.Store(args.flavor, args.data, auto_refresh=True)
         self.control = Control(args)
         self.cluster_uuid = "esemu" + base64.urlsafe_b64encode(os.urandom(12)).decode()[:17]
         self.user = args.user

@@ -14,9 +14,12 @@ Fidelity choices
   re-created while the tombstone lives continues the version (previous + 1),
   afterwards it starts again at 1.
 * GET by id is realtime (sees the latest write); ``_search``, ``_count`` and
-  ``_delete_by_query`` see the documents as of the last refresh.  There is no
-  periodic refresh (``refresh_interval`` is effectively ``-1``), so tests are
-  deterministic: refresh explicitly or use ``?refresh``.
+  ``_delete_by_query`` see the documents as of the last refresh.  As in
+  Elasticsearch, indices refresh every ``index.refresh_interval`` (default
+  1s); a shard without searches for 30s is "search idle" and skips
+  scheduled refreshes, and the next search refreshes it first (only when
+  ``refresh_interval`` is not set explicitly).  Create the index with
+  ``refresh_interval: -1`` for fully deterministic visibility tests.
 * Writes to one document are serialised by a per-document lock; an update is
   get -> script -> write-if-unchanged (compare ``_seq_no``), so concurrent
   updates of one document see version conflicts and ``retry_on_conflict``
@@ -47,6 +50,7 @@ import uuid as uuidlib
 import painless
 
 GC_DELETES_SECONDS = 60.0
+SEARCH_IDLE_AFTER_SECONDS = 30.0
 MAX_ID_BYTES = 512
 UNASSIGNED_SEQ_NO = -2
 UPDATE_WINDOW_SECONDS = 0.0002
@@ -926,7 +930,9 @@ class Index(object):
         self.searchable = {}
         self.lock = threading.Lock()
         self.doc_locks = {}
-        self.pending_refresh = False
+        self.dirty = False  # writes not yet visible to search
+        self.last_refresh = time.monotonic()
+        self.last_search = time.monotonic()
 
     @property
     def replicas(self):
@@ -965,6 +971,41 @@ class Index(object):
     def refresh(self):
         with self.lock:
             self.searchable = dict(self.docs)
+            self.dirty = False
+            self.last_refresh = time.monotonic()
+
+    def refresh_interval(self):
+        """Seconds between scheduled refreshes (None: disabled), and whether
+        it was set explicitly (only then are search-idle shards refreshed)."""
+        v = self.settings.get("refresh_interval")
+        if v is None:
+            return 1.0, False
+        v = str(v)
+        if v in ("-1", "-1ms", "-1s"):
+            return None, True
+        m = re.match(r"^(\d+(?:\.\d+)?)(nanos|micros|ms|s|m|h|d)?$", v)
+        if not m:
+            return 1.0, True
+        unit = {"nanos": 1e-9, "micros": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+        return float(m.group(1)) * unit[m.group(2) or "ms"], True
+
+    def search_idle(self, now):
+        interval, explicit = self.refresh_interval()
+        return (not explicit) and now - self.last_search > SEARCH_IDLE_AFTER_SECONDS
+
+    def before_search(self):
+        """A search on a search-idle shard waits for a refresh (ES 7+)."""
+        now = time.monotonic()
+        if self.dirty and self.search_idle(now):
+            self.refresh()
+        self.last_search = now
+
+    def scheduled_refresh(self, now):
+        interval, explicit = self.refresh_interval()
+        if interval is None or not self.dirty or self.search_idle(now):
+            return
+        if now - self.last_refresh >= interval:
+            self.refresh()
 
     def live_tombstone(self, doc_id):
         t = self.tombstones.get(doc_id)
@@ -1089,7 +1130,7 @@ def filter_source(source, includes, excludes):
 
 
 class Store(object):
-    def __init__(self, flavor="es7", data_file=None):
+    def __init__(self, flavor="es7", data_file=None, auto_refresh=False):
         self.flavor = flavor
         self.indices = {}
         self.lock = threading.RLock()
@@ -1099,6 +1140,20 @@ class Store(object):
         self.persist_lock = threading.Lock()
         if data_file and os.path.exists(data_file):
             self.load()
+        if auto_refresh:
+            t = threading.Thread(target=self._refresher, name="esemu-refresh", daemon=True)
+            t.start()
+
+    def _refresher(self):
+        """index.refresh_interval (default 1s): scheduled refreshes."""
+        while True:
+            time.sleep(0.05)
+            now = time.monotonic()
+            for idx in list(self.indices.values()):
+                try:
+                    idx.scheduled_refresh(now)
+                except Exception:
+                    pass
 
     # ---------------------------------------------------------------- indices
     def get_index(self, name):
@@ -1259,6 +1314,7 @@ class Store(object):
                 doc = Doc(doc_id, source, self._next_seq(idx, doc_id), new_version, raw=raw)
                 idx.docs[doc_id] = doc
                 idx.tombstones.pop(doc_id, None)
+                idx.dirty = True
                 self.gen += 1
         return ("created" if cur is None else "updated"), doc
 
@@ -1293,6 +1349,7 @@ class Store(object):
                 if cur is not None:
                     del idx.docs[doc_id]
                 idx.tombstones[doc_id] = (new_version, seq, time.monotonic())
+                idx.dirty = True
                 self.gen += 1
         return ("deleted" if cur is not None else "not_found"), new_version, seq
 
@@ -1381,6 +1438,7 @@ class Store(object):
     def search(self, idxs, query, size=10, from_=0, sort=None, track_total=True):
         hits = []
         for idx in idxs:
+            idx.before_search()
             snap = idx.searchable
             for d in snap.values():
                 d.index_name = idx.name

@@ -191,7 +191,8 @@ def test_delete_by_query(es):
 
 
 def test_delete_by_query_sees_only_refreshed(es):
-    es.put("/locks", {"mappings": {"properties": {"owner": {"type": "keyword"}}}})
+    es.put("/locks", {"settings": {"refresh_interval": "-1"},
+                      "mappings": {"properties": {"owner": {"type": "keyword"}}}})
     es.put("/locks/_doc/1", {"owner": "x"})
     st, _, b = es.post("/locks/_delete_by_query", {"query": {"term": {"owner": "x"}}})
     assert b["deleted"] == 0
@@ -201,7 +202,8 @@ def test_delete_by_query_sees_only_refreshed(es):
 
 
 def test_delete_by_query_conflicts(es):
-    es.put("/locks", {"mappings": {"properties": {"owner": {"type": "keyword"}}}})
+    es.put("/locks", {"settings": {"refresh_interval": "-1"},
+                      "mappings": {"properties": {"owner": {"type": "keyword"}}}})
     es.put("/locks/_doc/1", {"owner": "x"})
     es.put("/locks/_doc/2", {"owner": "x"})
     es.post("/locks/_refresh")
@@ -262,3 +264,15 @@ def test_metadata_fields_in_queries(es):
     b = es.post("/locks/_search", {"query": {"bool": {"filter": [{"term": {"_index": "locks"}},
                                                                   {"prefix": {"_id": "/c"}}]}}})[2]
     assert hits(b) == ["/c", "/c/d"]
+
+
+def test_scheduled_refresh_every_second_by_default(es):
+    import time
+    es.put("/auto1/_doc/1", {"a": 1})
+    assert es.post("/auto1/_search")[2]["hits"]["total"]["value"] == 0
+    time.sleep(1.3)
+    assert es.post("/auto1/_search")[2]["hits"]["total"]["value"] == 1
+    es.put("/manual", {"settings": {"refresh_interval": "-1"}})
+    es.put("/manual/_doc/1", {"a": 1})
+    time.sleep(1.3)
+    assert es.post("/manual/_search")[2]["hits"]["total"]["value"] == 0

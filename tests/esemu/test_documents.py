@@ -127,6 +127,7 @@ def test_get_source_filtering_and_head(es):
 
 
 def test_get_is_realtime_search_is_not(es):
+    es.put("/idx", {"settings": {"refresh_interval": "-1"}})
     es.put("/idx/_doc/1", {"k": "v"})
     assert es.get("/idx/_doc/1")[2]["found"]
     assert es.post("/idx/_search", {"query": {"match_all": {}}})[2]["hits"]["total"]["value"] == 0
