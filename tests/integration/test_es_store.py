@@ -301,6 +301,7 @@ def test_es__ctl_check_and_locks(emu, es_mounts):
     assert "/u/v" in r.stdout and "exclusive" in r.stdout and "/u " in r.stdout
     r = ctl(emu, "locks", "/u/v")
     assert "/u/w" not in r.stdout
+    assert "/u/v" in a.ctl("locks")  # the mount's own view of the store
     r = ctl(emu, "owners")
     assert "alive" in r.stdout and "A:" in r.stdout
     r = ctl(emu, "intents", "--all")
