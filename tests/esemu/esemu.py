@@ -710,7 +710,7 @@ class Emulator(object):
             raise script_error(src, "compile error", stack, pos, e.exc_type, e.message)
         ctx = painless.Ctx(ctx_fields, self.flavor == "es8")
         try:
-            compiled.run({"ctx": ctx, "params": painless.from_json(params)})
+            compiled.run({"ctx": ctx, "params": painless.from_json(params, painless.JHashMap)})
         except painless.ScriptRuntimeError as e:
             stack, pos = compiled.snippet(e.offset)
             raise script_error(src, "runtime error", stack, pos, e.exc_type, e.message)

@@ -62,17 +62,134 @@ def wrap_long(v):
     return JLong(v - (1 << 64) if v & (1 << 63) else v)
 
 
-def from_json(v):
-    """Convert a decoded JSON value into script values (int vs long)."""
+def from_json(v, map_cls=dict):
+    """Convert a decoded JSON value into script values (int vs long).
+    ``_source`` maps are LinkedHashMaps (insertion order, a plain dict);
+    script ``params`` are parsed into HashMaps (pass ``JHashMap``)."""
     if isinstance(v, bool) or v is None or isinstance(v, (str, float)):
         return v
     if isinstance(v, int):
         return v if INT_MIN <= v <= INT_MAX else JLong(v)
     if isinstance(v, dict):
-        return {k: from_json(x) for k, x in v.items()}
+        m = map_cls()
+        for k, x in v.items():
+            m[k] = from_json(x, map_cls)
+        return m
     if isinstance(v, list):
-        return [from_json(x) for x in v]
+        return [from_json(x, map_cls) for x in v]
     return v
+
+
+def java_hash(k):
+    """Object.hashCode() of the boxed Java value."""
+    if k is None:
+        return 0
+    if isinstance(k, bool):
+        return 1231 if k else 1237
+    if isinstance(k, str):
+        h = 0
+        data = k.encode("utf-16-be")
+        for i in range(0, len(data), 2):
+            h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+        return h
+    if isinstance(k, JLong):
+        v = int(k) & 0xFFFFFFFFFFFFFFFF
+        return (v ^ (v >> 32)) & 0xFFFFFFFF
+    if isinstance(k, int):
+        return k & 0xFFFFFFFF
+    if isinstance(k, float):
+        import struct
+        bits = struct.unpack(">q", struct.pack(">d", k))[0] & 0xFFFFFFFFFFFFFFFF
+        return (bits ^ (bits >> 32)) & 0xFFFFFFFF
+    return hash(k) & 0xFFFFFFFF
+
+
+def _table_size_for(n):
+    cap = 1
+    while cap < n:
+        cap <<= 1
+    return cap
+
+
+class JHashMap(dict):
+    """java.util.HashMap: iterates by hash bucket (``hash ^ hash >>> 16`` over
+    a power-of-two table that doubles past a 0.75 load factor), insertion
+    order within a bucket."""
+
+    def __init__(self, *args):
+        dict.__init__(self, *args)
+        n = dict.__len__(self)
+        self.cap = _table_size_for(int(n / 0.75 + 1.0)) if n else 16
+        self._grow()
+
+    def _grow(self):
+        while dict.__len__(self) > self.cap * 0.75:
+            self.cap *= 2
+
+    def __setitem__(self, k, v):
+        new = not dict.__contains__(self, k)
+        dict.__setitem__(self, k, v)
+        if new:
+            self._grow()
+
+    def setdefault(self, k, v=None):
+        if not dict.__contains__(self, k):
+            self[k] = v
+        return dict.__getitem__(self, k)
+
+    def update(self, other=(), **kw):
+        items = other.items() if isinstance(other, dict) else other
+        for k, v in items:
+            self[k] = v
+        for k, v in kw.items():
+            self[k] = v
+
+    def _order(self):
+        keys = list(dict.keys(self))
+        mask = self.cap - 1
+        pos = {}
+        for i, k in enumerate(keys):
+            pos[k] = i
+
+        def bucket(k):
+            h = java_hash(k)
+            return ((h ^ (h >> 16)) & mask, pos[k])
+        return sorted(keys, key=bucket)
+
+    def keys(self):
+        return self._order()
+
+    def __iter__(self):
+        return iter(self._order())
+
+    def items(self):
+        return [(k, dict.__getitem__(self, k)) for k in self._order()]
+
+    def values(self):
+        return [dict.__getitem__(self, k) for k in self._order()]
+
+    def copy(self):
+        return JHashMap(self)
+
+
+class JTreeMap(dict):
+    """java.util.TreeMap: iterates in the keys' natural order."""
+
+    def _order(self):
+        import functools
+        return sorted(dict.keys(self), key=functools.cmp_to_key(compare_natural))
+
+    def keys(self):
+        return self._order()
+
+    def __iter__(self):
+        return iter(self._order())
+
+    def items(self):
+        return [(k, dict.__getitem__(self, k)) for k in self._order()]
+
+    def values(self):
+        return [dict.__getitem__(self, k) for k in self._order()]
 
 
 def to_json(v):
@@ -174,8 +291,12 @@ def java_class(v):
         return "java.lang.Double"
     if isinstance(v, str):
         return "java.lang.String"
-    if isinstance(v, dict):
+    if isinstance(v, JHashMap):
         return "java.util.HashMap"
+    if isinstance(v, JTreeMap):
+        return "java.util.TreeMap"
+    if isinstance(v, dict):
+        return "java.util.LinkedHashMap"
     if isinstance(v, list):
         return "java.util.ArrayList"
     if isinstance(v, KeySet):
@@ -190,19 +311,28 @@ def java_class(v):
 
 
 def fmt_double(v):
+    """Java's Double.toString: plain notation in [1e-3, 1e7), else
+    d.dddE[-]n, with the shortest digits that round-trip."""
     if math.isnan(v):
         return "NaN"
     if math.isinf(v):
         return "Infinity" if v > 0 else "-Infinity"
-    if v == int(v) and abs(v) < 1e7:
-        return "%.1f" % v
-    r = repr(v)
-    if "e" in r:
-        m, e = r.split("e")
-        if "." not in m:
-            m += ".0"
-        return "%sE%d" % (m, int(e))
-    return r
+    if v == 0:
+        return "-0.0" if math.copysign(1.0, v) < 0 else "0.0"
+    import decimal
+    sign = "-" if v < 0 else ""
+    a = abs(v)
+    d = decimal.Decimal(repr(a))
+    if 1e-3 <= a < 1e7:
+        text = format(d, "f")
+        if "." not in text:
+            text += ".0"
+        return sign + text
+    tup = d.as_tuple()
+    digits = "".join(str(x) for x in tup.digits)
+    exp10 = len(digits) + tup.exponent - 1
+    digits = digits.rstrip("0") or "0"
+    return "%s%s.%sE%d" % (sign, digits[0], digits[1:] or "0", exp10)
 
 
 def to_str(v):
@@ -639,7 +769,7 @@ class MapInit(Node):
         self.pairs, self.pos = pairs, pos
 
     def ev(self, env):
-        m = {}
+        m = JHashMap()  # Painless map initializers build a HashMap
         for k, v in self.pairs:
             m[k.ev(env)] = v.ev(env)
         return m
@@ -983,11 +1113,13 @@ class New(Node):
         args = [a.ev(env) for a in self.args]
         c = self.cls
         if c in ("HashMap", "LinkedHashMap", "TreeMap"):
+            cls = {"HashMap": JHashMap, "LinkedHashMap": dict, "TreeMap": JTreeMap}[c]
             if args:
                 if not isinstance(args[0], dict):
-                    raise ScriptRuntimeError("class_cast_exception", "Cannot cast %s to java.util.Map" % java_class(args[0]), self.pos)
-                return dict(args[0])
-            return {}
+                    raise ScriptRuntimeError("class_cast_exception",
+                                             "Cannot cast %s to java.util.Map" % java_class(args[0]), self.pos)
+                return cls(list(args[0].items()))
+            return cls()
         if c in ("ArrayList", "LinkedList", "HashSet"):
             if args and isinstance(args[0], (list, KeySet)):
                 return list(args[0])
@@ -1615,7 +1747,7 @@ class ForEach(Node):
             raise ScriptRuntimeError("null_pointer_exception", None, self.coll.pos)
         if isinstance(c, dict):
             raise ScriptRuntimeError("illegal_argument_exception",
-                                     "Cannot iterate over [java.util.HashMap]", self.coll.pos)
+                                     "Cannot iterate over [%s]" % java_class(c), self.coll.pos)
         if not isinstance(c, (list, KeySet)):
             raise ScriptRuntimeError("illegal_argument_exception",
                                      "Cannot iterate over [%s]" % java_class(c), self.coll.pos)

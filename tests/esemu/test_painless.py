@@ -269,3 +269,14 @@ def test_lambdas_and_functional_methods():
 
 def test_lambda_parameter_cannot_shadow_a_local():
     assert compile_error("def x = 1; ctx._source.l.removeIf(x -> x == 1)").message == "variable [x] is already defined"
+
+
+def test_java_hashmap_iteration_order():
+    # String.hashCode buckets, not insertion order; LinkedHashMap (source maps) keeps insertion order
+    assert p.java_hash("hello") == 99162322
+    _, s, _ = run("def h = new HashMap(); h.put('owner-b', 1); h.put('owner-a', 1); h.put('zeta', 1); "
+                  "h.put('alpha', 1); ctx._source.h = h; ctx._source.keys = new ArrayList(h.keySet()); "
+                  "def t = new TreeMap(); t.put('b', 1); t.put('a', 1); ctx._source.t = new ArrayList(t.keySet())",
+                  {"src": {"z": 1, "a": 2}})
+    assert s["keys"] == ["zeta", "owner-a", "alpha", "owner-b"] and list(s["h"]) == s["keys"]
+    assert s["t"] == ["a", "b"] and list(s["src"]) == ["z", "a"]
