@@ -233,7 +233,7 @@ static void mp_worker(const char *root, const char *mode, const char *layout, in
 	}
 	t0 = now();
 	do {
-		for (i = 0; i < 64; i++, ops++) {
+		for (i = 0; i < 4; i++, ops++) {
 			long k = ops % nfiles;
 
 			snprintf(x, sizeof(x), "%s/%s%ld%s", a, pre, k, (!cross && where[k]) ? ".r" : "");
