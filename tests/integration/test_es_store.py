@@ -289,7 +289,8 @@ def test_es__tls_with_private_ca(tmp_path_factory, mount_factory, tmp_path):
 
 
 def test_es__ctl_check_and_locks(emu, es_mounts):
-    (a,) = es_mounts(emu, "A", opts={"A": ["rename_delay_ms=1500"]})
+    # owners/intents watch each owner until its seq_no moves (up to lease_ttl/3)
+    (a,) = es_mounts(emu, "A", opts={"A": ["rename_delay_ms=5000"]})
     makedirs(a, "u", "v")
     r = ctl(emu, "check")
     assert r.returncode == 0, r.stderr
