@@ -252,8 +252,7 @@ static char *trim(char *s)
 	return s;
 }
 
-/* Escapes ',' and '\' for one fuse_opt -o element. */
-static char *opt_escape(const char *s)
+char *config_opt_escape(const char *s)
 {
 	char *out = malloc(strlen(s) * 2 + 1), *o = out;
 
@@ -292,7 +291,7 @@ static int parse_config_file(struct tl_config *cfg, const char *file, struct par
 		eq = strchr(s, '=');
 		if (eq) {
 			*eq = '\0';
-			val = opt_escape(trim(eq + 1));
+			val = config_opt_escape(trim(eq + 1));
 			if (!val) {
 				err = -ENOMEM;
 				break;

@@ -103,6 +103,10 @@ int config_load_secrets(struct tl_config *cfg);
 /* Appends one formatted problem to cfg->errors. */
 void config_error(struct tl_config *cfg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Escapes ',' and '\' in S for one element of a -o list. Returns a new
+ * string (caller frees) or NULL when out of memory. */
+char *config_opt_escape(const char *s);
+
 /* Prints the options of ours (for --help), for the mount or for treelockctl. */
 void config_print_help(bool for_ctl);
 

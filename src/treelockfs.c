@@ -36,22 +36,6 @@ static void usage(const char *prog)
 	config_print_help(false);
 }
 
-/* Escapes ',' and '\' for a -o value (fsname=BACKING). */
-static char *opt_value_escape(const char *s)
-{
-	char *out = malloc(strlen(s) * 2 + 1), *o = out;
-
-	if (!out)
-		return NULL;
-	for (; *s; s++) {
-		if (*s == ',' || *s == '\\')
-			*o++ = '\\';
-		*o++ = *s;
-	}
-	*o = '\0';
-	return out;
-}
-
 static int add_mount_options(struct tl_config *cfg, struct fuse_args *args)
 {
 	char *esc, *opt;
@@ -59,7 +43,7 @@ static int add_mount_options(struct tl_config *cfg, struct fuse_args *args)
 
 	if (cfg->allow_other)
 		err |= fuse_opt_add_arg(args, "-oallow_other,default_permissions");
-	esc = opt_value_escape(cfg->backing);
+	esc = config_opt_escape(cfg->backing);
 	if (!esc || asprintf(&opt, "-ofsname=%s", esc) < 0) {
 		free(esc);
 		return -ENOMEM;
