@@ -60,6 +60,15 @@ for suite in tests/esemu/run.sh tests/integration/run.sh; do
 		failed=$((failed + 1)) # crashed before pytest's summary
 	fi
 done
+# Scripts that are one test each (the benchmark harness's smoke run).
+for trs in tests/bench-smoke.trs; do
+	[ -f "$trs" ] || { failed=$((failed + 1)); continue; }
+	case $(sed -n 's/^:test-result: //p' "$trs") in
+	PASS*) passed=$((passed + 1)) ;;
+	SKIP*) skipped=$((skipped + 1)) ;;
+	*) failed=$((failed + 1)) ;;
+	esac
+done
 [ "$failed" -eq 0 ] || status=1
 if [ "$skipped" -gt 0 ]; then
 	echo "$passed passed, $failed failed, $skipped skipped"
