@@ -1056,138 +1056,142 @@ static int ctl_guard(const char *path, int err_exists)
 	return -EPERM;
 }
 
-static int tlfs_mknod(const char *path, mode_t mode, dev_t rdev)
-{
-	struct tlfs *fs = fs_get();
-	struct op_lock l;
-	int res;
+/* ---- namespace operations ------------------------------------------------ */
 
-	res = ctl_guard(path, -EEXIST);
+/* The operations that create or remove one name. They share one shape:
+ * refuse the control entry's names, take the entry's locks (lock_scope=
+ * namespace), act as the caller, make the one syscall, release. */
+enum ns_op { NS_MKNOD, NS_MKDIR, NS_UNLINK, NS_RMDIR, NS_SYMLINK, NS_LINK, NS_CREATE };
+
+struct ns_req {
+	enum ns_op op;
+	const char *path;           /* the name created or removed (link: the new one) */
+	const char *other;          /* symlink: its target; link: the existing name */
+	mode_t mode;                /* mknod, mkdir, create */
+	dev_t rdev;                 /* mknod */
+	struct fuse_file_info *fi;  /* create: gets the fd */
+	struct stat st;             /* unlink: the file, when it had several links */
+	bool linked;                /* unlink: ST is valid */
+};
+
+/* The syscall of R, as the caller and under its locks. Returns 0 or -errno. */
+static int ns_syscall(struct tlfs *fs, struct ns_req *r)
+{
+	const char *rel = path_rel(r->path);
+	int res, fd;
+
+	switch (r->op) {
+	case NS_MKNOD:
+		if (S_ISFIFO(r->mode))
+			res = mkfifoat(fs->backing_fd, rel, r->mode);
+		else
+			res = mknodat(fs->backing_fd, rel, r->mode, r->rdev);
+		break;
+	case NS_MKDIR:
+		res = mkdirat(fs->backing_fd, rel, r->mode);
+		break;
+	case NS_UNLINK:
+		if (links_any())
+			r->linked = fstatat(fs->backing_fd, rel, &r->st, AT_SYMLINK_NOFOLLOW) == 0 &&
+				    r->st.st_nlink > 1;
+		res = unlinkat(fs->backing_fd, rel, 0);
+		break;
+	case NS_RMDIR:
+		res = unlinkat(fs->backing_fd, rel, AT_REMOVEDIR);
+		break;
+	case NS_SYMLINK:
+		res = symlinkat(r->other, fs->backing_fd, rel);
+		break;
+	case NS_LINK:
+		res = linkat(fs->backing_fd, path_rel(r->other), fs->backing_fd, rel, 0);
+		break;
+	case NS_CREATE:
+		fd = openat(fs->backing_fd, rel, r->fi->flags | O_CREAT | O_CLOEXEC, r->mode);
+		if (fd == -1)
+			return -errno;
+		r->fi->fh = (uint64_t)fd;
+		return 0;
+	default:
+		return -ENOSYS;
+	}
+	return res == -1 ? -errno : 0;
+}
+
+/* Runs R: guard, entry lock, caller's credentials, syscall, unlock.
+ * Returns 0 or -errno; the locks are released on every path. */
+static int ns_run(struct tlfs *fs, struct ns_req *r)
+{
+	bool removes = r->op == NS_UNLINK || r->op == NS_RMDIR;
+	struct op_lock l;
+	int res = 0;
+
+	if (r->op == NS_LINK)
+		res = ctl_guard(r->other, -EPERM);
+	if (!res)
+		res = ctl_guard(r->path, removes ? -EPERM : -EEXIST);
 	if (res)
 		return res;
-	res = entry_lock(fs, path, &l);
+	res = entry_lock(fs, r->path, &l);
 	if (res)
 		return res;
 	res = creds_enter(fs);
-	if (!res) {
-		if (S_ISFIFO(mode))
-			res = mkfifoat(fs->backing_fd, path_rel(path), mode);
-		else
-			res = mknodat(fs->backing_fd, path_rel(path), mode, rdev);
-		res = res == -1 ? -errno : 0;
-	}
+	if (!res)
+		res = ns_syscall(fs, r);
 	entry_unlock(fs, &l);
 	return res;
+}
+
+static int tlfs_mknod(const char *path, mode_t mode, dev_t rdev)
+{
+	struct ns_req r = {.op = NS_MKNOD, .path = path, .mode = mode, .rdev = rdev};
+
+	return ns_run(fs_get(), &r);
 }
 
 static int tlfs_mkdir(const char *path, mode_t mode)
 {
-	struct tlfs *fs = fs_get();
-	struct op_lock l;
-	int res;
+	struct ns_req r = {.op = NS_MKDIR, .path = path, .mode = mode};
 
-	res = ctl_guard(path, -EEXIST);
-	if (res)
-		return res;
-	res = entry_lock(fs, path, &l);
-	if (res)
-		return res;
-	res = creds_enter(fs);
-	if (!res)
-		res = mkdirat(fs->backing_fd, path_rel(path), mode) == -1 ? -errno : 0;
-	entry_unlock(fs, &l);
-	return res;
+	return ns_run(fs_get(), &r);
 }
 
 static int tlfs_unlink(const char *path)
 {
-	struct tlfs *fs = fs_get();
-	struct op_lock l;
-	struct stat st;
-	bool linked = false;
+	struct ns_req r = {.op = NS_UNLINK, .path = path};
 	int res;
 
-	res = ctl_guard(path, -EPERM);
-	if (res)
-		return res;
-	if (hidden_remove(path) == 0)
+	if (ctl_kind(path) == CTL_NONE && hidden_remove(path) == 0)
 		return 0; /* the last close of an unlinked file */
-	res = entry_lock(fs, path, &l);
-	if (res)
-		return res;
-	res = creds_enter(fs);
-	if (!res && links_any())
-		linked = fstatat(fs->backing_fd, path_rel(path), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-			 st.st_nlink > 1;
-	if (!res)
-		res = unlinkat(fs->backing_fd, path_rel(path), 0) == -1 ? -errno : 0;
-	entry_unlock(fs, &l);
-	if (!res && linked) {
+	res = ns_run(fs_get(), &r);
+	if (!res && r.linked) {
 		links_forget(path);
-		links_invalidate(st.st_dev, st.st_ino, NULL);
+		links_invalidate(r.st.st_dev, r.st.st_ino, NULL);
 	}
 	return res;
 }
 
 static int tlfs_rmdir(const char *path)
 {
-	struct tlfs *fs = fs_get();
-	struct op_lock l;
-	int res;
+	struct ns_req r = {.op = NS_RMDIR, .path = path};
 
-	res = ctl_guard(path, -EPERM);
-	if (res)
-		return res;
-	res = entry_lock(fs, path, &l);
-	if (res)
-		return res;
-	res = creds_enter(fs);
-	if (!res)
-		res = unlinkat(fs->backing_fd, path_rel(path), AT_REMOVEDIR) == -1 ? -errno : 0;
-	entry_unlock(fs, &l);
-	return res;
+	return ns_run(fs_get(), &r);
 }
 
 static int tlfs_symlink(const char *target, const char *path)
 {
-	struct tlfs *fs = fs_get();
-	struct op_lock l;
-	int res;
+	struct ns_req r = {.op = NS_SYMLINK, .path = path, .other = target};
 
-	res = ctl_guard(path, -EEXIST);
-	if (res)
-		return res;
-	res = entry_lock(fs, path, &l);
-	if (res)
-		return res;
-	res = creds_enter(fs);
-	if (!res)
-		res = symlinkat(target, fs->backing_fd, path_rel(path)) == -1 ? -errno : 0;
-	entry_unlock(fs, &l);
-	return res;
+	return ns_run(fs_get(), &r);
 }
 
 static int tlfs_link(const char *from, const char *to)
 {
 	struct tlfs *fs = fs_get();
-	struct op_lock l;
+	struct ns_req r = {.op = NS_LINK, .path = to, .other = from};
 	struct stat st;
 	int res;
 
-	res = ctl_guard(from, -EPERM);
-	if (!res)
-		res = ctl_guard(to, -EEXIST);
-	if (res)
-		return res;
-	res = entry_lock(fs, to, &l);
-	if (res)
-		return res;
-	res = creds_enter(fs);
-	if (!res)
-		res = linkat(fs->backing_fd, path_rel(from), fs->backing_fd, path_rel(to), 0) == -1
-			      ? -errno
-			      : 0;
-	entry_unlock(fs, &l);
+	res = ns_run(fs, &r);
 	if (!res && fstatat(fs->backing_fd, path_rel(to), &st, AT_SYMLINK_NOFOLLOW) == 0) {
 		/* FROM's node has its own cached link count and ctime */
 		links_note(from, &st);
@@ -1350,7 +1354,8 @@ static int tlfs_rename(const char *from, const char *to, unsigned int flags)
 	struct key_list below = {0};
 	struct tl_plan *plan = NULL;
 	struct tl_holder holder;
-	int64_t t0 = mono_ms();
+	/* the clock is read for the debug line only */
+	int64_t t0 = tl_log_level >= LOG_DEBUG ? mono_ms() : 0;
 	struct inflight busy = {.from = from, .to = to};
 	struct stat st;
 	bool linked = false;
@@ -1646,26 +1651,9 @@ static int tlfs_open(const char *path, struct fuse_file_info *fi)
 
 static int tlfs_create(const char *path, mode_t mode, struct fuse_file_info *fi)
 {
-	struct tlfs *fs = fs_get();
-	struct op_lock l;
-	int fd, res;
+	struct ns_req r = {.op = NS_CREATE, .path = path, .mode = mode, .fi = fi};
 
-	res = ctl_guard(path, -EEXIST);
-	if (res)
-		return res;
-	res = entry_lock(fs, path, &l);
-	if (res)
-		return res;
-	res = creds_enter(fs);
-	if (!res) {
-		fd = openat(fs->backing_fd, path_rel(path), fi->flags | O_CREAT | O_CLOEXEC, mode);
-		if (fd == -1)
-			res = -errno;
-		else
-			fi->fh = (uint64_t)fd;
-	}
-	entry_unlock(fs, &l);
-	return res;
+	return ns_run(fs_get(), &r);
 }
 
 static int tlfs_read_buf(const char *path, struct fuse_bufvec **bufp, size_t size, off_t off,
