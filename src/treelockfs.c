@@ -13,7 +13,6 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <fuse.h>
 #include <fuse_lowlevel.h>
 #include <limits.h>
 #include <stdio.h>
@@ -23,7 +22,7 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "fsops.h"
+#include "fsops_ll.h"
 #include "lockstore.h"
 #include "log.h"
 
@@ -64,7 +63,7 @@ int main(int argc, char *argv[])
 	struct fuse_loop_config *loop_cfg = NULL;
 	struct tl_config cfg;
 	struct tlfs fs = {.backing_fd = -1};
-	struct fuse *fuse = NULL;
+	struct fuse_session *se = NULL;
 	struct stat st;
 	int ret = 1, err;
 
@@ -82,7 +81,7 @@ int main(int argc, char *argv[])
 		usage(argv[0]);
 		printf("\nlibfuse options:\n");
 		fuse_cmdline_help();
-		fuse_lib_help(&args);
+		fuse_lowlevel_help();
 		ret = 0;
 		goto out_free_cfg;
 	}
@@ -108,8 +107,8 @@ int main(int argc, char *argv[])
 		config_error(&cfg, "cannot parse the libfuse options");
 	if (!cfg.errors) {
 		/* also reports libfuse options it does not know, on stderr */
-		fuse = fuse_new(&args, &tlfs_ops, sizeof(tlfs_ops), &fs);
-		if (!fuse)
+		se = fuse_session_new(&args, &tlfs_ll_ops, sizeof(tlfs_ll_ops), &fs);
+		if (!se)
 			config_error(&cfg, "libfuse refused the options above");
 	}
 	if (cfg.errors) {
@@ -144,17 +143,22 @@ int main(int argc, char *argv[])
 	/* modes arrive with the caller's umask applied; ours must not apply again */
 	umask(0);
 
-	if (fuse_mount(fuse, opts.mountpoint) != 0)
+	err = tlfs_ll_prepare(&fs);
+	if (err) {
+		tl_log(LOG_ERR, "cannot prepare BACKING '%s': %s", cfg.backing, strerror(-err));
+		goto out_close_store;
+	}
+	if (fuse_session_mount(se, opts.mountpoint) != 0)
 		goto out_close_store;
 	if (fuse_daemonize(opts.foreground) != 0)
 		goto out_unmount;
 	if (!opts.foreground)
 		tl_log_use_syslog();
-	if (fuse_set_signal_handlers(fuse_get_session(fuse)) != 0)
+	if (fuse_set_signal_handlers(se) != 0)
 		goto out_unmount;
 	tl_log(LOG_NOTICE, "serving '%s' at '%s'", cfg.backing, opts.mountpoint);
 	if (opts.singlethread) {
-		err = fuse_loop(fuse);
+		err = fuse_session_loop(se);
 	} else {
 		loop_cfg = fuse_loop_cfg_create();
 		if (!loop_cfg)
@@ -165,7 +169,7 @@ int main(int argc, char *argv[])
 			fuse_loop_cfg_set_idle_threads(loop_cfg, opts.max_idle_threads);
 		if (opts.max_threads && opts.max_threads <= 100000)
 			fuse_loop_cfg_set_max_threads(loop_cfg, opts.max_threads);
-		err = fuse_loop_mt(fuse, loop_cfg);
+		err = fuse_session_loop_mt(se, loop_cfg);
 		fuse_loop_cfg_destroy(loop_cfg);
 	}
 	ret = err == 0 ? 0 : 1;
@@ -173,17 +177,17 @@ int main(int argc, char *argv[])
 		tl_log(LOG_ERR, "the FUSE loop ended with an error: %s", strerror(err < 0 ? -err : err));
 
 out_signals:
-	fuse_remove_signal_handlers(fuse_get_session(fuse));
+	fuse_remove_signal_handlers(se);
 out_unmount:
-	fuse_unmount(fuse);
+	fuse_session_unmount(se);
 out_close_store:
 	lockstore_close(fs.store);
 out_close_backing:
 	close(fs.backing_fd);
 	curl_global_cleanup();
 out_destroy:
-	if (fuse)
-		fuse_destroy(fuse);
+	if (se)
+		fuse_session_destroy(se);
 	free(opts.mountpoint);
 	fuse_opt_free_args(&args);
 out_free_cfg:

@@ -49,7 +49,7 @@ def contents(root):
     return found, dirs
 
 
-def worker(root, seed, deadline, q):
+def worker(root, seed, deadline, q, ok_errors=_OK_ERRORS):
     libc = ctypes.CDLL(None, use_errno=True)
     rnd = random.Random(seed)
     done = errs = 0
@@ -72,7 +72,7 @@ def worker(root, seed, deadline, q):
             done += 1
         else:
             e = ctypes.get_errno()
-            if e not in _OK_ERRORS:
+            if e not in ok_errors:
                 q.put(("unexpected", src, dst, flags, errno.errorcode.get(e, e)))
                 return
             errs += 1
