@@ -3,14 +3,10 @@
 rename_delay_ms holds a rename's locks that long before it renames, so two
 operations started together really overlap. Real `mv` processes are used.
 
-Note on one mount: the kernel resolves a path with its cached entries
-(entry_timeout) before it sends the rename, and libfuse holds back any
-request below a directory being renamed until that rename ends, then gives
-the filesystem the *new* path. So with cached entries the second `mv` of
-the guide waits and then applies to the moved file (nothing is lost
-either). With entry_timeout=0 every name is looked up again; a lookup of a
-name being renamed waits for the rename and then fails: the guide's
-ENOENT. Across mounts (the es store tests) the lock store alone does it.
+A rename's keys are the paths its directories have when it asks; once
+its locks are held they are checked again, and a rename whose directory was
+moved by the rename it waited for fails with ENOENT (the guide's outcome).
+Across mounts (the es store tests) the same happens through the store.
 """
 import os
 import subprocess
