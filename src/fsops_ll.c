@@ -233,51 +233,37 @@ static void proc_name(int fd, char buf[64])
  * directory is gone or outside the backing tree), -ENAMETOOLONG, -ENOMEM. */
 static int key_of(struct tlfs *fs, struct ll_inode *dir, const char *name, char **out)
 {
-	char proc[64], *buf, *key;
+	char proc[64], buf[PATH_MAX + 1], *key;
 	size_t rootlen = strlen(fs->root_path), len;
 	ssize_t n;
 	const char *rel;
 
 	*out = NULL;
-	buf = malloc(PATH_MAX + 1);
-	if (!buf)
-		return -ENOMEM;
 	if (dir == fs->root) {
 		rel = "";
 	} else {
 		proc_name(dir->fd, proc);
 		n = readlink(proc, buf, PATH_MAX);
-		if (n < 0 || n >= PATH_MAX) {
-			free(buf);
+		if (n < 0 || n >= PATH_MAX)
 			return n < 0 ? -ENOENT : -ENAMETOOLONG;
-		}
 		buf[n] = '\0';
-		if (n > 10 && strcmp(buf + n - 10, " (deleted)") == 0) {
-			free(buf);
+		if (n > 10 && strcmp(buf + n - 10, " (deleted)") == 0)
 			return -ENOENT;
-		}
 		if (strncmp(buf, fs->root_path, rootlen) != 0 ||
-		    (buf[rootlen] != '/' && buf[rootlen] != '\0')) {
-			free(buf);
+		    (buf[rootlen] != '/' && buf[rootlen] != '\0'))
 			return -ENOENT; /* moved out of the backing tree */
-		}
 		rel = buf + rootlen;
 	}
 	len = strlen(rel) + (name ? strlen(name) + 1 : 0) + 2;
-	if (len >= PATH_MAX) {
-		free(buf);
+	if (len >= PATH_MAX)
 		return -ENAMETOOLONG;
-	}
 	key = malloc(len);
-	if (!key) {
-		free(buf);
+	if (!key)
 		return -ENOMEM;
-	}
 	if (name)
 		snprintf(key, len, "%s/%s", rel, name);
 	else
 		snprintf(key, len, "%s", *rel ? rel : "/");
-	free(buf);
 	*out = key;
 	return 0;
 }
@@ -938,6 +924,7 @@ static void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	struct tl_holder holder;
 	char *from = NULL, *to = NULL;
 	int64_t t0 = mono_ms();
+	uint64_t gen = __atomic_load_n(&fs->rename_gen, __ATOMIC_ACQUIRE);
 	int res;
 
 	if ((flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE)) ||
@@ -986,8 +973,12 @@ static void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	/* The locks are on the paths the names had when we asked. If a rename
 	 * we waited for moved one of them, the path the caller named is gone:
 	 * that is the guide's ENOENT, and renaming by the directory fds now
-	 * would act on a path nobody locked. */
-	if (!key_still(fs, p1, name, from) || !key_still(fs, p2, newname, to)) {
+	 * would act on a path nobody locked. With the mem store only renames
+	 * through this mount can have moved them, and none completed since
+	 * the keys were computed when the generation is unchanged. */
+	if ((fs->cfg->lock_store != TL_STORE_MEM ||
+	     __atomic_load_n(&fs->rename_gen, __ATOMIC_ACQUIRE) != gen) &&
+	    (!key_still(fs, p1, name, from) || !key_still(fs, p2, newname, to))) {
 		tl_log(LOG_INFO, "rename '%s' -> '%s': moved while it waited", from, to);
 		res = -ENOENT;
 		goto out_release_locks;
@@ -999,6 +990,8 @@ static void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	 * kernel resolved the names is still the one the kernel meant */
 	res = (int)syscall(SYS_renameat2, p1->fd, name, p2->fd, newname, flags);
 	res = res == -1 ? -errno : 0;
+	if (!res)
+		__atomic_add_fetch(&fs->rename_gen, 1, __ATOMIC_RELEASE);
 
 out_release_locks:
 	creds_daemon(fs);

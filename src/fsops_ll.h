@@ -33,6 +33,7 @@ struct tlfs {
 	bool switch_creds;       /* root daemon serving other users */
 	struct ll_inode *root;   /* the backing root's inode */
 	char *root_path;         /* BACKING as the kernel names it ("" for /) */
+	uint64_t rename_gen;     /* atomic: renames done through this mount */
 };
 
 #define TLFS_CTL_NAME ".treelockfs"
