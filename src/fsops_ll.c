@@ -43,6 +43,7 @@
 #include "lockplan.h"
 #include "log.h"
 #include "path.h"
+#include "tlclock.h"
 
 #ifndef RENAME_NOREPLACE
 #define RENAME_NOREPLACE (1 << 0)
@@ -898,14 +899,6 @@ static int walk_below(struct tlfs *fs, const char *key, struct key_list *out)
 	return err;
 }
 
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* True when NAME in DIR still has the key KEY: no rename (here or on
  * another host) moved one of its directories since KEY was computed. */
 static bool key_still(struct tlfs *fs, struct ll_inode *dir, const char *name, const char *key)
@@ -926,7 +919,7 @@ static void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	struct tl_plan *plan = NULL;
 	struct tl_holder holder;
 	char *from = NULL, *to = NULL;
-	int64_t t0 = mono_ms();
+	int64_t t0 = tl_mono_ms();
 	uint64_t gen = __atomic_load_n(&fs->rename_gen, __ATOMIC_ACQUIRE);
 	int res;
 
@@ -1009,7 +1002,7 @@ out_release_locks:
 	creds_daemon(fs);
 	lockmgr_release(&fs->mgr, plan, &holder);
 	tl_log(LOG_DEBUG, "rename '%s' -> '%s': %zu locks in %" PRId64 " ms: %s", from, to, plan->n,
-	       mono_ms() - t0, res ? strerror(-res) : "ok");
+	       tl_mono_ms() - t0, res ? strerror(-res) : "ok");
 out_free_plan:
 	lockplan_free(plan);
 out_free_keys:

@@ -23,6 +23,7 @@
 
 #include "httpc.h"
 #include "log.h"
+#include "tlclock.h"
 
 /* Between URLs of the node list: ',' (';' where ',' separates -o options). */
 #define URL_SEPARATORS ",; \t"
@@ -61,14 +62,6 @@ struct body_buf {
 	size_t len, cap, max;
 	bool toobig;
 };
-
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Frees one handle; the caller has unlinked it. */
 static void handle_free(struct httpc_handle *h)
@@ -470,7 +463,7 @@ static int curl_errno(CURLcode rc, bool toobig)
  * the index, or -1 when every node has been tried. */
 static int next_node(struct httpc *c, const bool *tried)
 {
-	int64_t now = mono_ms(), best_dead = INT64_MAX;
+	int64_t now = tl_mono_ms(), best_dead = INT64_MAX;
 	int i, k, pick = -1, dead_pick = -1;
 
 	pthread_mutex_lock(&c->mutex);
@@ -498,7 +491,7 @@ static void node_result(struct httpc *c, int i, bool ok)
 		c->nodes[i].dead_until = 0;
 		c->preferred = i;
 	} else {
-		c->nodes[i].dead_until = mono_ms() + HTTPC_NODE_RETRY_MS;
+		c->nodes[i].dead_until = tl_mono_ms() + HTTPC_NODE_RETRY_MS;
 		if (c->preferred == i)
 			c->preferred = (i + 1) % c->nnodes;
 	}

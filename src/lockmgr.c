@@ -17,26 +17,11 @@
 
 #include "lockmgr.h"
 #include "log.h"
+#include "tlclock.h"
 
 #define BACKOFF_MIN_US 1000
 #define BACKOFF_MAX_US 200000
 #define WAIT_LOG_MS 1000
-
-static int64_t mono_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-static int64_t wall_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static struct timespec us_to_ts(int64_t us)
 {
@@ -51,7 +36,7 @@ static uint64_t jitter_next(void)
 	static __thread uint64_t x;
 
 	if (!x)
-		x = (uint64_t)mono_us() ^ ((uint64_t)(uintptr_t)&x << 17) ^ 0x9e3779b97f4a7c15u;
+		x = (uint64_t)tl_mono_us() ^ ((uint64_t)(uintptr_t)&x << 17) ^ 0x9e3779b97f4a7c15u;
 	x ^= x << 13;
 	x ^= x >> 7;
 	x ^= x << 17;
@@ -61,7 +46,7 @@ static uint64_t jitter_next(void)
 /* Sleeps a jittered exponential backoff, never past DEADLINE_US. */
 static void backoff_sleep(unsigned int attempt, int64_t deadline_us)
 {
-	int64_t d = BACKOFF_MIN_US, now = mono_us();
+	int64_t d = BACKOFF_MIN_US, now = tl_mono_us();
 	struct timespec ts;
 
 	while (attempt-- > 0 && d < BACKOFF_MAX_US)
@@ -99,7 +84,7 @@ int lockmgr_acquire(struct lockmgr *m, const struct tl_plan *plan, uint32_t pid,
 {
 	struct lockstore *st = m->store;
 	struct tl_conflict why;
-	int64_t start = mono_us(), deadline = start + (int64_t)(m->timeout * 1e6);
+	int64_t start = tl_mono_us(), deadline = start + (int64_t)(m->timeout * 1e6);
 	unsigned int attempt = 0;
 	bool logged = false;
 	char desc[600];
@@ -107,7 +92,7 @@ int lockmgr_acquire(struct lockmgr *m, const struct tl_plan *plan, uint32_t pid,
 
 	memset(h, 0, sizeof(*h));
 	h->ticket = __atomic_add_fetch(&m->next_ticket, 1, __ATOMIC_RELAXED);
-	h->start_ms = wall_ms();
+	h->start_ms = tl_wall_ms();
 	h->pid = pid;
 	snprintf(h->id, sizeof(h->id), "%s#%" PRIu64, m->owner, h->ticket);
 	stats_add(plan->to ? &m->stats.renames : &m->stats.entry_ops, 1);
@@ -134,7 +119,7 @@ int lockmgr_acquire(struct lockmgr *m, const struct tl_plan *plan, uint32_t pid,
 		}
 		if (attempt == 0)
 			stats_add(&m->stats.waits, 1);
-		now = mono_us();
+		now = tl_mono_us();
 		if (!logged && now - start >= WAIT_LOG_MS * 1000) {
 			logged = true;
 			if (err == -EAGAIN)
@@ -174,7 +159,7 @@ int lockmgr_acquire(struct lockmgr *m, const struct tl_plan *plan, uint32_t pid,
 		attempt++;
 	}
 	if (attempt) {
-		int64_t waited = mono_us() - start;
+		int64_t waited = tl_mono_us() - start;
 
 		stats_record_wait(&m->stats, (uint64_t)waited);
 		if (logged)

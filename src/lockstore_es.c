@@ -126,6 +126,7 @@
 #include "lockstore_i.h"
 #include "log.h"
 #include "path.h"
+#include "tlclock.h"
 
 #define OWNER_PREFIX "owner:"
 #define INTENT_PREFIX "intent:"
@@ -281,22 +282,6 @@ struct sb {
 
 static const struct lockstore_ops es_ops;
 static int reap_owner(struct es_store *es, const char *owner, bool drop_intents, size_t *nlocks);
-
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t wall_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void sleep_ms(int64_t ms)
 {
@@ -556,7 +541,7 @@ static cJSON *exclusive_source(const struct attempt *a, size_t i)
 	cJSON_AddStringToObject(s, "process_id", a->hkey);
 	hs = cJSON_AddObjectToObject(s, "holders");
 	cJSON_AddNumberToObject(hs, a->hkey, 1);
-	cJSON_AddNumberToObject(s, "since", (double)wall_ms());
+	cJSON_AddNumberToObject(s, "since", (double)tl_wall_ms());
 	cJSON_AddNumberToObject(s, "pid", a->h->pid);
 	return s;
 }
@@ -572,7 +557,7 @@ static cJSON *acquire_params(struct es_store *es, const struct attempt *a, size_
 	cJSON_AddItemToObject(p, "dead", dead_list(es));
 	cJSON_AddStringToObject(p, "path", a->plan->items[i].key);
 	if (a->plan->items[i].mode == TL_EXCLUSIVE) {
-		cJSON_AddNumberToObject(p, "since", (double)wall_ms());
+		cJSON_AddNumberToObject(p, "since", (double)tl_wall_ms());
 		cJSON_AddNumberToObject(p, "pid", a->h->pid);
 	}
 	return p;
@@ -600,7 +585,7 @@ static void add_acquire(struct es_store *es, struct sb *b, const struct attempt 
 		cJSON_AddStringToObject(up, "path", a->plan->items[i].key);
 		hs = cJSON_AddObjectToObject(up, "holders");
 		cJSON_AddNumberToObject(hs, a->hkey, 1);
-		cJSON_AddNumberToObject(up, "since", (double)wall_ms());
+		cJSON_AddNumberToObject(up, "since", (double)tl_wall_ms());
 		/* concurrent shared updates of one document retry inside ES */
 		cJSON_AddNumberToObject(cJSON_GetObjectItem(act, "update"), "retry_on_conflict", 5);
 		sb_add_line(b, act);
@@ -794,7 +779,7 @@ static struct observed *obs_find(struct es_store *es, const char *owner)
 static bool obs_record(struct es_store *es, const char *owner, int64_t seq, int64_t ttl_ms)
 {
 	struct observed *o;
-	int64_t now = mono_ms(), limit;
+	int64_t now = tl_mono_ms(), limit;
 	bool dead;
 
 	pthread_mutex_lock(&es->mutex);
@@ -1080,7 +1065,7 @@ static void blockers_of(struct es_store *es, const cJSON *src, const struct atte
 		snprintf(why->holder, sizeof(why->holder), "%s%s", desc,
 			 type && strcmp(type, "exclusive") == 0 ? " (exclusive)" : " (shared)");
 		if (jint(src, "since", -1) > 0)
-			why->held_ms = wall_ms() - jint(src, "since", 0);
+			why->held_ms = tl_wall_ms() - jint(src, "since", 0);
 	}
 }
 
@@ -1244,7 +1229,7 @@ static int es_try_acquire(struct lockstore *st, const struct tl_plan *plan, stru
 	if (!hold)
 		return -ENOMEM;
 	pthread_mutex_lock(&es->mutex);
-	fresh = lease_fresh_locked(es, mono_ms());
+	fresh = lease_fresh_locked(es, tl_mono_ms());
 	snprintf(a.owner, sizeof(a.owner), "%s", es->owner);
 	hold->epoch = es->epoch;
 	if (!fresh && !es->warned_stale) {
@@ -1432,7 +1417,7 @@ static bool es_lease_fresh(struct lockstore *st)
 	bool fresh;
 
 	pthread_mutex_lock(&es->mutex);
-	fresh = lease_fresh_locked(es, mono_ms()) && es->held_old == 0;
+	fresh = lease_fresh_locked(es, tl_mono_ms()) && es->held_old == 0;
 	pthread_mutex_unlock(&es->mutex);
 	return fresh;
 }
@@ -1455,7 +1440,7 @@ static cJSON *owner_source(struct es_store *es, const char *owner)
 	cJSON_AddStringToObject(s, "name", es->name);
 	cJSON_AddStringToObject(s, "host", host);
 	cJSON_AddNumberToObject(s, "pid", getpid());
-	cJSON_AddNumberToObject(s, "renewed", (double)wall_ms());
+	cJSON_AddNumberToObject(s, "renewed", (double)tl_wall_ms());
 	cJSON_AddNumberToObject(s, "ttl_ms", (double)es->ttl_ms);
 	return s;
 }
@@ -1466,7 +1451,7 @@ static void make_owner_id(struct es_store *es)
 	size_t i;
 
 	if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
-		uint64_t x = (uint64_t)mono_ms() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)wall_ms();
+		uint64_t x = (uint64_t)tl_mono_ms() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)tl_wall_ms();
 
 		memcpy(r, &x, sizeof(r));
 	}
@@ -1534,7 +1519,7 @@ static int lease_write(struct es_store *es, bool create)
 	body = jprint_free(owner_source(es, owner));
 	if (!body)
 		return -ENOMEM;
-	sent = mono_ms();
+	sent = tl_mono_ms();
 	cc = es_call(es, "PUT", path, HTTPC_JSON, body, strlen(body), &r, true);
 	free(body);
 	if (cc == CALL_OK) {
@@ -1575,7 +1560,7 @@ static int lease_write(struct es_store *es, bool create)
 static void pending_flush(struct es_store *es)
 {
 	struct pending_release *list, *p, *next, *keep = NULL;
-	int64_t now = mono_ms();
+	int64_t now = tl_mono_ms();
 
 	pthread_mutex_lock(&es->mutex);
 	list = es->pending;
@@ -1618,7 +1603,7 @@ static void *heartbeat(void *arg)
 {
 	struct es_store *es = arg;
 	int64_t period = es->ttl_ms / 3 > 50 ? es->ttl_ms / 3 : 50;
-	int64_t next = mono_ms() + period;
+	int64_t next = tl_mono_ms() + period;
 	int err;
 
 	for (;;) {
@@ -1643,10 +1628,10 @@ static void *heartbeat(void *arg)
 		pthread_mutex_unlock(&es->mutex);
 		if (stop)
 			break;
-		next = mono_ms() + period;
+		next = tl_mono_ms() + period;
 		err = lease_write(es, !have_doc);
 		if (err)
-			next = mono_ms() + period / 3; /* failing: retry sooner */
+			next = tl_mono_ms() + period / 3; /* failing: retry sooner */
 		if (err == -ESTALE || err == -ETIME) {
 			char old[160];
 
@@ -1681,7 +1666,7 @@ static void *heartbeat(void *arg)
 				snprintf(now_id, sizeof(now_id), "%s", es->owner);
 				pthread_mutex_unlock(&es->mutex);
 				httpc_set_opaque_id(es->http, now_id);
-				next = mono_ms(); /* create the new document at once */
+				next = tl_mono_ms(); /* create the new document at once */
 			}
 		}
 		pending_flush(es);
@@ -1816,7 +1801,7 @@ static int es_list(struct lockstore *st, const char *prefix, struct tl_lock_info
 		li->count = li->mode == TL_EXCLUSIVE
 				    ? 1
 				    : (unsigned int)jint(src, "lock_count", holders);
-		li->age_ms = jint(src, "since", -1) > 0 ? wall_ms() - jint(src, "since", 0) : -1;
+		li->age_ms = jint(src, "since", -1) > 0 ? tl_wall_ms() - jint(src, "since", 0) : -1;
 		li->waiters = (unsigned int)cJSON_GetArraySize(
 			cJSON_GetObjectItemCaseSensitive(src, "waiters"));
 		cnt++;
@@ -2208,7 +2193,7 @@ int lockstore_es_owners(struct lockstore *st, unsigned int observe_ms, struct es
 	}
 	cJSON_Delete(root);
 	/* watch the others with our monotonic clock until told apart */
-	until = mono_ms() + observe_ms;
+	until = tl_mono_ms() + observe_ms;
 	for (;;) {
 		char **ids = calloc(cnt + 1, sizeof(*ids));
 		bool *dead = calloc(cnt + 1, sizeof(*dead));
@@ -2242,7 +2227,7 @@ int lockstore_es_owners(struct lockstore *st, unsigned int observe_ms, struct es
 		for (i = 0; i < cnt; i++)
 			if (list[i].state == ES_OWNER_UNKNOWN)
 				unknown++;
-		if (!unknown || mono_ms() >= until)
+		if (!unknown || tl_mono_ms() >= until)
 			break;
 		sleep_ms(200);
 	}

@@ -33,6 +33,7 @@
 #include "lockstore.h"
 #include "lockstore_i.h"
 #include "path.h"
+#include "tlclock.h"
 
 struct mem_waiter {
 	uint64_t ticket;
@@ -60,14 +61,6 @@ struct mem_store {
 	size_t nbuckets;
 	size_t count;            /* protected by mutex */
 };
-
-static int64_t wall_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static uint64_t key_hash(const char *k)
 {
@@ -174,7 +167,7 @@ static bool entry_blocks(const struct mem_entry *e, enum tl_lock_mode mode, uint
 	if (e->excl || (mode == TL_EXCLUSIVE && e->shared)) {
 		snprintf(why->holder, sizeof(why->holder), "%.96s (%s%s)", e->holder,
 			 e->excl ? "exclusive" : "shared", e->shared > 1 ? ", and others" : "");
-		why->held_ms = wall_ms() - e->since_ms;
+		why->held_ms = tl_wall_ms() - e->since_ms;
 		return true;
 	}
 	for (i = 0; i < e->nw; i++) {
@@ -288,7 +281,7 @@ static int mem_try_acquire(struct lockstore *st, const struct tl_plan *plan, str
 		struct mem_entry *e = got[i];
 
 		if (!e->excl && !e->shared)
-			e->since_ms = wall_ms();
+			e->since_ms = tl_wall_ms();
 		if (plan->items[i].mode == TL_EXCLUSIVE)
 			e->excl = true;
 		else
@@ -365,7 +358,7 @@ static int mem_list(struct lockstore *st, const char *prefix, struct tl_lock_inf
 {
 	struct mem_store *s = (struct mem_store *)st;
 	struct tl_lock_info *v = NULL;
-	int64_t now = wall_ms();
+	int64_t now = tl_wall_ms();
 	size_t i, k = 0;
 	int err = -ENOMEM;
 

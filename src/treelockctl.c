@@ -25,6 +25,7 @@
 #include "lockstore_es.h"
 #include "log.h"
 #include "path.h"
+#include "tlclock.h"
 
 #define EXIT_USAGE 1
 #define EXIT_STORE 2
@@ -105,14 +106,6 @@ static void fmt_age(int64_t ms, char *buf, size_t size)
 		snprintf(buf, size, "%" PRId64 "s", ms / 1000);
 }
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Normalises a user-given key: a path, or "global". */
 static int user_key(const char *arg, char **out)
 {
@@ -168,7 +161,7 @@ static int cmd_owners(struct lockstore *st, const struct ctl_opts *o)
 	}
 	printf("%-48s %-16s %8s %8s  %s\n", "OWNER", "NAME", "RENEWED", "TTL", "STATE");
 	for (i = 0; i < n; i++) {
-		fmt_age(own[i].renewed_ms > 0 ? now_ms() - own[i].renewed_ms : -1, age, sizeof(age));
+		fmt_age(own[i].renewed_ms > 0 ? tl_wall_ms() - own[i].renewed_ms : -1, age, sizeof(age));
 		printf("%-48s %-16s %8s %7.1fs  %s\n", own[i].id, own[i].name, age,
 		       (double)own[i].ttl_ms / 1000, state_name(own[i].state));
 	}
@@ -192,7 +185,7 @@ static int cmd_intents(struct lockstore *st, const struct ctl_opts *o)
 	for (i = 0; i < n; i++) {
 		if (!o->all && it[i].owner_state != ES_OWNER_DEAD)
 			continue;
-		fmt_age(it[i].start_ms > 0 ? now_ms() - it[i].start_ms : -1, age, sizeof(age));
+		fmt_age(it[i].start_ms > 0 ? tl_wall_ms() - it[i].start_ms : -1, age, sizeof(age));
 		if (it[i].to)
 			printf("%-52s %-7s %7s  rename '%s' -> '%s'\n", it[i].holder,
 			       state_name(it[i].owner_state), age, it[i].from, it[i].to);
