@@ -919,7 +919,7 @@ static void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	struct tl_plan *plan = NULL;
 	struct tl_holder holder;
 	char *from = NULL, *to = NULL;
-	int64_t t0 = tl_mono_ms();
+	int64_t t0 = tl_log_level >= LOG_DEBUG ? tl_mono_ms() : 0; /* for the debug line only */
 	uint64_t gen = __atomic_load_n(&fs->rename_gen, __ATOMIC_ACQUIRE);
 	int res;
 
