@@ -19,7 +19,7 @@
 #include <fuse_lowlevel.h>
 #include <stdbool.h>
 
-#include "config.h"
+#include "options.h"
 #include "lockmgr.h"
 #include "lockstore.h"
 

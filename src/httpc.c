@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "buf.h"
 #include "httpc.h"
 #include "log.h"
 #include "tlclock.h"
@@ -55,12 +56,6 @@ struct httpc {
 	pthread_key_t key;
 	struct httpc_handle *handles; /* protected by mutex */
 	pthread_mutex_t mutex;      /* leaf lock: never held across a request */
-};
-
-struct body_buf {
-	char *data;
-	size_t len, cap, max;
-	bool toobig;
 };
 
 /* Frees one handle; the caller has unlinked it. */
@@ -124,27 +119,34 @@ static struct httpc_handle *handle_get(struct httpc *c)
 	return h;
 }
 
-/* Copies URL without "user:pass@" into a new string. */
+/* Copies URL without "user:pass@" into a new string, for logs: libcurl's
+ * URL parser takes the userinfo out. A URL it cannot parse is shown as
+ * "<scheme>://(unparsable)" so that nothing after the scheme (a password)
+ * reaches a log. Returns NULL when out of memory. */
 static char *url_strip_userinfo(const char *url)
 {
-	const char *scheme = strstr(url, "://");
-	const char *host, *at, *slash;
-	char *out;
-	size_t pre;
+	CURLU *u = curl_url();
+	char *got = NULL, *out = NULL;
+	const char *sep = strstr(url, "://");
+	size_t len, ulen = strlen(url);
 
-	if (!scheme)
-		return strdup(url);
-	host = scheme + 3;
-	slash = strchr(host, '/');
-	at = strchr(host, '@');
-	if (!at || (slash && at > slash))
-		return strdup(url);
-	pre = (size_t)(host - url);
-	out = malloc(strlen(url) + 1);
-	if (!out)
+	if (!u)
 		return NULL;
-	memcpy(out, url, pre);
-	strcpy(out + pre, at + 1);
+	if (curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+	    curl_url_set(u, CURLUPART_USER, NULL, 0) == CURLUE_OK &&
+	    curl_url_set(u, CURLUPART_PASSWORD, NULL, 0) == CURLUE_OK &&
+	    curl_url_get(u, CURLUPART_URL, &got, 0) == CURLUE_OK) {
+		len = strlen(got);
+		/* libcurl gives a bare host the path "/"; our node URLs have
+		 * their trailing '/' removed */
+		if (len && got[len - 1] == '/' && ulen && url[ulen - 1] != '/')
+			got[--len] = '\0';
+		out = strdup(got);
+	} else if (asprintf(&out, "%.*s://(unparsable)", sep ? (int)(sep - url) : 0, url) < 0) {
+		out = NULL;
+	}
+	curl_free(got);
+	curl_url_cleanup(u);
 	return out;
 }
 
@@ -348,11 +350,6 @@ const char *httpc_node_name(const struct httpc *c, int i)
 	return c->nodes[i].name;
 }
 
-int httpc_node_count(const struct httpc *c)
-{
-	return c->nnodes;
-}
-
 uint64_t httpc_requests(const struct httpc *c)
 {
 	return __atomic_load_n(&c->requests, __ATOMIC_RELAXED);
@@ -360,78 +357,11 @@ uint64_t httpc_requests(const struct httpc *c)
 
 static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
-	struct body_buf *b = userdata;
+	struct buf *b = userdata;
 	size_t n = size * nmemb;
 
-	if (b->len + n > b->max) {
-		b->toobig = true;
-		return 0; /* makes libcurl fail with CURLE_WRITE_ERROR */
-	}
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 1024;
-		char *d;
-
-		while (cap < b->len + n + 1)
-			cap *= 2;
-		d = realloc(b->data, cap);
-		if (!d)
-			return 0;
-		b->data = d;
-		b->cap = cap;
-	}
-	memcpy(b->data + b->len, ptr, n);
-	b->len += n;
-	b->data[b->len] = '\0';
-	return n;
-}
-
-static bool unreserved(unsigned char ch)
-{
-	return (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
-	       ch == '-' || ch == '.' || ch == '_' || ch == '~';
-}
-
-char *httpc_escape(const char *s, size_t len)
-{
-	static const char hex[] = "0123456789ABCDEF";
-	char *out, *o;
-	size_t i;
-
-	out = malloc(3 * len + 1);
-	if (!out)
-		return NULL;
-	o = out;
-	for (i = 0; i < len; i++) {
-		unsigned char ch = (unsigned char)s[i];
-
-		if (unreserved(ch)) {
-			*o++ = (char)ch;
-		} else {
-			*o++ = '%';
-			*o++ = hex[ch >> 4];
-			*o++ = hex[ch & 0xf];
-		}
-	}
-	*o = '\0';
-	return out;
-}
-
-int httpc_escape_cat(char *buf, size_t size, const char *s)
-{
-	size_t used = strlen(buf), need = 0;
-	const char *p;
-	char *e;
-
-	for (p = s; *p; p++)
-		need += unreserved((unsigned char)*p) ? 1 : 3;
-	if (used + need + 1 > size)
-		return -ENAMETOOLONG;
-	e = httpc_escape(s, strlen(s));
-	if (!e)
-		return -ENOMEM;
-	memcpy(buf + used, e, need + 1);
-	free(e);
-	return 0;
+	/* a short count makes libcurl fail with CURLE_WRITE_ERROR */
+	return buf_add(b, ptr, n) == 0 ? n : 0;
 }
 
 /* Maps a libcurl failure to -errno (transport only; HTTP statuses are not
@@ -507,13 +437,14 @@ static int request_node(struct httpc *c, struct httpc_handle *h, int i, const ch
 	char curl_err[CURL_ERROR_SIZE] = "";
 	char ct_header[128];
 	struct curl_slist *hdrs = NULL, *tmp;
-	struct body_buf b = {.max = c->max_body};
+	struct buf b;
 	CURL *e = h->easy;
 	char *url = NULL;
 	CURLcode rc;
 	int err = -ENOMEM;
 	size_t ulen;
 
+	buf_init(&b, c->max_body);
 	ulen = strlen(c->nodes[i].url) + strlen(path) + 1;
 	url = malloc(ulen);
 	if (!url)
@@ -587,23 +518,21 @@ static int request_node(struct httpc *c, struct httpc_handle *h, int i, const ch
 		curl_easy_setopt(e, CURLOPT_PASSWORD, NULL);
 	}
 	if (rc != CURLE_OK) {
-		err = curl_errno(rc, b.toobig);
+		bool toobig = b.err == -EMSGSIZE;
+
+		err = curl_errno(rc, toobig);
 		if (errbuf && errlen)
 			snprintf(errbuf, errlen, "%s: %s", c->nodes[i].name,
-				 b.toobig ? "response too big" : (curl_err[0] ? curl_err : curl_easy_strerror(rc)));
-		free(b.data);
+				 toobig ? "response too big" : (curl_err[0] ? curl_err : curl_easy_strerror(rc)));
+		buf_free(&b);
 		goto out_free_headers;
 	}
 	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &resp->status);
-	if (!b.data) {
-		b.data = strdup("");
-		if (!b.data) {
-			err = -ENOMEM;
-			goto out_free_headers;
-		}
+	resp->body = buf_detach(&b, &resp->len);
+	if (!resp->body) {
+		err = -ENOMEM;
+		goto out_free_headers;
 	}
-	resp->body = b.data;
-	resp->len = b.len;
 	resp->node = i;
 	err = 0;
 
@@ -619,8 +548,8 @@ int httpc_request(struct httpc *c, const char *method, const char *path, const c
 		  char *errbuf, size_t errlen)
 {
 	struct httpc_handle *h;
-	bool tried[64] = {false};
-	int i, err = -ECONNREFUSED, n;
+	bool *tried;
+	int i, k, err = -ECONNREFUSED;
 
 	memset(resp, 0, sizeof(*resp));
 	if (errbuf && errlen)
@@ -628,8 +557,10 @@ int httpc_request(struct httpc *c, const char *method, const char *path, const c
 	h = handle_get(c);
 	if (!h)
 		return -ENOMEM;
-	n = c->nnodes < 64 ? c->nnodes : 64;
-	for (int k = 0; k < n; k++) {
+	tried = calloc((size_t)c->nnodes, sizeof(*tried));
+	if (!tried)
+		return -ENOMEM;
+	for (k = 0; k < c->nnodes; k++) {
 		i = next_node(c, tried);
 		if (i < 0)
 			break;
@@ -638,14 +569,15 @@ int httpc_request(struct httpc *c, const char *method, const char *path, const c
 				   errbuf, errlen);
 		if (err == 0) {
 			node_result(c, i, true);
-			return 0;
+			break;
 		}
 		if (err == -ENOMEM || err == -EMSGSIZE)
-			return err;
+			break;
 		node_result(c, i, false);
 		tl_log(LOG_DEBUG, "lock store node '%s' failed: %s", c->nodes[i].name,
 		       errbuf && *errbuf ? errbuf : strerror(-err));
 	}
+	free(tried);
 	return err;
 }
 

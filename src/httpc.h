@@ -89,21 +89,7 @@ void httpc_response_free(struct httpc_response *r);
 /* The URL of node I with any userinfo removed (for logs), "?" if none. */
 const char *httpc_node_name(const struct httpc *c, int i);
 
-/* Number of nodes. This function can't fail. */
-int httpc_node_count(const struct httpc *c);
-
 /* Requests sent so far (every attempt counts). */
 uint64_t httpc_requests(const struct httpc *c);
-
-/* Percent-encodes LEN bytes of S as one path segment: RFC 3986 unreserved
- * characters (A-Z a-z 0-9 - . _ ~) are kept, every other byte becomes %XX
- * ('/' -> %2F, '%' -> %25, '+' -> %2B, ' ' -> %20, bytes >= 0x80 as is
- * UTF-8, byte by byte). Returns a new string (caller frees) or NULL. */
-char *httpc_escape(const char *s, size_t len);
-
-/* Appends the percent-encoding of S (as httpc_escape) to BUF of SIZE bytes
- * holding a NUL-terminated string. Returns 0, or -ENAMETOOLONG when it does
- * not fit (BUF is then unchanged). */
-int httpc_escape_cat(char *buf, size_t size, const char *s);
 
 #endif /* TREELOCKFS_HTTPC_H */

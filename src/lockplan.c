@@ -263,21 +263,3 @@ void lockplan_free(struct tl_plan *plan)
 	free(plan->to);
 	free(plan);
 }
-
-int lockplan_mode_of(const struct tl_plan *plan, const char *key)
-{
-	size_t lo = 0, hi = plan->n;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		int c = path_cmp(plan->items[mid].key, key);
-
-		if (c == 0)
-			return (int)plan->items[mid].mode;
-		if (c < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return -1;
-}

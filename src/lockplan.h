@@ -71,7 +71,4 @@ int lockplan_entry(enum tl_strategy s, const char *path, struct tl_plan **out);
 /* Frees a plan; accepts NULL. */
 void lockplan_free(struct tl_plan *plan);
 
-/* The mode PLAN holds KEY in, or -1 when KEY is not in it (binary search). */
-int lockplan_mode_of(const struct tl_plan *plan, const char *key);
-
 #endif /* TREELOCKFS_LOCKPLAN_H */

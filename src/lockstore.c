@@ -4,7 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "config.h"
+#include "options.h"
 #include "lockstore.h"
 #include "lockstore_i.h"
 
@@ -16,6 +16,8 @@ int lockstore_open(const struct tl_config *cfg, struct lockstore **out)
 		return lockstore_mem_open(cfg, out);
 	case TL_STORE_ES:
 		return lockstore_es_open(cfg, out);
+	case TL_STORE_COUNT:
+		break;
 	}
 	return -EINVAL;
 }

@@ -17,6 +17,10 @@
 #include "lockstore.h"
 
 struct tl_config;
+struct tl_store_options;
+
+/* The es backend's options (es_url, es_index, ...), for options.c. */
+extern const struct tl_store_options lockstore_es_options;
 
 enum es_owner_state {
 	ES_OWNER_ALIVE = 0,   /* its lease document moved while we looked, or is recent */
@@ -41,6 +45,9 @@ struct es_intent_info {
 	size_t nkeys;         /* keys the plan locks */
 	enum es_owner_state owner_state;
 };
+
+/* True when CFG names es nodes (es_url), whatever lock_store says. */
+bool lockstore_es_configured(const struct tl_config *cfg);
 
 /* Opens an es store for treelockctl: like lockstore_open() but it does not
  * create the index nor refuse a strategy other than cfg's. Returns 0,

@@ -3,11 +3,11 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <openssl/evp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "path.h"
-#include "sha256.h"
 
 int path_normalise(const char *in, char **out)
 {
@@ -117,6 +117,22 @@ const char *path_rel(const char *p)
 	return p[1] == '\0' ? "." : p + 1;
 }
 
+int path_digest_hex(const void *data, size_t len, char hex[PATH_DIGEST_HEX_LEN + 1])
+{
+	static const char digits[] = "0123456789abcdef";
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned int mdlen = 0, i;
+
+	if (!EVP_Digest(data, len, md, &mdlen, EVP_sha256(), NULL) || mdlen * 2 != PATH_DIGEST_HEX_LEN)
+		return -ENOMEM; /* libcrypto fails only when it cannot allocate */
+	for (i = 0; i < mdlen; i++) {
+		hex[2 * i] = digits[md[i] >> 4];
+		hex[2 * i + 1] = digits[md[i] & 0xf];
+	}
+	hex[2 * mdlen] = '\0';
+	return 0;
+}
+
 int path_lock_id(const char *key, char **out)
 {
 	static const char prefix[] = "sha256:";
@@ -127,11 +143,15 @@ int path_lock_id(const char *key, char **out)
 		*out = strdup(key);
 		return *out ? 0 : -ENOMEM;
 	}
-	id = malloc(sizeof(prefix) - 1 + SHA256_HEX_LEN + 1);
+	*out = NULL;
+	id = malloc(sizeof(prefix) - 1 + PATH_DIGEST_HEX_LEN + 1);
 	if (!id)
 		return -ENOMEM;
 	memcpy(id, prefix, sizeof(prefix) - 1);
-	sha256_hex(key, len, id + sizeof(prefix) - 1);
+	if (path_digest_hex(key, len, id + sizeof(prefix) - 1) != 0) {
+		free(id);
+		return -ENOMEM;
+	}
 	*out = id;
 	return 0;
 }

@@ -44,6 +44,14 @@ int path_cmp(const char *a, const char *b);
 /* The path relative to the backing directory: "." for "/", else P + 1. */
 const char *path_rel(const char *p);
 
+#define PATH_DIGEST_HEX_LEN 64
+
+/* Writes the lowercase hex SHA-256 digest of LEN bytes at DATA and a NUL
+ * to HEX (libcrypto computes it, so a lock id does not depend on which TLS
+ * library libcurl was built with). Returns 0, or -ENOMEM when libcrypto
+ * cannot allocate. Thread-safe. */
+int path_digest_hex(const void *data, size_t len, char hex[PATH_DIGEST_HEX_LEN + 1]);
+
 /* The document id for KEY in a lock store limited to PATH_ID_MAX bytes:
  * KEY itself when it fits, else "sha256:" and the hex digest of KEY.
  * Writes a new string to *OUT (caller frees). Returns 0 or -ENOMEM. */

@@ -3,7 +3,7 @@
  *   treelockctl [store options] check | locks [PATH] | owners | intents
  *               | break PATH | reap OWNER|--dead
  *
- * Store options are the mount's (config.h), parsed the same way, so one
+ * Store options are the mount's (options.h), parsed the same way, so one
  * config file serves both. treelockctl never takes a lease: it observes.
  * Exit status: 0 ok, 1 usage or configuration error, 2 store error.
  */
@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "config.h"
+#include "options.h"
 #include "lockstore.h"
 #include "lockstore_es.h"
 #include "log.h"
@@ -332,7 +332,7 @@ int main(int argc, char **argv)
 		goto out_free_args;
 	}
 	/* the store is es when an URL is given, whatever the default */
-	if (cfg.es_url && cfg.lock_store_s && strcmp(cfg.lock_store_s, "mem") == 0) {
+	if (lockstore_es_configured(&cfg) && cfg.lock_store_s && strcmp(cfg.lock_store_s, "mem") == 0) {
 		free(cfg.lock_store_s);
 		cfg.lock_store_s = strdup("es");
 		if (!cfg.lock_store_s)

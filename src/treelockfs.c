@@ -21,7 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "config.h"
+#include "options.h"
 #include "fsops_ll.h"
 #include "lockstore.h"
 #include "log.h"

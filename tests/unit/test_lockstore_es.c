@@ -14,7 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
+#include "es_i.h"
+#include "options.h"
 #include "lockplan.h"
 #include "lockstore.h"
 #include "lockstore_es.h"
@@ -199,14 +200,14 @@ static void fx_init(struct fixture *fx)
 	ck_assert_int_eq(config_init(&fx->cfg), 0);
 	fx->cfg.lock_store = TL_STORE_ES;
 	fx->cfg.lock_strategy = TL_STRATEGY_TREE;
-	fx->cfg.es_url = strdup(fx->r.url);
-	free(fx->cfg.es_index);
-	fx->cfg.es_index = strdup("locks");
+	((struct es_options *)config_store_opts(&fx->cfg, TL_STORE_ES))->url = strdup(fx->r.url);
+	free(((struct es_options *)config_store_opts(&fx->cfg, TL_STORE_ES))->index);
+	((struct es_options *)config_store_opts(&fx->cfg, TL_STORE_ES))->index = strdup("locks");
 	free(fx->cfg.owner);
 	fx->cfg.owner = strdup("hostA");
 	fx->cfg.lease_ttl = 10;
 	fx->cfg.lock_timeout = 5;
-	fx->cfg.es_timeout_ms = 2000;
+	((struct es_options *)config_store_opts(&fx->cfg, TL_STORE_ES))->timeout_ms = 2000;
 }
 
 static void fx_done(struct fixture *fx)
@@ -297,11 +298,11 @@ START_TEST(test_lockstore_es__unreachable_and_unauthorised)
 	struct fixture fx;
 
 	fx_init(&fx);
-	free(fx.cfg.es_url);
-	fx.cfg.es_url = strdup("http://127.0.0.1:1");
+	free(((struct es_options *)config_store_opts(&fx.cfg, TL_STORE_ES))->url);
+	((struct es_options *)config_store_opts(&fx.cfg, TL_STORE_ES))->url = strdup("http://127.0.0.1:1");
 	ck_assert_int_eq(lockstore_es_open(&fx.cfg, &fx.st), -ENOLCK);
-	free(fx.cfg.es_url);
-	fx.cfg.es_url = strdup(fx.r.url);
+	free(((struct es_options *)config_store_opts(&fx.cfg, TL_STORE_ES))->url);
+	((struct es_options *)config_store_opts(&fx.cfg, TL_STORE_ES))->url = strdup(fx.r.url);
 	fx.f.root_status = 401;
 	ck_assert_int_eq(lockstore_es_open(&fx.cfg, &fx.st), -ENOLCK);
 	ck_assert_int_eq(count(&fx, "GET", "/locks/_mapping"), 0);

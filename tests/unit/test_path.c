@@ -131,6 +131,59 @@ START_TEST(test_path__lock_id)
 }
 END_TEST
 
+/* SHA-256 of lock ids: FIPS 180-4 vectors and the lengths around the
+ * padding boundary, so that ids stay byte-identical whatever computes them. */
+START_TEST(test_path__digest_vectors)
+{
+	static const char two_blocks[] = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+	char hex[PATH_DIGEST_HEX_LEN + 1];
+
+	ck_assert_int_eq(path_digest_hex("", 0, hex), 0);
+	ck_assert_str_eq(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+	ck_assert_int_eq(path_digest_hex("abc", 3, hex), 0);
+	ck_assert_str_eq(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+	/* 56 bytes: the length no longer fits, padding spills into a second block */
+	ck_assert_int_eq(path_digest_hex(two_blocks, strlen(two_blocks), hex), 0);
+	ck_assert_str_eq(hex, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+}
+END_TEST
+
+START_TEST(test_path__digest_lengths_55_to_64)
+{
+	/* Digests of 'a' * n for the lengths around the padding boundary. */
+	static const char *const want[] = {
+		[55] = "9f4390f8d30c2dd92ec9f095b65e2b9ae9b0a925a5258e241c9f1e910f734318",
+		[56] = "b35439a4ac6f0948b6d6f9e3c6af0f5f590ce20f1bde7090ef7970686ec6738a",
+		[63] = "7d3e74a05d7db15bce4ad9ec0658ea98e3f06eeecf16b4c6fff2da457ddc2f34",
+		[64] = "ffe054fe7ae0cb6dc65c3af9b61d5209f439851db43d0ba5997337df154668eb",
+	};
+	char buf[64], hex[PATH_DIGEST_HEX_LEN + 1];
+	size_t n;
+
+	memset(buf, 'a', sizeof(buf));
+	for (n = 55; n <= 64; n++) {
+		if (!want[n])
+			continue;
+		ck_assert_int_eq(path_digest_hex(buf, n, hex), 0);
+		ck_assert_msg(strcmp(hex, want[n]) == 0, "length %zu: %s", n, hex);
+	}
+}
+END_TEST
+
+START_TEST(test_path__lock_id_million_a)
+{
+	char *m = malloc(1000001), *id = NULL;
+
+	ck_assert_ptr_nonnull(m);
+	memset(m, 'a', 1000000);
+	m[1000000] = '\0';
+	ck_assert_int_eq(path_lock_id(m, &id), 0);
+	free(m);
+	ck_assert_str_eq(id, "sha256:cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+	free(id);
+}
+END_TEST
+
 Suite *make_suite_path(void)
 {
 	Suite *s = suite_create("path");
@@ -142,6 +195,9 @@ Suite *make_suite_path(void)
 	tcase_add_test(tc, test_path__ancestors);
 	tcase_add_test(tc, test_path__order);
 	tcase_add_test(tc, test_path__lock_id);
+	tcase_add_test(tc, test_path__digest_vectors);
+	tcase_add_test(tc, test_path__digest_lengths_55_to_64);
+	tcase_add_test(tc, test_path__lock_id_million_a);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -21,8 +21,9 @@ int main(void)
 	srunner_add_suite(sr, make_suite_lockplan());
 	srunner_add_suite(sr, make_suite_lockmgr());
 	srunner_add_suite(sr, make_suite_lockstore_mem());
-	srunner_add_suite(sr, make_suite_config());
-	srunner_add_suite(sr, make_suite_sha256());
+	srunner_add_suite(sr, make_suite_options());
+	srunner_add_suite(sr, make_suite_buf());
+	srunner_add_suite(sr, make_suite_es_docs());
 	srunner_add_suite(sr, make_suite_httpc());
 	srunner_add_suite(sr, make_suite_lockstore_es());
 	srunner_run_all(sr, CK_ENV);

@@ -6,17 +6,16 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-/* Our option module's header. Named by path because <config.h> is
- * autoconf's and the include path finds that one first from here. */
-#include "../../src/config.h"
+#include "options.h"
 
 Suite *make_suite_path(void);
 Suite *make_suite_lockplan(void);
 Suite *make_suite_lockmgr(void);
 Suite *make_suite_lockstore_mem(void);
-Suite *make_suite_config(void);
+Suite *make_suite_options(void);
 Suite *make_suite_httpc(void);
 Suite *make_suite_lockstore_es(void);
-Suite *make_suite_sha256(void);
+Suite *make_suite_es_docs(void);
+Suite *make_suite_buf(void);
 
 #endif /* TREELOCKFS_UNIT_H */

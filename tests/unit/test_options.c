@@ -11,7 +11,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "es_i.h"
 #include "unit.h"
+
+static struct es_options *es_opts(struct tl_config *cfg)
+{
+	return config_store_opts(cfg, TL_STORE_ES);
+}
 
 static struct tl_config cfg;
 static struct fuse_args args;
@@ -59,7 +65,7 @@ static char *write_file(const char *name, const char *text, mode_t mode)
 	return path;
 }
 
-START_TEST(test_config__defaults)
+START_TEST(test_options__defaults)
 {
 	const char *argv[] = {"/b", "/m", NULL};
 
@@ -79,7 +85,7 @@ START_TEST(test_config__defaults)
 }
 END_TEST
 
-START_TEST(test_config__both_spellings)
+START_TEST(test_options__both_spellings)
 {
 	const char *argv[] = {"--lock_strategy=global", "-o", "lock_timeout=2.5,rename_delay_ms=7",
 			      "--lock_scope=namespace", "-oallow_other", "/b", "/m", "-f", NULL};
@@ -95,7 +101,7 @@ START_TEST(test_config__both_spellings)
 }
 END_TEST
 
-START_TEST(test_config__all_errors_at_once)
+START_TEST(test_options__all_errors_at_once)
 {
 	const char *argv[] = {"-o", "lock_store=nope,lock_timeout=-1,lock_strategy=x",
 			      "--rename_delay_ms=abc", "--log_level=loud", "/b", "/m", "/extra",
@@ -112,7 +118,7 @@ START_TEST(test_config__all_errors_at_once)
 }
 END_TEST
 
-START_TEST(test_config__file_then_command_line)
+START_TEST(test_options__file_then_command_line)
 {
 	char *file = write_file("t.conf",
 				"# comment\n"
@@ -131,14 +137,14 @@ START_TEST(test_config__file_then_command_line)
 	ck_assert_int_eq(config_validate(&cfg), 0);
 	ck_assert_int_eq(cfg.lock_strategy, TL_STRATEGY_DOCUMENT);
 	ck_assert_double_eq(cfg.lock_timeout, 4.0); /* the command line wins */
-	ck_assert_str_eq(cfg.es_url, "http://a:9200,http://b:9200");
+	ck_assert_str_eq(es_opts(&cfg)->url, "http://a:9200,http://b:9200");
 	ck_assert_int_eq(cfg.allow_other, 1);
 	free(opt);
 	free(file);
 }
 END_TEST
 
-START_TEST(test_config__file_via_o_and_unknown_key)
+START_TEST(test_options__file_via_o_and_unknown_key)
 {
 	char *file = write_file("u.conf", "lock_store = mem\nno_such_option = 1\n", 0644);
 	char *opt;
@@ -155,7 +161,7 @@ START_TEST(test_config__file_via_o_and_unknown_key)
 }
 END_TEST
 
-START_TEST(test_config__missing_file)
+START_TEST(test_options__missing_file)
 {
 	const char *argv[] = {"--config=/nonexistent/treelockfs.conf", "/b", "/m", NULL};
 
@@ -165,7 +171,7 @@ START_TEST(test_config__missing_file)
 }
 END_TEST
 
-START_TEST(test_config__es_validation)
+START_TEST(test_options__es_validation)
 {
 	const char *argv[] = {"-o", "lock_store=es,es_index=Bad,es_timeout_ms=0,lease_ttl=0.1",
 			      "--es_url=ftp://x", "/b", "/m", NULL};
@@ -179,53 +185,55 @@ START_TEST(test_config__es_validation)
 }
 END_TEST
 
-START_TEST(test_config__secret_file_permissions)
+START_TEST(test_options__secret_file_permissions)
 {
 	char *loose = write_file("pw1", "sekrit\n", 0644);
 	char *tight = write_file("pw2", "sekrit\n", 0600);
 
-	cfg.es_user = strdup("u");
-	cfg.es_password_file = strdup(loose);
+	cfg.lock_store = TL_STORE_ES; /* secrets are the selected store's */
+	es_opts(&cfg)->user = strdup("u");
+	es_opts(&cfg)->password_file = strdup(loose);
 	ck_assert_int_eq(config_load_secrets(&cfg), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(cfg.errors, "accessible by group or others"));
 	ck_assert_ptr_null(strstr(cfg.errors, "sekrit"));
-	ck_assert_ptr_null(cfg.es_password);
+	ck_assert_ptr_null(es_opts(&cfg)->password);
 	free(cfg.errors);
 	cfg.errors = NULL;
-	free(cfg.es_password_file);
-	cfg.es_password_file = strdup(tight);
+	free(es_opts(&cfg)->password_file);
+	es_opts(&cfg)->password_file = strdup(tight);
 	ck_assert_int_eq(config_load_secrets(&cfg), 0);
-	ck_assert_str_eq(cfg.es_password, "sekrit");
+	ck_assert_str_eq(es_opts(&cfg)->password, "sekrit");
 	free(loose);
 	free(tight);
 }
 END_TEST
 
-START_TEST(test_config__password_from_environment)
+START_TEST(test_options__password_from_environment)
 {
-	cfg.es_user = strdup("u");
-	setenv(TL_PASSWORD_ENV, "envpw", 1);
+	cfg.lock_store = TL_STORE_ES; /* secrets are the selected store's */
+	es_opts(&cfg)->user = strdup("u");
+	setenv(ES_PASSWORD_ENV, "envpw", 1);
 	ck_assert_int_eq(config_load_secrets(&cfg), 0);
-	ck_assert_str_eq(cfg.es_password, "envpw");
-	unsetenv(TL_PASSWORD_ENV);
+	ck_assert_str_eq(es_opts(&cfg)->password, "envpw");
+	unsetenv(ES_PASSWORD_ENV);
 }
 END_TEST
 
-Suite *make_suite_config(void)
+Suite *make_suite_options(void)
 {
-	Suite *s = suite_create("config");
+	Suite *s = suite_create("options");
 	TCase *tc = tcase_create("core");
 
 	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, test_config__defaults);
-	tcase_add_test(tc, test_config__both_spellings);
-	tcase_add_test(tc, test_config__all_errors_at_once);
-	tcase_add_test(tc, test_config__file_then_command_line);
-	tcase_add_test(tc, test_config__file_via_o_and_unknown_key);
-	tcase_add_test(tc, test_config__missing_file);
-	tcase_add_test(tc, test_config__es_validation);
-	tcase_add_test(tc, test_config__secret_file_permissions);
-	tcase_add_test(tc, test_config__password_from_environment);
+	tcase_add_test(tc, test_options__defaults);
+	tcase_add_test(tc, test_options__both_spellings);
+	tcase_add_test(tc, test_options__all_errors_at_once);
+	tcase_add_test(tc, test_options__file_then_command_line);
+	tcase_add_test(tc, test_options__file_via_o_and_unknown_key);
+	tcase_add_test(tc, test_options__missing_file);
+	tcase_add_test(tc, test_options__es_validation);
+	tcase_add_test(tc, test_options__secret_file_permissions);
+	tcase_add_test(tc, test_options__password_from_environment);
 	suite_add_tcase(s, tc);
 	return s;
 }

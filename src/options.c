@@ -1,4 +1,4 @@
-/* config.c - options of treelockfs and treelockctl, see config.h
+/* options.c - options of treelockfs and treelockctl, see options.h
  *
  * One fuse_opt table serves the command line and the config file: a file's
  * "key = value" lines are turned into "-o key=value" arguments and parsed
@@ -20,8 +20,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "config.h"
+#include "lockstore_es.h"
 #include "log.h"
+#include "options.h"
 
 enum {
 	KEY_HELP,
@@ -33,14 +34,12 @@ enum {
 	KEY_CONFIG_FILE_ONLY,
 };
 
-#define OPT_STR(name, field)                                                                       \
-	{"--" name "=%s", offsetof(struct tl_config, field), 0},                                   \
-	{name "=%s", offsetof(struct tl_config, field), 0}
-#define OPT_BOOL(name, field)                                                                      \
-	{"--" name, offsetof(struct tl_config, field), 1},                                         \
-	{name, offsetof(struct tl_config, field), 1},                                              \
-	{"--no_" name, offsetof(struct tl_config, field), 0},                                      \
-	{"no_" name, offsetof(struct tl_config, field), 0}
+#define OPT_STR(name, field) TL_OPT_STR(name, struct tl_config, field)
+
+/* The backends with options of their own, by enum tl_store_kind. */
+static const struct tl_store_options *const store_options[TL_STORE_COUNT] = {
+	[TL_STORE_ES] = &lockstore_es_options,
+};
 
 static const struct fuse_opt tl_opts[] = {
 	OPT_STR("lock_store", lock_store_s),
@@ -55,16 +54,8 @@ static const struct fuse_opt tl_opts[] = {
 	OPT_STR("config", config_file),
 	/* "--config FILE", two words, as the man page and --help promise */
 	{"--config %s", offsetof(struct tl_config, config_file), 0},
-	OPT_STR("es_url", es_url),
-	OPT_STR("es_index", es_index),
-	OPT_STR("es_user", es_user),
-	OPT_STR("es_password_file", es_password_file),
-	OPT_STR("es_api_key_file", es_api_key_file),
-	OPT_STR("es_cacert", es_cacert),
-	OPT_STR("es_timeout_ms", es_timeout_ms_s),
 	OPT_STR("owner", owner),
 	OPT_STR("lease_ttl", lease_ttl_s),
-	OPT_BOOL("es_insecure", es_insecure),
 	FUSE_OPT_KEY("--allow_other", KEY_ALLOW_OTHER),
 	FUSE_OPT_KEY("allow_other", KEY_ALLOW_OTHER),
 	FUSE_OPT_KEY("--no_allow_other", KEY_NO_ALLOW_OTHER),
@@ -109,16 +100,18 @@ void config_error(struct tl_config *cfg, const char *fmt, ...)
 	cfg->errors = e;
 }
 
+static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outargs);
+
 int config_init(struct tl_config *cfg)
 {
 	char host[256];
+	size_t i;
 
 	memset(cfg, 0, sizeof(*cfg));
 	/* strdup the defaults: fuse_opt frees a string option it overwrites */
 	cfg->lock_store_s = strdup("mem");
 	cfg->lock_strategy_s = strdup("tree");
 	cfg->lock_scope_s = strdup("rename");
-	cfg->es_index = strdup(TL_DEFAULT_ES_INDEX);
 	if (gethostname(host, sizeof(host)) != 0)
 		strcpy(host, "localhost");
 	host[sizeof(host) - 1] = '\0';
@@ -128,12 +121,36 @@ int config_init(struct tl_config *cfg)
 	cfg->entry_timeout = TL_DEFAULT_ENTRY_TIMEOUT;
 	cfg->attr_timeout = TL_DEFAULT_ATTR_TIMEOUT;
 	cfg->negative_timeout = TL_DEFAULT_NEGATIVE_TIMEOUT;
-	cfg->es_timeout_ms = TL_DEFAULT_ES_TIMEOUT_MS;
 	cfg->lease_ttl = TL_DEFAULT_LEASE_TTL;
-	if (!cfg->lock_store_s || !cfg->lock_strategy_s || !cfg->lock_scope_s || !cfg->es_index ||
-	    !cfg->owner)
+	if (!cfg->lock_store_s || !cfg->lock_strategy_s || !cfg->lock_scope_s || !cfg->owner)
 		return -ENOMEM;
+	for (i = 0; i < TL_STORE_COUNT; i++) {
+		const struct tl_store_options *so = store_options[i];
+
+		if (!so)
+			continue;
+		cfg->store_opts[i] = calloc(1, so->size);
+		if (!cfg->store_opts[i] || so->init(cfg->store_opts[i]) != 0)
+			return -ENOMEM;
+	}
 	return 0;
+}
+
+void *config_store_opts(const struct tl_config *cfg, enum tl_store_kind kind)
+{
+	return kind < TL_STORE_COUNT ? cfg->store_opts[kind] : NULL;
+}
+
+/* Runs every backend's table, then ours, over ARGS. Returns 0 or -1. */
+static int parse_all(struct fuse_args *args, struct tl_config *cfg)
+{
+	size_t i;
+
+	for (i = 0; i < TL_STORE_COUNT; i++)
+		if (store_options[i] &&
+		    fuse_opt_parse(args, cfg->store_opts[i], store_options[i]->opts, NULL) == -1)
+			return -1;
+	return fuse_opt_parse(args, cfg, tl_opts, opt_proc);
 }
 
 static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
@@ -320,7 +337,7 @@ static int parse_config_file(struct tl_config *cfg, const char *file, struct par
 	fclose(f);
 	if (!err) {
 		ctx->file = file;
-		if (fuse_opt_parse(&fargs, cfg, tl_opts, opt_proc) == -1)
+		if (parse_all(&fargs, cfg) == -1)
 			config_error(cfg, "config file '%s': cannot parse", file);
 		ctx->file = NULL;
 	}
@@ -343,7 +360,7 @@ int config_parse(struct tl_config *cfg, struct fuse_args *args, bool for_ctl)
 		if (err)
 			goto out;
 	}
-	if (fuse_opt_parse(args, cfg, tl_opts, opt_proc) == -1)
+	if (parse_all(args, cfg) == -1)
 		config_error(cfg, "cannot parse the command line");
 	/* libfuse options from the config file go before the command line's */
 	for (i = 0; i < file_fuse.argc; i++)
@@ -354,7 +371,7 @@ out:
 	return err;
 }
 
-static bool parse_seconds(struct tl_config *cfg, const char *name, const char *s, double min,
+bool config_parse_seconds(struct tl_config *cfg, const char *name, const char *s, double min,
 			  double max, double *out)
 {
 	char *end;
@@ -373,7 +390,7 @@ static bool parse_seconds(struct tl_config *cfg, const char *name, const char *s
 	return true;
 }
 
-static bool parse_uint(struct tl_config *cfg, const char *name, const char *s, unsigned long min,
+bool config_parse_uint(struct tl_config *cfg, const char *name, const char *s, unsigned long min,
 		       unsigned long max, unsigned int *out)
 {
 	char *end;
@@ -392,51 +409,9 @@ static bool parse_uint(struct tl_config *cfg, const char *name, const char *s, u
 	return true;
 }
 
-static bool valid_index_name(const char *s)
-{
-	size_t n = strlen(s);
-
-	if (n == 0 || n > 255 || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
-		return false;
-	if (s[0] == '-' || s[0] == '_' || s[0] == '+')
-		return false;
-	for (; *s; s++)
-		if (isupper((unsigned char)*s) || strchr("\\/*?\"<>| ,#:", *s))
-			return false;
-	return true;
-}
-
-static void validate_es(struct tl_config *cfg)
-{
-	const char *p;
-
-	if (!cfg->es_url || !*cfg->es_url) {
-		config_error(cfg, "lock_store=es needs es_url=URL[,URL...]");
-	} else {
-		for (p = cfg->es_url; *p;) {
-			size_t len = strcspn(p, ",; \t");
-
-			if (len && strncmp(p, "http://", 7) != 0 && strncmp(p, "https://", 8) != 0)
-				config_error(cfg, "invalid es_url '%.*s': expected http:// or https://",
-					     (int)len, p);
-			p += len;
-			p += strspn(p, ",; \t");
-		}
-	}
-	if (!valid_index_name(cfg->es_index))
-		config_error(cfg, "invalid es_index '%s': lowercase, no \\/*?\"<>|,#: or space, "
-				  "not starting with - _ +", cfg->es_index);
-	if (!cfg->owner || !*cfg->owner || strpbrk(cfg->owner, " \t\n#"))
-		config_error(cfg, "invalid owner '%s': expected a name without spaces or '#'",
-			     cfg->owner ? cfg->owner : "");
-	if (cfg->es_password_file && cfg->es_api_key_file)
-		config_error(cfg, "es_password_file and es_api_key_file exclude each other");
-	if (cfg->es_password_file && !cfg->es_user)
-		config_error(cfg, "es_password_file needs es_user=NAME");
-}
-
 int config_validate(struct tl_config *cfg)
 {
+	size_t i;
 	int lvl;
 
 	if (strcmp(cfg->lock_store_s, "mem") == 0)
@@ -455,14 +430,22 @@ int config_validate(struct tl_config *cfg)
 	else
 		config_error(cfg, "invalid lock_scope '%s': expected rename or namespace",
 			     cfg->lock_scope_s);
-	parse_seconds(cfg, "lock_timeout", cfg->lock_timeout_s, 0.001, 86400, &cfg->lock_timeout);
-	parse_uint(cfg, "rename_delay_ms", cfg->rename_delay_ms_s, 0, 600000, &cfg->rename_delay_ms);
-	parse_seconds(cfg, "entry_timeout", cfg->entry_timeout_s, 0, 86400, &cfg->entry_timeout);
-	parse_seconds(cfg, "attr_timeout", cfg->attr_timeout_s, 0, 86400, &cfg->attr_timeout);
-	parse_seconds(cfg, "negative_timeout", cfg->negative_timeout_s, 0, 86400,
-		      &cfg->negative_timeout);
-	parse_uint(cfg, "es_timeout_ms", cfg->es_timeout_ms_s, 1, 600000, &cfg->es_timeout_ms);
-	parse_seconds(cfg, "lease_ttl", cfg->lease_ttl_s, 1, 3600, &cfg->lease_ttl);
+	config_parse_seconds(cfg, "lock_timeout", cfg->lock_timeout_s, 0.001, 86400,
+			     &cfg->lock_timeout);
+	config_parse_uint(cfg, "rename_delay_ms", cfg->rename_delay_ms_s, 0, 600000,
+			  &cfg->rename_delay_ms);
+	config_parse_seconds(cfg, "entry_timeout", cfg->entry_timeout_s, 0, 86400,
+			     &cfg->entry_timeout);
+	config_parse_seconds(cfg, "attr_timeout", cfg->attr_timeout_s, 0, 86400, &cfg->attr_timeout);
+	config_parse_seconds(cfg, "negative_timeout", cfg->negative_timeout_s, 0, 86400,
+			     &cfg->negative_timeout);
+	/* every backend checks the syntax of its options, the selected one
+	 * also what it needs */
+	for (i = 0; i < TL_STORE_COUNT; i++)
+		if (store_options[i])
+			store_options[i]->validate(cfg->store_opts[i], cfg,
+						   cfg->lock_store == (enum tl_store_kind)i);
+	config_parse_seconds(cfg, "lease_ttl", cfg->lease_ttl_s, 1, 3600, &cfg->lease_ttl);
 	if (cfg->log_level_s) {
 		lvl = tl_log_parse_level(cfg->log_level_s);
 		if (lvl < 0)
@@ -473,13 +456,10 @@ int config_validate(struct tl_config *cfg)
 	} else if (cfg->debug) {
 		cfg->log_level = LOG_DEBUG;
 	}
-	if (cfg->lock_store == TL_STORE_ES)
-		validate_es(cfg);
 	return cfg->errors ? -EINVAL : 0;
 }
 
-/* Reads the first line of a secret file that only its owner may read. */
-static char *read_secret(struct tl_config *cfg, const char *what, const char *file)
+char *config_read_secret(struct tl_config *cfg, const char *what, const char *file)
 {
 	struct stat st;
 	char *line = NULL;
@@ -512,17 +492,11 @@ static char *read_secret(struct tl_config *cfg, const char *what, const char *fi
 
 int config_load_secrets(struct tl_config *cfg)
 {
-	const char *env = getenv(TL_PASSWORD_ENV);
+	const struct tl_store_options *so =
+		cfg->lock_store < TL_STORE_COUNT ? store_options[cfg->lock_store] : NULL;
 
-	if (cfg->es_password_file)
-		cfg->es_password = read_secret(cfg, "es_password_file", cfg->es_password_file);
-	else if (env && *env && cfg->es_user)
-		cfg->es_password = strdup(env);
-	if (cfg->es_api_key_file)
-		cfg->es_api_key = read_secret(cfg, "es_api_key_file", cfg->es_api_key_file);
-	if (cfg->es_user && !cfg->es_password && !cfg->es_password_file)
-		config_error(cfg, "es_user needs es_password_file=FILE or %s in the environment",
-			     TL_PASSWORD_ENV);
+	if (so && so->load_secrets)
+		so->load_secrets(cfg->store_opts[cfg->lock_store], cfg);
 	return cfg->errors ? -EINVAL : 0;
 }
 
@@ -531,17 +505,9 @@ static const char help_common[] =
 	"    --config=FILE            read options from FILE (name = value lines)\n"
 	"    --lock_store=mem|es      where locks live (default mem: this mount only)\n"
 	"    --lock_strategy=S        tree|global|document|none (default tree)\n"
-	"    --lock_timeout=SECONDS   give up a rename with EBUSY after this (default 30)\n"
-	"    --es_url=URL[,URL...]    Elasticsearch/OpenSearch nodes, tried in turn\n"
-	"                             (in -o lists separate URLs with ';')\n"
-	"    --es_index=NAME          lock index (default treelockfs-locks)\n"
-	"    --es_user=NAME           user for basic authentication\n"
-	"    --es_password_file=FILE  its password (file mode 600); or the environment\n"
-	"                             variable TREELOCKFS_ES_PASSWORD\n"
-	"    --es_api_key_file=FILE   API key (id:key or encoded; file mode 600)\n"
-	"    --es_cacert=FILE         CA certificate(s) for https\n"
-	"    --es_insecure            do not verify the server's certificate (warns)\n"
-	"    --es_timeout_ms=MS       per-request timeout (default 5000)\n"
+	"    --lock_timeout=SECONDS   give up a rename with EBUSY after this (default 30)\n";
+
+static const char help_shared_store[] =
 	"    --owner=NAME             this host's name as shown to others (default host name)\n"
 	"    --lease_ttl=SECONDS      lease of this mount's locks (default 10)\n"
 	"    --log_level=LEVEL        err|warning|notice|info|debug (default notice)\n";
@@ -564,17 +530,15 @@ static const char help_mount[] =
 
 void config_print_help(bool for_ctl)
 {
+	size_t i;
+
 	if (!for_ctl)
 		fputs(help_mount, stdout);
 	fputs(help_common, stdout);
-}
-
-static void wipe_free(char *s)
-{
-	if (!s)
-		return;
-	explicit_bzero(s, strlen(s));
-	free(s);
+	for (i = 0; i < TL_STORE_COUNT; i++)
+		if (store_options[i])
+			fputs(store_options[i]->help, stdout);
+	fputs(help_shared_store, stdout);
 }
 
 void config_free(struct tl_config *cfg)
@@ -583,10 +547,8 @@ void config_free(struct tl_config *cfg)
 		&cfg->lock_store_s,     &cfg->lock_strategy_s,    &cfg->lock_scope_s,
 		&cfg->lock_timeout_s,   &cfg->rename_delay_ms_s,  &cfg->entry_timeout_s,
 		&cfg->attr_timeout_s,   &cfg->negative_timeout_s, &cfg->log_level_s,
-		&cfg->config_file,      &cfg->es_url,             &cfg->es_index,
-		&cfg->es_user,          &cfg->es_password_file,   &cfg->es_api_key_file,
-		&cfg->es_cacert,        &cfg->es_timeout_ms_s,    &cfg->owner,
-		&cfg->lease_ttl_s,      &cfg->backing,            &cfg->errors,
+		&cfg->config_file,      &cfg->owner,              &cfg->lease_ttl_s,
+		&cfg->backing,          &cfg->errors,
 	};
 	size_t i;
 
@@ -594,7 +556,10 @@ void config_free(struct tl_config *cfg)
 		free(*strs[i]);
 		*strs[i] = NULL;
 	}
-	wipe_free(cfg->es_password);
-	wipe_free(cfg->es_api_key);
-	cfg->es_password = cfg->es_api_key = NULL;
+	for (i = 0; i < TL_STORE_COUNT; i++) {
+		if (store_options[i] && cfg->store_opts[i])
+			store_options[i]->free(cfg->store_opts[i]);
+		free(cfg->store_opts[i]);
+		cfg->store_opts[i] = NULL;
+	}
 }

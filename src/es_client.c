@@ -1,0 +1,263 @@
+/* es_client.c - the Elasticsearch request layer, see es_client.h */
+#include <config.h>
+
+#include <cjson/cJSON.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "es_client.h"
+#include "es_docs.h"
+#include "httpc.h"
+#include "log.h"
+
+/* Percent-encodes S as one path segment (new string, free()), or NULL. */
+static char *escape(const char *s)
+{
+	/* the handle argument is unused by libcurl's escaping */
+	char *e = curl_easy_escape(NULL, s, 0);
+	char *out = e ? strdup(e) : NULL;
+
+	curl_free(e);
+	return out;
+}
+
+int es_client_open(struct es_client *c, const struct httpc_config *hc, const char *index)
+{
+	int err = -ENOMEM;
+
+	memset(c, 0, sizeof(*c));
+	c->index = strdup(index);
+	if (!c->index)
+		goto out_close;
+	c->index_esc = escape(index);
+	if (!c->index_esc)
+		goto out_close;
+	err = httpc_open(hc, &c->http);
+	if (err) {
+		err = err == -ENOMEM ? err : -EINVAL;
+		goto out_close;
+	}
+	return 0;
+
+out_close:
+	es_client_close(c);
+	return err;
+}
+
+void es_client_close(struct es_client *c)
+{
+	httpc_close(c->http);
+	free(c->index);
+	free(c->index_esc);
+	memset(c, 0, sizeof(*c));
+}
+
+char *es_path(const struct es_client *c, const char *api, const char *id, const char *query)
+{
+	struct buf b = BUF_INIT;
+	char *e = NULL;
+
+	buf_add(&b, "/", 1);
+	buf_adds(&b, c->index_esc);
+	buf_add(&b, "/", 1);
+	buf_adds(&b, api);
+	if (id) {
+		e = escape(id);
+		if (!e)
+			b.err = -ENOMEM;
+		buf_add(&b, "/", 1);
+		if (e)
+			buf_adds(&b, e);
+		free(e);
+	}
+	if (query) {
+		buf_add(&b, "?", 1);
+		buf_adds(&b, query);
+	}
+	if (b.err) {
+		buf_free(&b);
+		return NULL;
+	}
+	return buf_detach(&b, NULL);
+}
+
+cJSON *es_parse(const struct httpc_response *r)
+{
+	return r->body ? cJSON_ParseWithLengthOpts(r->body, r->len, NULL, false) : NULL;
+}
+
+void es_log_refusal(struct es_client *c, const char *method, const char *path,
+		    const struct httpc_response *r)
+{
+	char type[96] = "";
+	cJSON *root = es_parse(r);
+
+	es_docs_error_type(root, type, sizeof(type));
+	cJSON_Delete(root);
+	if (r->status == 401 || r->status == 403)
+		tl_log(LOG_ERR,
+		       "lock store at '%s' refuses our credentials (HTTP %ld%s%s): check es_user, "
+		       "the password or es_api_key_file",
+		       httpc_node_name(c->http, r->node), r->status, *type ? " " : "", type);
+	else
+		tl_log(LOG_ERR, "lock store rejected our request '%s %s' (HTTP %ld): %.1000s", method,
+		       path, r->status, r->body ? r->body : "");
+}
+
+enum es_call_class es_call(struct es_client *c, const char *method, const char *path,
+			   const char *ctype, const char *body, size_t len,
+			   struct httpc_response *r, bool quiet)
+{
+	char errbuf[256];
+	int err;
+
+	err = httpc_request(c->http, method, path, ctype, body, len, 0, r, errbuf, sizeof(errbuf));
+	if (err) {
+		if (!quiet)
+			tl_log(LOG_WARNING, "lock store request '%s %s' failed: %s", method, path,
+			       *errbuf ? errbuf : strerror(-err));
+		return err == -ENOMEM ? ES_CALL_FATAL : ES_CALL_RETRY;
+	}
+	if (r->status >= 200 && r->status < 300)
+		return ES_CALL_OK;
+	if (r->status == 429 || r->status >= 500) {
+		if (!quiet)
+			tl_log(LOG_WARNING, "lock store request '%s %s' failed: HTTP %ld", method,
+			       path, r->status);
+		return ES_CALL_RETRY;
+	}
+	return ES_CALL_FATAL;
+}
+
+int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root)
+{
+	struct httpc_response r;
+	enum es_call_class cc;
+	char *path;
+
+	*root = NULL;
+	if (b->err)
+		return -ENOMEM;
+	path = es_path(c, "_bulk", NULL, NULL);
+	if (!path)
+		return -ENOMEM;
+	cc = es_call(c, "POST", path, HTTPC_NDJSON, b->data, b->len, &r, false);
+	if (cc == ES_CALL_RETRY) {
+		httpc_response_free(&r);
+		free(path);
+		return -EAGAIN;
+	}
+	if (cc == ES_CALL_FATAL) {
+		if (r.body)
+			es_log_refusal(c, "POST", path, &r);
+		httpc_response_free(&r);
+		free(path);
+		return -EACCES;
+	}
+	free(path);
+	*root = es_parse(&r);
+	if (!*root || !cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(*root, "items"))) {
+		tl_log(LOG_ERR, "lock store sent a malformed bulk response: %.300s", r.body);
+		cJSON_Delete(*root);
+		*root = NULL;
+		httpc_response_free(&r);
+		return -EAGAIN;
+	}
+	httpc_response_free(&r);
+	return 0;
+}
+
+enum es_item_state es_item_state(const cJSON *it, long *status_out)
+{
+	const cJSON *body = it ? it->child : NULL; /* {"create": {...}} */
+	const char *op = body && body->string ? body->string : "";
+	long status = (long)es_jint(body, "status", 0);
+	const cJSON *err = cJSON_GetObjectItemCaseSensitive(body, "error");
+
+	if (status_out)
+		*status_out = status;
+	if (status >= 200 && status < 300)
+		return ES_ITEM_OK;
+	if (status == 404 && (strcmp(op, "delete") == 0 || strcmp(op, "update") == 0))
+		return ES_ITEM_OK; /* already gone: release, unmark and evict are done */
+	if (status == 409)
+		return strcmp(op, "create") == 0 ? ES_ITEM_REFUSED : ES_ITEM_RETRY;
+	if (status == 400 && es_docs_is_script_refusal(err))
+		return ES_ITEM_REFUSED;
+	if (status == 429 || status >= 500 || status == 0)
+		return ES_ITEM_RETRY;
+	return ES_ITEM_FATAL;
+}
+
+/* POSTs the JSON REQ (freed) to API; the parsed answer on 2xx, else NULL.
+ * With LOG, a refusal is logged. */
+static cJSON *post_json(struct es_client *c, const char *api, cJSON *req, bool log)
+{
+	struct httpc_response r;
+	cJSON *root = NULL;
+	char *body = req ? cJSON_PrintUnformatted(req) : NULL;
+	char *path = es_path(c, api, NULL, NULL);
+
+	cJSON_Delete(req);
+	if (!body || !path)
+		goto out;
+	if (es_call(c, "POST", path, HTTPC_JSON, body, strlen(body), &r, false) == ES_CALL_OK)
+		root = es_parse(&r);
+	else if (log && r.body)
+		es_log_refusal(c, "POST", path, &r);
+	httpc_response_free(&r);
+out:
+	free(path);
+	free(body);
+	return root;
+}
+
+cJSON *es_mget(struct es_client *c, const char *prefix, char *const *ids, size_t n)
+{
+	return post_json(c, "_mget", es_docs_ids(prefix, ids, n), false);
+}
+
+cJSON *es_search_all(struct es_client *c, cJSON *query)
+{
+	struct httpc_response r;
+	char *path = es_path(c, "_refresh", NULL, NULL);
+
+	if (path) {
+		es_call(c, "POST", path, HTTPC_JSON, NULL, 0, &r, false);
+		httpc_response_free(&r);
+		free(path);
+	}
+	return post_json(c, "_search", es_docs_search(query), true);
+}
+
+const cJSON *es_hits(const cJSON *root)
+{
+	return cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "hits"),
+						"hits");
+}
+
+int es_delete(struct es_client *c, const char *id, const char *query, bool quiet)
+{
+	struct httpc_response r;
+	enum es_call_class cc;
+	char *path = es_path(c, "_doc", id, query);
+	int err;
+
+	if (!path)
+		return -ENOMEM;
+	cc = es_call(c, "DELETE", path, NULL, NULL, 0, &r, quiet);
+	if (cc == ES_CALL_OK)
+		err = 0;
+	else if (r.status == 404)
+		err = -ENOENT;
+	else
+		err = -ENOLCK;
+	httpc_response_free(&r);
+	free(path);
+	return err;
+}

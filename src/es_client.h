@@ -1,0 +1,95 @@
+/* es_client.h - the Elasticsearch request layer of the es lock store
+ *
+ * Between the lock protocol (lockstore_es.c, es_lease.c) and plain HTTP
+ * (httpc.h): request paths under one index, the classification of
+ * statuses and of bulk items, _bulk, _mget and _search. Knows nothing of
+ * leases, owners or holders; documents come from es_docs.h.
+ *
+ * Thread rules: every function may be called from many threads at once
+ * (httpc's rules); es_client_open()/es_client_close() from one thread.
+ */
+#ifndef TREELOCKFS_ES_CLIENT_H
+#define TREELOCKFS_ES_CLIENT_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "buf.h"
+#include "httpc.h"
+
+struct es_client {
+	struct httpc *http;
+	char *index;           /* as given */
+	char *index_esc;       /* percent-encoded, for paths */
+};
+
+enum es_call_class {
+	ES_CALL_OK = 0,     /* 2xx */
+	ES_CALL_RETRY,      /* 429, 5xx, timeout, unreachable: retry, maybe ambiguous */
+	ES_CALL_FATAL,      /* 401/403, 400, other 4xx, out of memory */
+};
+
+enum es_item_state {
+	ES_ITEM_OK = 0,
+	ES_ITEM_REFUSED,     /* conflict: 409 on create, script refusal */
+	ES_ITEM_RETRY,       /* 429, 5xx, update version conflict: resend */
+	ES_ITEM_FATAL,       /* our bug: the caller logs it */
+};
+
+/* Opens the HTTP client of HC for index INDEX into C. Returns 0, -EINVAL
+ * (no usable URL, logged), -ENOMEM. On failure C holds nothing. */
+int es_client_open(struct es_client *c, const struct httpc_config *hc, const char *index);
+
+/* Frees what C holds; accepts an empty client. */
+void es_client_close(struct es_client *c);
+
+/* "/<index>/<api>[/<escaped id>][?query]" as a new string (caller frees),
+ * or NULL when out of memory. ID is percent-encoded as one path segment
+ * (libcurl's escaping: RFC 3986 unreserved bytes are kept); QUERY is
+ * appended as given. */
+char *es_path(const struct es_client *c, const char *api, const char *id, const char *query);
+
+/* Sends one request (CTYPE NULL: JSON). Returns the class; *R holds the
+ * response whenever a status came back (caller frees with
+ * httpc_response_free()), and is empty on transport failures. Transport
+ * failures and 429/5xx are logged unless QUIET. */
+enum es_call_class es_call(struct es_client *c, const char *method, const char *path,
+			   const char *ctype, const char *body, size_t len,
+			   struct httpc_response *r, bool quiet);
+
+/* Logs the store's refusal R of request METHOD PATH (credentials, or the
+ * status and body). */
+void es_log_refusal(struct es_client *c, const char *method, const char *path,
+		    const struct httpc_response *r);
+
+/* Parses the body of R, or NULL. */
+cJSON *es_parse(const struct httpc_response *r);
+
+/* Sends the ndjson of B to _bulk. On 0, *ROOT is the parsed response with
+ * its "items" array (caller frees). Returns 0, -EAGAIN (the whole request
+ * failed in a retryable way: it may or may not have been applied), -EACCES
+ * (refused, logged), -ENOMEM (B failed while being built). */
+int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root);
+
+/* Classifies bulk response item IT; *STATUS (may be NULL) gets its status.
+ * A 404 on update or delete is OK: the document is already gone. */
+enum es_item_state es_item_state(const cJSON *it, long *status);
+
+/* Reads PREFIX IDS[0..N) (PREFIX may be NULL) with one _mget. Returns the
+ * parsed response (its "docs" in order; caller frees) or NULL. */
+cJSON *es_mget(struct es_client *c, const char *prefix, char *const *ids, size_t n);
+
+/* Refreshes the index and returns every document (up to 10000) matching
+ * QUERY (taken over; NULL: all) as the parsed response, or NULL (a
+ * refusal is logged). */
+cJSON *es_search_all(struct es_client *c, cJSON *query);
+
+/* The hits array of a _search response. */
+const cJSON *es_hits(const cJSON *root);
+
+/* DELETE /<index>/_doc/<ID>[?QUERY]. Returns 0, -ENOENT (no such
+ * document), -ENOLCK (any other failure), -ENOMEM. */
+int es_delete(struct es_client *c, const char *id, const char *query, bool quiet);
+
+#endif /* TREELOCKFS_ES_CLIENT_H */

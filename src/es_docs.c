@@ -1,0 +1,395 @@
+/* es_docs.c - documents and bulk items of the es lock store, see es_docs.h
+ *
+ * The member order of every object is part of what the tests compare:
+ * keep it when adding members (append at the end).
+ */
+#include <config.h>
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "es_docs.h"
+#include "es_scripts.h"
+#include "lockplan.h"
+
+void es_docs_line(struct buf *b, cJSON *j)
+{
+	char *t;
+
+	if (!j) {
+		if (!b->err)
+			b->err = -ENOMEM;
+		return;
+	}
+	t = cJSON_PrintUnformatted(j);
+	cJSON_Delete(j);
+	if (!t) {
+		if (!b->err)
+			b->err = -ENOMEM;
+		return;
+	}
+	buf_adds(b, t);
+	buf_add(b, "\n", 1);
+	free(t);
+}
+
+/* {"<op>": {"_id": ID}}, or NULL. */
+static cJSON *action(const char *op, const char *id)
+{
+	cJSON *a = cJSON_CreateObject(), *m = cJSON_AddObjectToObject(a, op);
+
+	if (!m || !cJSON_AddStringToObject(m, "_id", id)) {
+		cJSON_Delete(a);
+		return NULL;
+	}
+	return a;
+}
+
+/* An update action with retry_on_conflict. */
+static cJSON *update_action(const char *id)
+{
+	cJSON *act = action("update", id);
+
+	cJSON_AddNumberToObject(cJSON_GetObjectItem(act, "update"), "retry_on_conflict",
+				ES_RETRY_ON_CONFLICT);
+	return act;
+}
+
+static cJSON *script_body(const char *source, cJSON *params, cJSON *upsert)
+{
+	cJSON *b = cJSON_CreateObject(), *s = cJSON_AddObjectToObject(b, "script");
+
+	cJSON_AddStringToObject(s, "source", source);
+	cJSON_AddStringToObject(s, "lang", "painless");
+	if (params)
+		cJSON_AddItemToObject(s, "params", params);
+	if (upsert)
+		cJSON_AddItemToObject(b, "upsert", upsert);
+	return b;
+}
+
+static char *concat(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	char *s = malloc(la + lb + 1);
+
+	if (!s)
+		return NULL;
+	memcpy(s, a, la);
+	memcpy(s + la, b, lb + 1);
+	return s;
+}
+
+static cJSON *exclusive_source(const struct es_req *r, size_t i)
+{
+	cJSON *s = cJSON_CreateObject(), *hs;
+
+	cJSON_AddStringToObject(s, "lock_type", "exclusive");
+	cJSON_AddStringToObject(s, "path", r->plan->items[i].key);
+	cJSON_AddStringToObject(s, "owner", r->owner);
+	cJSON_AddStringToObject(s, "holder", r->hkey);
+	cJSON_AddStringToObject(s, "process_id", r->hkey);
+	hs = cJSON_AddObjectToObject(s, "holders");
+	cJSON_AddNumberToObject(hs, r->hkey, 1);
+	cJSON_AddNumberToObject(s, "since", (double)r->now_ms);
+	cJSON_AddNumberToObject(s, "pid", r->pid);
+	return s;
+}
+
+static cJSON *dead_list(const struct es_req *r)
+{
+	cJSON *a = cJSON_CreateArray();
+	size_t i;
+
+	for (i = 0; a && i < r->ndead; i++)
+		cJSON_AddItemToArray(a, cJSON_CreateString(r->dead[i]));
+	return a;
+}
+
+static cJSON *acquire_params(const struct es_req *r, size_t i)
+{
+	cJSON *p = cJSON_CreateObject();
+
+	cJSON_AddStringToObject(p, "h", r->hkey);
+	cJSON_AddStringToObject(p, "o", r->owner);
+	cJSON_AddNumberToObject(p, "age", (double)r->start_ms);
+	cJSON_AddNumberToObject(p, "tmo", (double)r->tmo_ms);
+	cJSON_AddItemToObject(p, "dead", dead_list(r));
+	cJSON_AddStringToObject(p, "path", r->plan->items[i].key);
+	if (r->plan->items[i].mode == TL_EXCLUSIVE) {
+		cJSON_AddNumberToObject(p, "since", (double)r->now_ms);
+		cJSON_AddNumberToObject(p, "pid", r->pid);
+	}
+	return p;
+}
+
+void es_docs_acquire(struct buf *b, const struct es_req *r, size_t i)
+{
+	cJSON *up, *hs;
+
+	if (r->plan->items[i].mode == TL_EXCLUSIVE) {
+		if (!r->marked) {
+			es_docs_line(b, action("create", r->ids[i]));
+			es_docs_line(b, exclusive_source(r, i));
+			return;
+		}
+		es_docs_line(b, action("update", r->ids[i]));
+		es_docs_line(b, script_body(SCRIPT_ACQ_X, acquire_params(r, i),
+					    exclusive_source(r, i)));
+		return;
+	}
+	up = cJSON_CreateObject();
+	cJSON_AddStringToObject(up, "lock_type", "shared");
+	cJSON_AddNumberToObject(up, "lock_count", 1);
+	cJSON_AddStringToObject(up, "path", r->plan->items[i].key);
+	hs = cJSON_AddObjectToObject(up, "holders");
+	cJSON_AddNumberToObject(hs, r->hkey, 1);
+	cJSON_AddNumberToObject(up, "since", (double)r->now_ms);
+	es_docs_line(b, update_action(r->ids[i]));
+	es_docs_line(b, script_body(SCRIPT_ACQ_S, acquire_params(r, i), up));
+}
+
+void es_docs_mark(struct buf *b, const struct es_req *r, size_t i)
+{
+	cJSON *p = cJSON_CreateObject(), *up = cJSON_CreateObject(), *ws, *w;
+	const char *mode = r->plan->items[i].mode == TL_EXCLUSIVE ? "exclusive" : "shared";
+
+	cJSON_AddStringToObject(p, "h", r->hkey);
+	cJSON_AddStringToObject(p, "o", r->owner);
+	cJSON_AddStringToObject(p, "mode", mode);
+	cJSON_AddNumberToObject(p, "age", (double)r->start_ms);
+	cJSON_AddNumberToObject(p, "tmo", (double)r->tmo_ms);
+	cJSON_AddStringToObject(up, "lock_type", "shared");
+	cJSON_AddNumberToObject(up, "lock_count", 0);
+	cJSON_AddStringToObject(up, "path", r->plan->items[i].key);
+	ws = cJSON_AddObjectToObject(up, "waiters");
+	w = cJSON_AddObjectToObject(ws, r->hkey);
+	cJSON_AddStringToObject(w, "owner", r->owner);
+	cJSON_AddStringToObject(w, "mode", mode);
+	cJSON_AddNumberToObject(w, "age", (double)r->start_ms);
+	cJSON_AddNumberToObject(w, "tmo", (double)r->tmo_ms);
+	es_docs_line(b, update_action(r->ids[i]));
+	es_docs_line(b, script_body(SCRIPT_MARK, p, up));
+}
+
+/* A scripted update of ID with PARAMS {"h": HKEY}. */
+static void holder_script(struct buf *b, const char *id, const char *source, const char *hkey)
+{
+	cJSON *p = cJSON_CreateObject();
+
+	cJSON_AddStringToObject(p, "h", hkey);
+	es_docs_line(b, update_action(id));
+	es_docs_line(b, script_body(source, p, NULL));
+}
+
+void es_docs_release(struct buf *b, const char *id, const char *hkey)
+{
+	holder_script(b, id, SCRIPT_RELEASE, hkey);
+}
+
+void es_docs_unmark(struct buf *b, const char *id, const char *hkey)
+{
+	holder_script(b, id, SCRIPT_UNMARK, hkey);
+}
+
+void es_docs_evict(struct buf *b, const char *id, const char *owner)
+{
+	cJSON *p = cJSON_CreateObject();
+	char *prefix = concat(owner, "#");
+
+	if (!prefix) {
+		cJSON_Delete(p);
+		es_docs_line(b, NULL);
+		return;
+	}
+	cJSON_AddStringToObject(p, "o", owner);
+	cJSON_AddStringToObject(p, "p", prefix);
+	free(prefix);
+	es_docs_line(b, update_action(id));
+	es_docs_line(b, script_body(SCRIPT_EVICT, p, NULL));
+}
+
+void es_docs_intent(struct buf *b, const struct es_req *r, const char *name)
+{
+	char *id = es_docs_intent_id(r->hkey);
+	cJSON *s = cJSON_CreateObject(), *keys;
+	size_t i;
+
+	cJSON_AddStringToObject(s, "type", "intent");
+	cJSON_AddStringToObject(s, "owner", r->owner);
+	cJSON_AddStringToObject(s, "name", name);
+	cJSON_AddStringToObject(s, "holder", r->hkey);
+	cJSON_AddStringToObject(s, "from", r->plan->from ? r->plan->from : "");
+	if (r->plan->to)
+		cJSON_AddStringToObject(s, "to", r->plan->to);
+	cJSON_AddNumberToObject(s, "start", (double)r->start_ms);
+	cJSON_AddNumberToObject(s, "pid", r->pid);
+	keys = cJSON_AddArrayToObject(s, "keys");
+	for (i = 0; i < r->plan->n; i++)
+		cJSON_AddItemToArray(keys, cJSON_CreateString(r->plan->items[i].key));
+	es_docs_line(b, id ? action("index", id) : NULL);
+	es_docs_line(b, s);
+	free(id);
+}
+
+void es_docs_intent_delete(struct buf *b, const char *hkey)
+{
+	char *id = es_docs_intent_id(hkey);
+
+	es_docs_line(b, id ? action("delete", id) : NULL);
+	free(id);
+}
+
+void es_docs_delete(struct buf *b, const char *id)
+{
+	es_docs_line(b, action("delete", id));
+}
+
+cJSON *es_docs_owner(const char *owner, const char *name, const char *host, int pid,
+		     int64_t now_ms, int64_t ttl_ms)
+{
+	cJSON *s = cJSON_CreateObject();
+
+	cJSON_AddStringToObject(s, "type", "owner");
+	cJSON_AddStringToObject(s, "owner", owner);
+	cJSON_AddStringToObject(s, "name", name);
+	cJSON_AddStringToObject(s, "host", host);
+	cJSON_AddNumberToObject(s, "pid", pid);
+	cJSON_AddNumberToObject(s, "renewed", (double)now_ms);
+	cJSON_AddNumberToObject(s, "ttl_ms", (double)ttl_ms);
+	return s;
+}
+
+cJSON *es_docs_mapping(enum tl_strategy s)
+{
+	static const char *const keywords[] = {"path",   "lock_type", "owner", "holder",
+					       "process_id", "type", "name",  "from", "to"};
+	cJSON *b = cJSON_CreateObject(), *m, *props, *meta, *tl;
+	size_t i;
+
+	cJSON_AddItemToObject(cJSON_AddObjectToObject(b, "settings"), "number_of_shards",
+			      cJSON_CreateNumber(1));
+	m = cJSON_AddObjectToObject(b, "mappings");
+	cJSON_AddFalseToObject(m, "dynamic");
+	meta = cJSON_AddObjectToObject(m, "_meta");
+	tl = cJSON_AddObjectToObject(meta, ES_META_NAME);
+	cJSON_AddStringToObject(tl, "strategy", lockplan_strategy_name(s));
+	cJSON_AddNumberToObject(tl, "format", ES_FORMAT_VERSION);
+	props = cJSON_AddObjectToObject(m, "properties");
+	for (i = 0; i < sizeof(keywords) / sizeof(keywords[0]); i++)
+		cJSON_AddStringToObject(cJSON_AddObjectToObject(props, keywords[i]), "type",
+					"keyword");
+	cJSON_AddStringToObject(cJSON_AddObjectToObject(props, "lock_count"), "type", "integer");
+	cJSON_AddStringToObject(cJSON_AddObjectToObject(props, "since"), "type", "long");
+	/* per-holder maps have one key per holder: never mapped */
+	cJSON_AddFalseToObject(cJSON_AddObjectToObject(props, "holders"), "enabled");
+	cJSON_AddFalseToObject(cJSON_AddObjectToObject(props, "waiters"), "enabled");
+	return b;
+}
+
+cJSON *es_docs_ids(const char *prefix, char *const *ids, size_t n)
+{
+	cJSON *req = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(req, "ids");
+	size_t i;
+
+	if (!arr) {
+		cJSON_Delete(req);
+		return NULL;
+	}
+	for (i = 0; i < n; i++) {
+		char *id = concat(prefix ? prefix : "", ids[i]);
+
+		if (!id || !cJSON_AddItemToArray(arr, cJSON_CreateString(id))) {
+			free(id);
+			cJSON_Delete(req);
+			return NULL;
+		}
+		free(id);
+	}
+	return req;
+}
+
+cJSON *es_docs_search(cJSON *query)
+{
+	cJSON *req = cJSON_CreateObject();
+
+	cJSON_AddNumberToObject(req, "size", 10000);
+	cJSON_AddBoolToObject(req, "seq_no_primary_term", true);
+	if (!query) {
+		query = cJSON_CreateObject();
+		cJSON_AddObjectToObject(query, "match_all");
+	}
+	cJSON_AddItemToObject(req, "query", query);
+	return req;
+}
+
+char *es_docs_owner_id(const char *owner)
+{
+	return concat(ES_OWNER_PREFIX, owner);
+}
+
+char *es_docs_intent_id(const char *hkey)
+{
+	return concat(ES_INTENT_PREFIX, hkey);
+}
+
+bool es_docs_is_lock_id(const char *id)
+{
+	return strncmp(id, ES_OWNER_PREFIX, strlen(ES_OWNER_PREFIX)) != 0 &&
+	       strncmp(id, ES_INTENT_PREFIX, strlen(ES_INTENT_PREFIX)) != 0;
+}
+
+char *es_docs_owner_of_holder(const char *h)
+{
+	const char *hash = strrchr(h, '#');
+
+	return strndup(h, hash ? (size_t)(hash - h) : strlen(h));
+}
+
+char *es_docs_owner_display(const char *o)
+{
+	const char *colon = strrchr(o, ':');
+
+	return strndup(o, colon ? (size_t)(colon - o) : strlen(o));
+}
+
+const char *es_jstr(const cJSON *o, const char *name)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+
+	return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+int64_t es_jint(const cJSON *o, const char *name, int64_t dflt)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+
+	return cJSON_IsNumber(v) ? (int64_t)v->valuedouble : dflt;
+}
+
+bool es_docs_is_script_refusal(const cJSON *err)
+{
+	int depth;
+
+	for (depth = 0; err && depth < 8; depth++) {
+		const char *type = es_jstr(err, "type");
+
+		if (type && strcmp(type, "script_exception") == 0)
+			return true;
+		err = cJSON_GetObjectItemCaseSensitive(err, "caused_by");
+	}
+	return false;
+}
+
+void es_docs_error_type(const cJSON *root, char *buf, size_t size)
+{
+	const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, "error");
+	const char *t = cJSON_IsString(e) ? e->valuestring : es_jstr(e, "type");
+
+	snprintf(buf, size, "%s", t ? t : "");
+}

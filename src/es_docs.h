@@ -1,0 +1,116 @@
+/* es_docs.h - the documents and bulk items of the es lock store (pure)
+ *
+ * cJSON builders and readers only: no HTTP, no clock, no store state.
+ * Whatever varies (time, the owners known dead, ...) comes in as an
+ * argument, so every body the store sends can be checked without a server.
+ * The document shapes are described at the top of lockstore_es.c.
+ *
+ * Bulk builders append ndjson lines (an action line, then a body line when
+ * the action has one) to a struct buf. They never fail on their own: when
+ * memory runs out the buffer is left failed (b->err, see buf.h), and the
+ * caller checks once before sending.
+ *
+ * Thread rules: none (no shared state).
+ */
+#ifndef TREELOCKFS_ES_DOCS_H
+#define TREELOCKFS_ES_DOCS_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "lockplan.h"
+
+#define ES_OWNER_PREFIX "owner:"
+#define ES_INTENT_PREFIX "intent:"
+#define ES_META_NAME "treelockfs"
+#define ES_FORMAT_VERSION 1
+/* retry_on_conflict of scripted updates: concurrent shared updates of one
+ * document are retried inside Elasticsearch */
+#define ES_RETRY_ON_CONFLICT 5
+
+/* One holder's request for a plan, as its documents name it. */
+struct es_req {
+	const struct tl_plan *plan;
+	char *const *ids;      /* lock document ids, plan order (path_lock_id) */
+	const char *hkey;      /* holder id "<owner id>#<ticket>" */
+	const char *owner;     /* owner id */
+	int64_t start_ms;      /* wall clock of the holder's first attempt: its age */
+	uint32_t pid;          /* requesting process, 0 if unknown */
+	int64_t now_ms;        /* wall clock now ("since") */
+	int64_t tmo_ms;        /* how long a waiter mark of this holder lives */
+	bool marked;           /* refused before: exclusive items are scripted */
+	char *const *dead;     /* owner ids known dead (their marks are ignored) */
+	size_t ndead;
+};
+
+/* Appends J as one ndjson line and frees J; J NULL (out of memory) fails B. */
+void es_docs_line(struct buf *b, cJSON *j);
+
+/* The acquire item of plan key I of R: create (exclusive, first attempt),
+ * scripted update with upsert (exclusive after a refusal, shared). */
+void es_docs_acquire(struct buf *b, const struct es_req *r, size_t i);
+
+/* The waiter mark of plan key I of R (scripted update with upsert). */
+void es_docs_mark(struct buf *b, const struct es_req *r, size_t i);
+
+/* Drops holder HKEY's share of document ID (deleted when nothing is left). */
+void es_docs_release(struct buf *b, const char *id, const char *hkey);
+
+/* Drops holder HKEY's waiter mark from document ID. */
+void es_docs_unmark(struct buf *b, const char *id, const char *hkey);
+
+/* Removes every share and mark of owner OWNER from document ID. */
+void es_docs_evict(struct buf *b, const char *id, const char *owner);
+
+/* Indexes the intent document of R (from, to, keys), NAME is the owner name. */
+void es_docs_intent(struct buf *b, const struct es_req *r, const char *name);
+
+/* Deletes the intent document of holder HKEY. */
+void es_docs_intent_delete(struct buf *b, const char *hkey);
+
+/* Deletes document ID. */
+void es_docs_delete(struct buf *b, const char *id);
+
+/* The lease document of owner id OWNER. Returns a new object or NULL. */
+cJSON *es_docs_owner(const char *owner, const char *name, const char *host, int pid,
+		     int64_t now_ms, int64_t ttl_ms);
+
+/* The index creation body: settings, keyword mapping, strategy S in
+ * _meta. Returns a new object or NULL. */
+cJSON *es_docs_mapping(enum tl_strategy s);
+
+/* {"ids": [PREFIX IDS[0], ...]} for _mget (PREFIX may be NULL). Returns a
+ * new object or NULL. */
+cJSON *es_docs_ids(const char *prefix, char *const *ids, size_t n);
+
+/* A _search body returning every document (up to 10000) with seq_no, for
+ * QUERY (taken over; NULL: match_all). Returns a new object or NULL. */
+cJSON *es_docs_search(cJSON *query);
+
+/* "owner:<OWNER>", "intent:<HKEY>": new strings (caller frees) or NULL. */
+char *es_docs_owner_id(const char *owner);
+char *es_docs_intent_id(const char *hkey);
+
+/* True when document id ID is a lock (not an owner or intent document). */
+bool es_docs_is_lock_id(const char *id);
+
+/* The owner id of holder id H ("<owner>#<ticket>"), and "host:pid" of owner
+ * id O (the nonce dropped), as new strings (caller frees) or NULL. */
+char *es_docs_owner_of_holder(const char *h);
+char *es_docs_owner_display(const char *o);
+
+/* Readers: string member NAME of O or NULL; number member or DFLT. */
+const char *es_jstr(const cJSON *o, const char *name);
+int64_t es_jint(const cJSON *o, const char *name, int64_t dflt);
+
+/* True when the error object ERR (or one it was caused by) is a
+ * script_exception: one of our scripts refused. */
+bool es_docs_is_script_refusal(const cJSON *err);
+
+/* The error type of response body ROOT into BUF ("" if none), for logs. */
+void es_docs_error_type(const cJSON *root, char *buf, size_t size);
+
+#endif /* TREELOCKFS_ES_DOCS_H */

@@ -1,0 +1,105 @@
+/* es_i.h - the es store's state, shared by lockstore_es.c, es_lease.c,
+ * es_options.c and lockstore_es_admin.c only
+ *
+ * Lock order: es_store.mutex is a leaf; it is never held across a request.
+ */
+#ifndef TREELOCKFS_ES_I_H
+#define TREELOCKFS_ES_I_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "es_client.h"
+#include "lockplan.h"
+#include "lockstore.h"
+
+/* Longest owner= name: an owner id "<name>:<pid>:<nonce>" fits ES_ID_MAX. */
+#define ES_NAME_MAX 63
+#define ES_ID_MAX 160
+/* Item retries within one store call and their first backoff step. */
+#define ES_ITEM_RETRIES 3
+#define ES_RETRY_BASE_MS 50
+#define ES_DEFAULT_INDEX "treelockfs-locks"
+#define ES_DEFAULT_TIMEOUT_MS 5000
+#define ES_PASSWORD_ENV "TREELOCKFS_ES_PASSWORD"
+
+/* Owners remembered by an observer (oldest live ones are forgotten). */
+#define ES_MAX_OBSERVED 256
+
+/* The es backend's own options (es_options.c), hung on tl_config. */
+struct es_options {
+	char *url;             /* "https://a:9200,https://b:9200" */
+	char *index;
+	char *user;
+	char *password_file;
+	char *api_key_file;
+	char *cacert;
+	char *timeout_ms_s;
+	int insecure;
+	unsigned int timeout_ms;
+	/* secrets, loaded by config_load_secrets(); never logged */
+	char *password;
+	char *api_key;
+};
+
+/* What an observer saw of one owner's lease document. */
+struct es_observed {
+	char *id;              /* owner id */
+	int64_t seq_no;        /* -1: document gone */
+	int64_t first_ms;      /* monotonic, when seq_no was first seen */
+	int64_t ttl_ms;        /* the owner's lease_ttl, from its document */
+	bool dead;
+	bool reaped;
+};
+
+/* A release bulk that could not be sent, resent by the heartbeat. */
+struct es_pending {
+	char *body;            /* ndjson of idempotent release items */
+	size_t len;
+	int64_t not_before;    /* monotonic ms */
+	int confirms;          /* resends left after the first success */
+	struct es_pending *next;
+};
+
+struct es_store {
+	struct lockstore base;
+	struct es_client cl;
+	char name[ES_NAME_MAX + 1]; /* owner= name */
+	int64_t ttl_ms;
+	int64_t tmo_ms;        /* lock_timeout + ttl: how long a waiter mark lives */
+	unsigned int timeout_ms;
+	enum tl_strategy strategy;
+	char version[64];
+	bool opensearch;
+
+	pthread_mutex_t mutex;   /* leaf: never held across a request */
+	/* protected by mutex: */
+	char owner[ES_ID_MAX];   /* this mount's owner id */
+	char nonce[24];
+	int64_t owner_seq, owner_term;
+	bool owner_doc;          /* our lease document exists */
+	int64_t renewed_ms;      /* monotonic SEND time of the last good renewal */
+	unsigned int epoch;
+	unsigned int held_cur, held_old; /* holders acquired in this / older epochs */
+	struct es_observed obs[ES_MAX_OBSERVED];
+	size_t nobs;
+	struct es_pending *pending;
+	bool started, stop;
+	pthread_cond_t cond;
+	pthread_t hb;
+	bool warned_stale;
+};
+
+/* The es backend's options in CFG (es_options.c). */
+const struct es_options *es_options_of(const struct tl_config *cfg);
+
+/* Opens the store (lockstore_es.c); FOR_CTL: treelockctl's observer. */
+int es_store_open(const struct tl_config *cfg, struct lockstore **out, bool for_ctl);
+
+/* ST as an es store, or NULL when it is another backend. */
+struct es_store *es_store_of(struct lockstore *st);
+
+void es_sleep_ms(int64_t ms);
+
+#endif /* TREELOCKFS_ES_I_H */

@@ -1,0 +1,174 @@
+/* es_index.c - cluster check, mapping and bootstrap, see es_index.h */
+#include <config.h>
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "es_client.h"
+#include "es_docs.h"
+#include "es_index.h"
+#include "httpc.h"
+#include "lockplan.h"
+#include "log.h"
+
+int es_index_read_mapping(struct es_client *c, char **strategy, bool *keyword_path)
+{
+	struct httpc_response r;
+	enum es_call_class cc;
+	cJSON *root, *idx, *m, *tl;
+	const char *s;
+	char *path;
+
+	*strategy = NULL;
+	if (keyword_path)
+		*keyword_path = false;
+	path = es_path(c, "_mapping", NULL, NULL);
+	if (!path)
+		return -ENOMEM;
+	cc = es_call(c, "GET", path, NULL, NULL, 0, &r, true);
+	if (cc != ES_CALL_OK) {
+		int err = r.status == 404 ? -ENOENT : cc == ES_CALL_RETRY ? -ENOLCK : -EACCES;
+
+		if (err == -EACCES)
+			es_log_refusal(c, "GET", path, &r);
+		httpc_response_free(&r);
+		free(path);
+		return err;
+	}
+	free(path);
+	root = es_parse(&r);
+	httpc_response_free(&r);
+	idx = root ? root->child : NULL; /* {"<index>": {"mappings": ...}} */
+	m = cJSON_GetObjectItemCaseSensitive(idx, "mappings");
+	tl = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m, "_meta"),
+					      ES_META_NAME);
+	s = es_jstr(tl, "strategy");
+	if (s)
+		*strategy = strdup(s);
+	if (keyword_path) {
+		const cJSON *p = cJSON_GetObjectItemCaseSensitive(
+			cJSON_GetObjectItemCaseSensitive(m, "properties"), "path");
+
+		*keyword_path = es_jstr(p, "type") && strcmp(es_jstr(p, "type"), "keyword") == 0;
+	}
+	cJSON_Delete(root);
+	return 0;
+}
+
+/* PUT /<index> with our mapping. Returns 0 (created, or created by
+ * another client meanwhile), -ENOLCK (logged), -ENOMEM. */
+static int create_index(struct es_client *c, enum tl_strategy s)
+{
+	struct httpc_response r;
+	char type[96] = "", *body, *path = NULL;
+	enum es_call_class cc;
+	cJSON *mapping = es_docs_mapping(s), *root;
+	int err = -ENOMEM;
+
+	body = mapping ? cJSON_PrintUnformatted(mapping) : NULL;
+	cJSON_Delete(mapping);
+	if (!body || asprintf(&path, "/%s", c->index_esc) < 0) {
+		free(body);
+		return -ENOMEM;
+	}
+	cc = es_call(c, "PUT", path, HTTPC_JSON, body, strlen(body), &r, false);
+	root = es_parse(&r);
+	es_docs_error_type(root, type, sizeof(type));
+	cJSON_Delete(root);
+	if (cc == ES_CALL_OK) {
+		tl_log(LOG_NOTICE, "created lock index '%s' for strategy '%s'", c->index,
+		       lockplan_strategy_name(s));
+		err = 0;
+	} else if (r.status == 400 && strcmp(type, "resource_already_exists_exception") == 0) {
+		tl_log(LOG_INFO, "lock index '%s' was created by another client", c->index);
+		err = 0;
+	} else {
+		if (r.status)
+			es_log_refusal(c, "PUT", path, &r);
+		err = -ENOLCK;
+	}
+	httpc_response_free(&r);
+	free(path);
+	free(body);
+	return err;
+}
+
+int es_index_bootstrap(struct es_client *c, enum tl_strategy s, bool for_ctl)
+{
+	const char *want = lockplan_strategy_name(s);
+	char *have = NULL;
+	int err;
+
+	err = es_index_read_mapping(c, &have, NULL);
+	if (err == -ENOENT && !for_ctl) {
+		err = create_index(c, s);
+		if (err)
+			return err;
+		err = es_index_read_mapping(c, &have, NULL);
+	}
+	if (err == -ENOENT && for_ctl)
+		return 0;
+	if (err)
+		return err == -EACCES ? -ENOLCK : err;
+	if (!for_ctl && have && strcmp(have, want) != 0) {
+		tl_log(LOG_ERR,
+		       "lock index '%s' is used with lock_strategy=%s; this mount asks for %s: "
+		       "refusing to mix strategies (use another es_index)",
+		       c->index, have, want);
+		free(have);
+		return -EINVAL;
+	}
+	if (!have && !for_ctl)
+		tl_log(LOG_WARNING, "lock index '%s' records no strategy (not made by treelockfs?)",
+		       c->index);
+	free(have);
+	return 0;
+}
+
+int es_index_check_cluster(struct es_client *c, char *version, size_t size, bool *opensearch)
+{
+	struct httpc_response r;
+	char errbuf[256];
+	cJSON *root, *ver;
+	const char *num, *dist;
+	int err;
+
+	err = httpc_request(c->http, "GET", "/", NULL, NULL, 0, 0, &r, errbuf, sizeof(errbuf));
+	if (err) {
+		if (*errbuf)
+			tl_log(LOG_ERR, "cannot reach the lock store: %s", errbuf);
+		else
+			tl_log(LOG_ERR, "cannot reach the lock store at '%s': %s",
+			       httpc_node_name(c->http, 0), strerror(-err));
+		return -ENOLCK;
+	}
+	if (r.status != 200) {
+		if (r.status == 401 || r.status == 403)
+			es_log_refusal(c, "GET", "/", &r);
+		else
+			tl_log(LOG_ERR, "lock store at '%s' answers HTTP %ld to GET /",
+			       httpc_node_name(c->http, r.node), r.status);
+		httpc_response_free(&r);
+		return -ENOLCK;
+	}
+	root = es_parse(&r);
+	ver = cJSON_GetObjectItemCaseSensitive(root, "version");
+	num = es_jstr(ver, "number");
+	dist = es_jstr(ver, "distribution");
+	*opensearch = dist && strcmp(dist, "opensearch") == 0;
+	snprintf(version, size, "%s %s", *opensearch ? "OpenSearch" : "Elasticsearch",
+		 num ? num : "?");
+	cJSON_Delete(root);
+	httpc_response_free(&r);
+	if (!num) {
+		tl_log(LOG_ERR, "'%s' does not look like Elasticsearch or OpenSearch (no version)",
+		       httpc_node_name(c->http, 0));
+		return -ENOLCK;
+	}
+	tl_log(LOG_INFO, "lock store: %s at '%s'", version, httpc_node_name(c->http, r.node));
+	return 0;
+}

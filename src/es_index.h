@@ -1,0 +1,36 @@
+/* es_index.h - the lock index of the es store: cluster check, mapping,
+ * bootstrap
+ *
+ * The index is created by the first mount with a keyword mapping (lock
+ * ids and owners are matched exactly) and the lock strategy recorded in
+ * the mapping's _meta; a mount asking for another strategy is refused, so
+ * two strategies never share one index. treelockctl only reads.
+ *
+ * Thread rules: called while opening the store, from one thread.
+ */
+#ifndef TREELOCKFS_ES_INDEX_H
+#define TREELOCKFS_ES_INDEX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "es_client.h"
+#include "lockplan.h"
+
+/* GET /: reachable, credentials accepted, which product. Writes
+ * "Elasticsearch 8.x" or "OpenSearch 2.x" to VERSION and sets *OPENSEARCH.
+ * Returns 0 or -ENOLCK (logged). */
+int es_index_check_cluster(struct es_client *c, char *version, size_t size, bool *opensearch);
+
+/* Reads the index mapping. Returns 0 with *STRATEGY (NULL when the index
+ * has no _meta of ours; caller frees) and, when KEYWORD_PATH is not NULL,
+ * whether "path" is a keyword; -ENOENT (no index), -ENOLCK, -EACCES
+ * (refused, logged). */
+int es_index_read_mapping(struct es_client *c, char **strategy, bool *keyword_path);
+
+/* Creates the index if missing (unless FOR_CTL; two mounts may race:
+ * "already exists" is fine) and checks that it records strategy S.
+ * Returns 0, -EINVAL (another strategy, logged), -ENOLCK, -ENOMEM. */
+int es_index_bootstrap(struct es_client *c, enum tl_strategy s, bool for_ctl);
+
+#endif /* TREELOCKFS_ES_INDEX_H */

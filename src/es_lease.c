@@ -1,0 +1,646 @@
+/* es_lease.c - owners and leases of the es store, see es_lease.h
+ *
+ * This mount's lease, as a chart (the heartbeat thread drives it):
+ *
+ *   start --create--> fresh --renew ok (each lease_ttl/3)--> fresh
+ *                       |
+ *                       +--renewals fail for lease_ttl--> stale (no renames)
+ *                       +--document gone (reaped) or renewed only after it
+ *                          lapsed--> new owner id, epoch++, create again;
+ *                          renames held under the old id are fenced
+ */
+#include <config.h>
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "buf.h"
+#include "es_client.h"
+#include "es_docs.h"
+#include "es_i.h"
+#include "es_lease.h"
+#include "httpc.h"
+#include "log.h"
+#include "path.h"
+#include "tlclock.h"
+
+void es_lease_new_owner_id_locked(struct es_store *es)
+{
+	unsigned char r[8];
+	size_t i;
+
+	if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
+		uint64_t x = (uint64_t)tl_mono_ms() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)tl_wall_ms();
+
+		memcpy(r, &x, sizeof(r));
+	}
+	for (i = 0; i < sizeof(r); i++)
+		snprintf(es->nonce + 2 * i, 3, "%02x", r[i]);
+	snprintf(es->owner, sizeof(es->owner), "%s:%d:%s", es->name, (int)getpid(), es->nonce);
+}
+
+bool es_lease_fresh_locked(const struct es_store *es, int64_t now)
+{
+	return es->renewed_ms > 0 && now - es->renewed_ms < es->ttl_ms;
+}
+
+/* After a 409 on our lease document: an earlier write of ours may have
+ * been applied without us seeing the answer (timeout, reset). Nobody but a
+ * reaper touches the document, and a reaper deletes it. Returns -EAGAIN
+ * (it is ours: seq_no adopted, renew again) or -ESTALE (gone: reaped). */
+static int lease_reread(struct es_store *es, const char *owner)
+{
+	struct httpc_response r;
+	enum es_call_class cc;
+	char *id = es_docs_owner_id(owner), *path;
+	cJSON *root;
+	int err = -EAGAIN;
+
+	path = id ? es_path(&es->cl, "_doc", id, NULL) : NULL;
+	free(id);
+	if (!path)
+		return -EAGAIN;
+	cc = es_call(&es->cl, "GET", path, NULL, NULL, 0, &r, true);
+	free(path);
+	if (cc == ES_CALL_OK) {
+		root = es_parse(&r);
+		pthread_mutex_lock(&es->mutex);
+		if (strcmp(owner, es->owner) == 0) {
+			es->owner_seq = es_jint(root, "_seq_no", 0);
+			es->owner_term = es_jint(root, "_primary_term", 1);
+			es->owner_doc = true;
+		}
+		pthread_mutex_unlock(&es->mutex);
+		cJSON_Delete(root);
+	} else if (r.status == 404) {
+		err = -ESTALE;
+	}
+	httpc_response_free(&r);
+	return err;
+}
+
+/* Creates (CREATE) or renews our lease document. Returns 0, -ESTALE (it
+ * was removed: we were reaped), -ETIME (renewed, but after the lease had
+ * lapsed: others may be taking our locks over, so this owner id must not
+ * act again), -EAGAIN, -ENOMEM. */
+static int lease_write(struct es_store *es, bool create)
+{
+	struct httpc_response r;
+	char owner[ES_ID_MAX], query[96], host[256] = "";
+	int64_t seq, term, sent;
+	enum es_call_class cc;
+	char *id, *path, *body;
+	cJSON *root;
+	int err = -EAGAIN;
+
+	pthread_mutex_lock(&es->mutex);
+	snprintf(owner, sizeof(owner), "%s", es->owner);
+	seq = es->owner_seq;
+	term = es->owner_term;
+	pthread_mutex_unlock(&es->mutex);
+	snprintf(query, sizeof(query), "if_seq_no=%" PRId64 "&if_primary_term=%" PRId64, seq, term);
+	id = es_docs_owner_id(owner);
+	path = id ? es_path(&es->cl, create ? "_create" : "_doc", id, create ? NULL : query) : NULL;
+	free(id);
+	if (!path)
+		return -ENOMEM;
+	gethostname(host, sizeof(host) - 1);
+	root = es_docs_owner(owner, es->name, host, getpid(), tl_wall_ms(), es->ttl_ms);
+	body = root ? cJSON_PrintUnformatted(root) : NULL;
+	cJSON_Delete(root);
+	if (!body) {
+		free(path);
+		return -ENOMEM;
+	}
+	sent = tl_mono_ms();
+	cc = es_call(&es->cl, "PUT", path, HTTPC_JSON, body, strlen(body), &r, true);
+	free(body);
+	free(path);
+	if (cc == ES_CALL_OK) {
+		root = es_parse(&r);
+		pthread_mutex_lock(&es->mutex);
+		err = 0;
+		if (strcmp(owner, es->owner) == 0) {
+			es->owner_seq = es_jint(root, "_seq_no", 0);
+			es->owner_term = es_jint(root, "_primary_term", 1);
+			es->owner_doc = true;
+			/* a renewal after the lease lapsed does not make it
+			 * fresh again: observers may be taking it over now */
+			if (!create && es->renewed_ms > 0 && sent - es->renewed_ms >= es->ttl_ms) {
+				err = -ETIME;
+			} else {
+				es->renewed_ms = sent;
+				es->warned_stale = false;
+			}
+		}
+		pthread_mutex_unlock(&es->mutex);
+		cJSON_Delete(root);
+	} else if (r.status == 409 || r.status == 404) {
+		err = lease_reread(es, owner);
+	} else if (r.status) {
+		char type[96] = "";
+
+		root = es_parse(&r);
+		es_docs_error_type(root, type, sizeof(type));
+		cJSON_Delete(root);
+		tl_log(LOG_WARNING, "cannot renew the lease of owner '%s': HTTP %ld %s", owner,
+		       r.status, type);
+	}
+	httpc_response_free(&r);
+	return err;
+}
+
+/* Keeps a release bulk that could not be sent, for the heartbeat. */
+static void pending_add(struct es_store *es, const struct buf *b)
+{
+	struct es_pending *p;
+
+	if (b->err || !b->len)
+		return;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return;
+	p->body = malloc(b->len + 1);
+	if (!p->body) {
+		free(p);
+		return;
+	}
+	memcpy(p->body, b->data, b->len + 1);
+	p->len = b->len;
+	p->confirms = 1;
+	pthread_mutex_lock(&es->mutex);
+	p->next = es->pending;
+	es->pending = p;
+	pthread_mutex_unlock(&es->mutex);
+}
+
+/* Resends kept releases that are due. */
+static void pending_flush(struct es_store *es)
+{
+	struct es_pending *list, *p, *next, *keep = NULL;
+	int64_t now = tl_mono_ms();
+
+	pthread_mutex_lock(&es->mutex);
+	list = es->pending;
+	es->pending = NULL;
+	pthread_mutex_unlock(&es->mutex);
+	for (p = list; p; p = next) {
+		struct buf b = {.data = p->body, .len = p->len, .cap = p->len + 1};
+		cJSON *root = NULL;
+
+		next = p->next;
+		if (p->not_before > now || es_bulk_send(&es->cl, &b, &root) != 0) {
+			p->next = keep;
+			keep = p;
+			continue;
+		}
+		cJSON_Delete(root);
+		/* A request that timed out may still run after this one: send
+		 * it once more after a timeout's time. */
+		if (p->confirms-- > 0) {
+			p->not_before = now + es->timeout_ms;
+			p->next = keep;
+			keep = p;
+			continue;
+		}
+		tl_log(LOG_NOTICE, "kept lock release sent to the lock store");
+		free(p->body);
+		free(p);
+	}
+	if (keep) {
+		pthread_mutex_lock(&es->mutex);
+		for (p = keep; p->next; p = p->next)
+			;
+		p->next = es->pending;
+		es->pending = keep;
+		pthread_mutex_unlock(&es->mutex);
+	}
+}
+
+int es_send_idempotent(struct es_store *es, struct buf *b)
+{
+	cJSON *root = NULL;
+	int err = -EAGAIN, attempt;
+
+	for (attempt = 0; attempt < ES_ITEM_RETRIES; attempt++) {
+		cJSON *it;
+		bool retry = false;
+
+		if (attempt)
+			es_sleep_ms(ES_RETRY_BASE_MS << attempt);
+		err = es_bulk_send(&es->cl, b, &root);
+		if (err == -EAGAIN)
+			continue;
+		if (err)
+			break;
+		cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(root, "items"))
+		{
+			long st;
+			enum es_item_state is = es_item_state(it, &st);
+
+			if (is == ES_ITEM_RETRY) {
+				retry = true;
+			} else if (is == ES_ITEM_FATAL) {
+				char *t = cJSON_PrintUnformatted(it);
+
+				tl_log(LOG_ERR, "lock store refused a release item (HTTP %ld): %.1000s",
+				       st, t ? t : "?");
+				free(t);
+			}
+		}
+		cJSON_Delete(root);
+		root = NULL;
+		if (!retry)
+			return 0;
+		err = -EAGAIN; /* resending the whole body is safe: idempotent */
+	}
+	if (err == -EAGAIN) {
+		pending_add(es, b);
+		tl_log(LOG_WARNING, "lock store unavailable: release kept for a later retry");
+	}
+	return -ENOLCK;
+}
+
+/* Takes a new owner id after the lease was lost (ERR -ESTALE: reaped;
+ * -ETIME: renewed after it lapsed); renames held under the old one are
+ * fenced. */
+static void lease_lost(struct es_store *es, int err)
+{
+	char old[ES_ID_MAX], now_id[ES_ID_MAX];
+
+	pthread_mutex_lock(&es->mutex);
+	snprintf(old, sizeof(old), "%s", es->owner);
+	es_lease_new_owner_id_locked(es);
+	es->epoch++;
+	es->held_old += es->held_cur;
+	es->held_cur = 0;
+	es->owner_doc = false;
+	es->renewed_ms = 0;
+	snprintf(now_id, sizeof(now_id), "%s", es->owner);
+	pthread_mutex_unlock(&es->mutex);
+	if (err == -ESTALE)
+		tl_log(LOG_ERR,
+		       "the lease of owner '%s' was removed by another client: "
+		       "locks taken under it are lost; continuing as a new owner",
+		       old);
+	else
+		tl_log(LOG_ERR,
+		       "the lease of owner '%s' lapsed (no renewal for %.1f s): "
+		       "locks taken under it may be taken over; continuing as a "
+		       "new owner",
+		       old, (double)es->ttl_ms / 1000);
+	httpc_set_opaque_id(es->cl.http, now_id);
+}
+
+static void *heartbeat(void *arg)
+{
+	struct es_store *es = arg;
+	int64_t period = es->ttl_ms / 3 > 50 ? es->ttl_ms / 3 : 50;
+	int64_t next = tl_mono_ms() + period;
+	int err;
+
+	for (;;) {
+		struct timespec ts;
+		bool stop, have_doc;
+
+		pthread_mutex_lock(&es->mutex);
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		while (!es->stop) {
+			int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+			struct timespec until;
+
+			if (now >= next)
+				break;
+			until.tv_sec = next / 1000;
+			until.tv_nsec = (next % 1000) * 1000000;
+			pthread_cond_timedwait(&es->cond, &es->mutex, &until);
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+		}
+		stop = es->stop;
+		have_doc = es->owner_doc;
+		pthread_mutex_unlock(&es->mutex);
+		if (stop)
+			break;
+		next = tl_mono_ms() + period;
+		err = lease_write(es, !have_doc);
+		if (err)
+			next = tl_mono_ms() + period / 3; /* failing: retry sooner */
+		if ((err == -ESTALE || err == -ETIME) && have_doc) {
+			lease_lost(es, err);
+			next = tl_mono_ms(); /* create the new document at once */
+		}
+		pending_flush(es);
+	}
+	return NULL;
+}
+
+int es_lease_start(struct es_store *es)
+{
+	int err;
+
+	pthread_mutex_lock(&es->mutex);
+	es_lease_new_owner_id_locked(es); /* after the fork: our pid */
+	pthread_mutex_unlock(&es->mutex);
+	err = httpc_set_opaque_id(es->cl.http, es->owner);
+	if (err)
+		return err;
+	err = lease_write(es, true);
+	if (err) {
+		tl_log(LOG_ERR, "cannot create the lease of owner '%s' in the lock store", es->owner);
+		return -ENOLCK;
+	}
+	err = pthread_create(&es->hb, NULL, heartbeat, es);
+	if (err)
+		return -err;
+	es->started = true;
+	tl_log(LOG_INFO, "lock store owner '%s', lease_ttl %.1f s", es->owner,
+	       (double)es->ttl_ms / 1000);
+	return 0;
+}
+
+void es_lease_stop(struct es_store *es)
+{
+	struct es_pending *p, *next;
+
+	if (es->started) {
+		pthread_mutex_lock(&es->mutex);
+		es->stop = true;
+		pthread_cond_signal(&es->cond);
+		pthread_mutex_unlock(&es->mutex);
+		pthread_join(es->hb, NULL);
+		es->started = false;
+		pending_flush(es);
+		/* a clean unmount ends the lease at once */
+		if (es->owner_doc) {
+			char *id = es_docs_owner_id(es->owner);
+
+			if (id)
+				es_delete(&es->cl, id, NULL, true);
+			free(id);
+		}
+	}
+	for (p = es->pending; p; p = next) {
+		next = p->next;
+		free(p->body);
+		free(p);
+	}
+	es->pending = NULL;
+}
+
+/* The observation of OWNER, made when missing; NULL when out of memory.
+ * Caller holds es->mutex. */
+static struct es_observed *obs_find_locked(struct es_store *es, const char *owner, bool make)
+{
+	struct es_observed *o;
+	size_t i;
+	char *id;
+
+	for (i = 0; i < es->nobs; i++)
+		if (strcmp(es->obs[i].id, owner) == 0)
+			return &es->obs[i];
+	if (!make)
+		return NULL;
+	id = strdup(owner);
+	if (!id)
+		return NULL;
+	if (es->nobs == ES_MAX_OBSERVED) {
+		/* forget the oldest live entry; dead ones are kept for scripts */
+		for (i = 0; i < es->nobs && es->obs[i].dead; i++)
+			;
+		if (i == es->nobs)
+			i = 0;
+		free(es->obs[i].id);
+		memmove(&es->obs[i], &es->obs[i + 1], (es->nobs - i - 1) * sizeof(es->obs[0]));
+		es->nobs--;
+	}
+	o = &es->obs[es->nobs++];
+	memset(o, 0, sizeof(*o));
+	o->id = id;
+	o->seq_no = INT64_MIN;
+	return o;
+}
+
+bool es_obs_record(struct es_store *es, const char *owner, int64_t seq, int64_t ttl_ms)
+{
+	struct es_observed *o;
+	int64_t now = tl_mono_ms(), limit;
+	bool dead = false;
+
+	pthread_mutex_lock(&es->mutex);
+	o = obs_find_locked(es, owner, true);
+	if (!o)
+		goto out_unlock;
+	if (ttl_ms > 0)
+		o->ttl_ms = ttl_ms;
+	if (seq < 0) {
+		o->dead = true;
+	} else if (seq != o->seq_no) {
+		o->seq_no = seq;
+		o->first_ms = now;
+		o->dead = false;
+		o->reaped = false;
+	} else {
+		/* the holder fences itself after ITS lease_ttl */
+		limit = 2 * (o->ttl_ms > 0 ? o->ttl_ms : es->ttl_ms);
+		if (now - o->first_ms >= limit)
+			o->dead = true;
+	}
+	dead = o->dead;
+out_unlock:
+	pthread_mutex_unlock(&es->mutex);
+	return dead;
+}
+
+int64_t es_obs_seq(struct es_store *es, const char *owner)
+{
+	struct es_observed *o;
+	int64_t seq;
+
+	pthread_mutex_lock(&es->mutex);
+	o = obs_find_locked(es, owner, false);
+	seq = o ? o->seq_no : INT64_MIN;
+	pthread_mutex_unlock(&es->mutex);
+	return seq;
+}
+
+bool es_obs_reaped(struct es_store *es, const char *owner)
+{
+	struct es_observed *o;
+	bool reaped;
+
+	pthread_mutex_lock(&es->mutex);
+	o = obs_find_locked(es, owner, false);
+	reaped = o && o->reaped;
+	pthread_mutex_unlock(&es->mutex);
+	return reaped;
+}
+
+void es_strv_free(char **v, size_t n)
+{
+	size_t i;
+
+	if (!v)
+		return;
+	for (i = 0; i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
+int es_dead_owners(struct es_store *es, char ***out, size_t *n)
+{
+	char **v;
+	size_t i, k = 0;
+	int err = 0;
+
+	pthread_mutex_lock(&es->mutex);
+	v = calloc(es->nobs + 1, sizeof(*v));
+	for (i = 0; v && i < es->nobs; i++) {
+		if (!es->obs[i].dead)
+			continue;
+		v[k] = strdup(es->obs[i].id);
+		if (!v[k]) {
+			err = -ENOMEM;
+			break;
+		}
+		k++;
+	}
+	pthread_mutex_unlock(&es->mutex);
+	if (!v || err) {
+		es_strv_free(v, k);
+		*out = NULL;
+		*n = 0;
+		return -ENOMEM;
+	}
+	*out = v;
+	*n = k;
+	return 0;
+}
+
+int es_judge_owners(struct es_store *es, char *const *owners, size_t n, bool *dead)
+{
+	cJSON *root, *d;
+	size_t i = 0;
+
+	if (n == 0)
+		return 0;
+	root = es_mget(&es->cl, ES_OWNER_PREFIX, owners, n);
+	if (!root)
+		return -EAGAIN;
+	cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(root, "docs"))
+	{
+		const cJSON *src = cJSON_GetObjectItemCaseSensitive(d, "_source");
+		bool found = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(d, "found"));
+
+		if (i >= n)
+			break;
+		dead[i] = es_obs_record(es, owners[i], found ? es_jint(d, "_seq_no", 0) : -1,
+					es_jint(src, "ttl_ms", 0));
+		i++;
+	}
+	cJSON_Delete(root);
+	return i == n ? 0 : -EAGAIN;
+}
+
+void es_takeover(struct es_store *es, const char *owner, char *const *extra, size_t n)
+{
+	char *shown = es_docs_owner_display(owner);
+	struct buf b = BUF_INIT;
+	size_t nlocks = 0, i;
+
+	tl_log(LOG_WARNING,
+	       "owner '%s' (%s) holds locks but its lease has not been renewed for 2 x lease_ttl: "
+	       "taking its locks over",
+	       owner, shown ? shown : "?");
+	free(shown);
+	for (i = 0; i < n; i++)
+		es_docs_evict(&b, extra[i], owner);
+	if (b.len || b.err)
+		es_send_idempotent(es, &b);
+	buf_free(&b);
+	if (es_reap_owner(es, owner, false, &nlocks) == 0) {
+		struct es_observed *o;
+
+		pthread_mutex_lock(&es->mutex);
+		o = obs_find_locked(es, owner, true);
+		if (o)
+			o->reaped = true;
+		pthread_mutex_unlock(&es->mutex);
+	}
+}
+
+int es_reap_owner(struct es_store *es, const char *owner, bool drop_intents, size_t *nlocks)
+{
+	struct buf b = BUF_INIT;
+	cJSON *q, *root;
+	const cJSON *hit, *k;
+	char *id, *kid;
+	size_t nitems = 0;
+	int err = 0;
+
+	*nlocks = 0;
+	q = cJSON_CreateObject();
+	cJSON_AddStringToObject(cJSON_AddObjectToObject(q, "term"), "owner", owner);
+	root = es_search_all(&es->cl, q);
+	if (!root)
+		return -ENOLCK;
+	cJSON_ArrayForEach(hit, es_hits(root))
+	{
+		const char *hid = es_jstr(hit, "_id");
+		const cJSON *src = cJSON_GetObjectItemCaseSensitive(hit, "_source");
+
+		if (!hid || strcmp(es_jstr(src, "owner") ? es_jstr(src, "owner") : "", owner) != 0)
+			continue;
+		if (strncmp(hid, ES_INTENT_PREFIX, strlen(ES_INTENT_PREFIX)) == 0) {
+			/* every key the owner's plan named */
+			cJSON_ArrayForEach(k, cJSON_GetObjectItemCaseSensitive(src, "keys"))
+			{
+				if (!cJSON_IsString(k) || path_lock_id(k->valuestring, &kid) != 0)
+					continue;
+				es_docs_evict(&b, kid, owner);
+				free(kid);
+				nitems++;
+			}
+			if (drop_intents) {
+				es_docs_delete(&b, hid);
+				nitems++;
+			}
+		} else if (es_docs_is_lock_id(hid)) {
+			es_docs_evict(&b, hid, owner);
+			nitems++;
+		}
+	}
+	cJSON_Delete(root);
+	if (nitems) {
+		cJSON *resp = NULL;
+
+		err = es_bulk_send(&es->cl, &b, &resp);
+		if (err == 0) {
+			cJSON_ArrayForEach(hit, cJSON_GetObjectItemCaseSensitive(resp, "items"))
+			{
+				const char *res = es_jstr(hit->child, "result");
+
+				if (res && strcmp(hit->child->string, "update") == 0 &&
+				    (strcmp(res, "updated") == 0 || strcmp(res, "deleted") == 0))
+					(*nlocks)++;
+			}
+		}
+		cJSON_Delete(resp);
+	}
+	buf_free(&b);
+	if (err)
+		return -ENOLCK;
+	id = es_docs_owner_id(owner);
+	if (id)
+		es_delete(&es->cl, id, NULL, true);
+	free(id);
+	tl_log(LOG_NOTICE, "reaped owner '%s': %zu lock documents changed", owner, *nlocks);
+	return 0;
+}

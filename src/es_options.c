@@ -1,0 +1,164 @@
+/* es_options.c - the es backend's own options, see options.h
+ *
+ * es_url, es_index, es_user, es_password_file, es_api_key_file, es_cacert,
+ * es_timeout_ms, es_insecure: parsed by this table over the same command
+ * line and config file as the shared options, checked here, kept in
+ * struct es_options (es_i.h). owner and lease_ttl are store-generic (any
+ * store shared by many mounts has owners and leases) and stay in
+ * tl_config; this backend checks owner when it is selected.
+ */
+#include <config.h>
+
+#include <ctype.h>
+#include <errno.h>
+#include <fuse_opt.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "es_i.h"
+#include "lockstore_es.h"
+#include "options.h"
+
+#define OPT_STR(name, field) TL_OPT_STR(name, struct es_options, field)
+
+static const struct fuse_opt es_opts[] = {
+	OPT_STR("es_url", url),
+	OPT_STR("es_index", index),
+	OPT_STR("es_user", user),
+	OPT_STR("es_password_file", password_file),
+	OPT_STR("es_api_key_file", api_key_file),
+	OPT_STR("es_cacert", cacert),
+	OPT_STR("es_timeout_ms", timeout_ms_s),
+	TL_OPT_BOOL("es_insecure", struct es_options, insecure),
+	FUSE_OPT_END,
+};
+
+static const char es_help[] =
+	"    --es_url=URL[,URL...]    Elasticsearch/OpenSearch nodes, tried in turn\n"
+	"                             (in -o lists separate URLs with ';')\n"
+	"    --es_index=NAME          lock index (default treelockfs-locks)\n"
+	"    --es_user=NAME           user for basic authentication\n"
+	"    --es_password_file=FILE  its password (file mode 600); or the environment\n"
+	"                             variable TREELOCKFS_ES_PASSWORD\n"
+	"    --es_api_key_file=FILE   API key (id:key or encoded; file mode 600)\n"
+	"    --es_cacert=FILE         CA certificate(s) for https\n"
+	"    --es_insecure            do not verify the server's certificate (warns)\n"
+	"    --es_timeout_ms=MS       per-request timeout (default 5000)\n";
+
+const struct es_options *es_options_of(const struct tl_config *cfg)
+{
+	return config_store_opts(cfg, TL_STORE_ES);
+}
+
+static int es_opts_init(void *p)
+{
+	struct es_options *o = p;
+
+	/* strdup the defaults: fuse_opt frees a string option it overwrites */
+	o->index = strdup(ES_DEFAULT_INDEX);
+	o->timeout_ms = ES_DEFAULT_TIMEOUT_MS;
+	return o->index ? 0 : -ENOMEM;
+}
+
+static bool valid_index_name(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n == 0 || n > 255 || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
+		return false;
+	if (s[0] == '-' || s[0] == '_' || s[0] == '+')
+		return false;
+	for (; *s; s++)
+		if (isupper((unsigned char)*s) || strchr("\\/*?\"<>| ,#:", *s))
+			return false;
+	return true;
+}
+
+static void es_opts_validate(void *p, struct tl_config *cfg, bool selected)
+{
+	struct es_options *o = p;
+	const char *u;
+
+	config_parse_uint(cfg, "es_timeout_ms", o->timeout_ms_s, 1, 600000, &o->timeout_ms);
+	if (!selected)
+		return;
+	if (!o->url || !*o->url) {
+		config_error(cfg, "lock_store=es needs es_url=URL[,URL...]");
+	} else {
+		for (u = o->url; *u;) {
+			size_t len = strcspn(u, ",; \t");
+
+			if (len && strncmp(u, "http://", 7) != 0 && strncmp(u, "https://", 8) != 0)
+				config_error(cfg, "invalid es_url '%.*s': expected http:// or https://",
+					     (int)len, u);
+			u += len;
+			u += strspn(u, ",; \t");
+		}
+	}
+	if (!valid_index_name(o->index))
+		config_error(cfg, "invalid es_index '%s': lowercase, no \\/*?\"<>|,#: or space, "
+				  "not starting with - _ +", o->index);
+	if (!cfg->owner || !*cfg->owner || strpbrk(cfg->owner, " \t\n#"))
+		config_error(cfg, "invalid owner '%s': expected a name without spaces or '#'",
+			     cfg->owner ? cfg->owner : "");
+	else if (strlen(cfg->owner) > ES_NAME_MAX)
+		config_error(cfg, "invalid owner '%s': longer than %d bytes", cfg->owner,
+			     ES_NAME_MAX);
+	if (o->password_file && o->api_key_file)
+		config_error(cfg, "es_password_file and es_api_key_file exclude each other");
+	if (o->password_file && !o->user)
+		config_error(cfg, "es_password_file needs es_user=NAME");
+}
+
+static void es_opts_load_secrets(void *p, struct tl_config *cfg)
+{
+	struct es_options *o = p;
+	const char *env = getenv(ES_PASSWORD_ENV);
+
+	if (o->password_file)
+		o->password = config_read_secret(cfg, "es_password_file", o->password_file);
+	else if (env && *env && o->user)
+		o->password = strdup(env);
+	if (o->api_key_file)
+		o->api_key = config_read_secret(cfg, "es_api_key_file", o->api_key_file);
+	if (o->user && !o->password && !o->password_file)
+		config_error(cfg, "es_user needs es_password_file=FILE or %s in the environment",
+			     ES_PASSWORD_ENV);
+}
+
+static void wipe_free(char *s)
+{
+	if (!s)
+		return;
+	explicit_bzero(s, strlen(s));
+	free(s);
+}
+
+static void es_opts_free(void *p)
+{
+	struct es_options *o = p;
+
+	free(o->url);
+	free(o->index);
+	free(o->user);
+	free(o->password_file);
+	free(o->api_key_file);
+	free(o->cacert);
+	free(o->timeout_ms_s);
+	wipe_free(o->password);
+	wipe_free(o->api_key);
+	memset(o, 0, sizeof(*o));
+}
+
+const struct tl_store_options lockstore_es_options = {
+	.name = "es",
+	.size = sizeof(struct es_options),
+	.opts = es_opts,
+	.help = es_help,
+	.init = es_opts_init,
+	.validate = es_opts_validate,
+	.load_secrets = es_opts_load_secrets,
+	.free = es_opts_free,
+};

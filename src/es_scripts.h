@@ -1,0 +1,91 @@
+/* es_scripts.h - the Painless scripts of the es lock store
+ *
+ * Fixed sources: every piece of data travels in params, never in the
+ * source (no string building, no script injection, and Elasticsearch
+ * compiles each script once). Included by es_docs.c only, which puts them
+ * into bulk items. The document shapes they act on are described in
+ * lockstore_es.c.
+ */
+#ifndef TREELOCKFS_ES_SCRIPTS_H
+#define TREELOCKFS_ES_SCRIPTS_H
+
+/* Shared acquire. params: h holder, o owner, age, tmo, dead [owners], path. */
+static const char SCRIPT_ACQ_S[] =
+	"def s = ctx._source;"
+	" if (s.lock_type == 'exclusive') { throw new IllegalStateException('exclusive'); }"
+	" if (s.holders == null) { s.holders = new HashMap(); }"
+	" if (s.holders.containsKey(params.h)) { ctx.op = 'noop'; } else {"
+	" if (s.waiters != null) {"
+	" for (def k : s.waiters.keySet()) { def w = s.waiters.get(k);"
+	" if (k != params.h && w.mode == 'exclusive' && !params.dead.contains(w.owner)"
+	" && params.age <= w.age + w.tmo"
+	" && (w.age < params.age || (w.age == params.age && k.compareTo(params.h) < 0))) {"
+	" throw new IllegalStateException('waiter'); } }"
+	" s.waiters.remove(params.h); }"
+	" s.holders.put(params.h, 1);"
+	" s.lock_count = (s.lock_count == null ? 0 : s.lock_count) + 1;"
+	" if (s.path == null) { s.path = params.path; } }";
+
+/* Exclusive acquire after a refusal (the document may hold waiter marks).
+ * params: as SCRIPT_ACQ_S plus since, pid. */
+static const char SCRIPT_ACQ_X[] =
+	"def s = ctx._source;"
+	" if (s.lock_type == 'exclusive') {"
+	" if (s.holder != params.h) { throw new IllegalStateException('exclusive'); }"
+	" ctx.op = 'noop'; } else {"
+	" if (s.lock_count != null && s.lock_count > 0) { throw new IllegalStateException('shared'); }"
+	" if (s.waiters != null) {"
+	" for (def k : s.waiters.keySet()) { def w = s.waiters.get(k);"
+	" if (k != params.h && !params.dead.contains(w.owner) && params.age <= w.age + w.tmo"
+	" && (w.age < params.age || (w.age == params.age && k.compareTo(params.h) < 0))) {"
+	" throw new IllegalStateException('waiter'); } }"
+	" s.waiters.remove(params.h); }"
+	" s.lock_type = 'exclusive'; s.remove('lock_count'); s.path = params.path;"
+	" s.owner = params.o; s.holder = params.h; s.process_id = params.h;"
+	" s.holders = new HashMap(); s.holders.put(params.h, 1);"
+	" s.since = params.since; s.pid = params.pid; }";
+
+/* Release. params: h. */
+static const char SCRIPT_RELEASE[] =
+	"def s = ctx._source;"
+	" if (s.holders == null || !s.holders.containsKey(params.h)) { ctx.op = 'noop'; } else {"
+	" s.holders.remove(params.h);"
+	" if (s.lock_type == 'exclusive') { s.lock_type = 'shared'; s.lock_count = 0;"
+	" s.remove('owner'); s.remove('holder'); s.remove('process_id'); s.remove('since');"
+	" s.remove('pid'); } else { s.lock_count = s.lock_count - 1; }"
+	" if (s.lock_count <= 0 && (s.waiters == null || s.waiters.isEmpty())) {"
+	" ctx.op = 'delete'; } }";
+
+/* Waiter mark. params: h, o, mode, age, tmo. */
+static const char SCRIPT_MARK[] =
+	"def s = ctx._source;"
+	" if (s.waiters == null) { s.waiters = new HashMap(); }"
+	" if (s.waiters.containsKey(params.h)) { ctx.op = 'noop'; } else {"
+	" Map w = new HashMap(); w.put('owner', params.o); w.put('mode', params.mode);"
+	" w.put('age', params.age); w.put('tmo', params.tmo);"
+	" s.waiters.put(params.h, w); }";
+
+/* Drop a waiter mark (abandon). params: h. */
+static const char SCRIPT_UNMARK[] =
+	"def s = ctx._source;"
+	" if (s.waiters == null || !s.waiters.containsKey(params.h)) { ctx.op = 'noop'; } else {"
+	" s.waiters.remove(params.h);"
+	" if (s.lock_type != 'exclusive' && (s.lock_count == null || s.lock_count <= 0)"
+	" && s.waiters.isEmpty()) { ctx.op = 'delete'; } }";
+
+/* Evict a dead owner's shares and marks. params: o owner, p "<o>#". */
+static const char SCRIPT_EVICT[] =
+	"def s = ctx._source; boolean changed = false;"
+	" if (s.holders != null) { List ks = new ArrayList(s.holders.keySet());"
+	" for (def k : ks) { if (k.startsWith(params.p)) { s.holders.remove(k); changed = true;"
+	" if (s.lock_type != 'exclusive') { s.lock_count = s.lock_count - 1; } } } }"
+	" if (s.lock_type == 'exclusive' && s.owner == params.o) { s.lock_type = 'shared';"
+	" s.lock_count = 0; s.remove('owner'); s.remove('holder'); s.remove('process_id');"
+	" s.remove('since'); s.remove('pid'); changed = true; }"
+	" if (s.waiters != null) { List ws = new ArrayList(s.waiters.keySet());"
+	" for (def k : ws) { if (k.startsWith(params.p)) { s.waiters.remove(k); changed = true; } } }"
+	" if (!changed) { ctx.op = 'noop'; } else if (s.lock_type != 'exclusive'"
+	" && (s.lock_count == null || s.lock_count <= 0)"
+	" && (s.waiters == null || s.waiters.isEmpty())) { ctx.op = 'delete'; }";
+
+#endif /* TREELOCKFS_ES_SCRIPTS_H */

@@ -1,0 +1,259 @@
+/* lockstore_es_admin.c - what treelockctl asks of the es store, see
+ * lockstore_es.h
+ *
+ * An observer, never an owner: nothing here starts a lease. Owners are
+ * told alive or dead the way a mount tells them (es_lease.c): by watching
+ * their lease documents on our own monotonic clock.
+ */
+#include <config.h>
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "es_client.h"
+#include "es_docs.h"
+#include "es_i.h"
+#include "es_index.h"
+#include "es_lease.h"
+#include "httpc.h"
+#include "lockstore_es.h"
+#include "log.h"
+#include "path.h"
+#include "tlclock.h"
+
+bool lockstore_es_configured(const struct tl_config *cfg)
+{
+	const struct es_options *eo = es_options_of(cfg);
+
+	return eo && eo->url;
+}
+
+int lockstore_es_open_ctl(const struct tl_config *cfg, struct lockstore **out)
+{
+	return es_store_open(cfg, out, true);
+}
+
+int lockstore_es_check(struct lockstore *st, FILE *out)
+{
+	struct es_store *es = es_store_of(st);
+	char *have = NULL;
+	bool kw = false;
+	int err;
+
+	if (!es)
+		return -EINVAL;
+	fprintf(out, "store:    %s at %s\n", es->version, httpc_node_name(es->cl.http, 0));
+	fprintf(out, "index:    %s\n", es->cl.index);
+	err = es_index_read_mapping(&es->cl, &have, &kw);
+	if (err == -ENOENT) {
+		fprintf(out, "status:   index missing (a mount creates it)\n");
+		return -ENOENT;
+	}
+	if (err)
+		return -ENOLCK;
+	fprintf(out, "mapping:  %s\n", kw ? "ok (path is a keyword)" : "NOT OURS (path is not a keyword)");
+	fprintf(out, "strategy: %s\n", have ? have : "(none recorded)");
+	err = kw && have ? 0 : -EPROTO;
+	free(have);
+	return err;
+}
+
+static void owner_info_fill(struct es_owner_info *o, const cJSON *hit)
+{
+	const cJSON *src = cJSON_GetObjectItemCaseSensitive(hit, "_source");
+
+	o->id = strdup(es_jstr(src, "owner") ? es_jstr(src, "owner") : "?");
+	o->name = strdup(es_jstr(src, "name") ? es_jstr(src, "name") : "?");
+	o->seq_no = es_jint(hit, "_seq_no", -1);
+	o->renewed_ms = es_jint(src, "renewed", -1);
+	o->ttl_ms = es_jint(src, "ttl_ms", 0);
+	o->state = ES_OWNER_UNKNOWN;
+}
+
+int lockstore_es_owners(struct lockstore *st, unsigned int observe_ms, struct es_owner_info **out,
+			size_t *n)
+{
+	struct es_store *es = es_store_of(st);
+	struct es_owner_info *list = NULL;
+	int64_t until;
+	cJSON *root;
+	const cJSON *hit;
+	size_t cnt = 0, i, unknown;
+
+	*out = NULL;
+	*n = 0;
+	if (!es)
+		return -EINVAL;
+	root = es_search_all(&es->cl, NULL);
+	if (!root)
+		return -ENOLCK;
+	list = calloc((size_t)cJSON_GetArraySize(es_hits(root)) + 1, sizeof(*list));
+	if (!list) {
+		cJSON_Delete(root);
+		return -ENOMEM;
+	}
+	cJSON_ArrayForEach(hit, es_hits(root))
+	{
+		const char *id = es_jstr(hit, "_id");
+
+		if (!id || strncmp(id, ES_OWNER_PREFIX, strlen(ES_OWNER_PREFIX)) != 0)
+			continue;
+		owner_info_fill(&list[cnt], hit);
+		/* alive once its seq_no moves while we watch, dead after
+		 * 2 x its lease_ttl unmoved: no clock of its is trusted */
+		es_obs_record(es, list[cnt].id, list[cnt].seq_no, list[cnt].ttl_ms);
+		cnt++;
+	}
+	cJSON_Delete(root);
+	/* watch the others with our monotonic clock until told apart */
+	until = tl_mono_ms() + observe_ms;
+	for (;;) {
+		char **ids = calloc(cnt + 1, sizeof(*ids));
+		bool *dead = calloc(cnt + 1, sizeof(*dead));
+		size_t *map = calloc(cnt + 1, sizeof(*map));
+
+		unknown = 0;
+		for (i = 0; ids && dead && map && i < cnt; i++)
+			if (list[i].state == ES_OWNER_UNKNOWN) {
+				map[unknown] = i;
+				ids[unknown++] = list[i].id;
+			}
+		if (unknown && es_judge_owners(es, ids, unknown, dead) == 0) {
+			for (i = 0; i < unknown; i++) {
+				bool moved = es_obs_seq(es, ids[i]) != list[map[i]].seq_no;
+
+				if (dead[i])
+					list[map[i]].state = ES_OWNER_DEAD;
+				else if (moved)
+					list[map[i]].state = ES_OWNER_ALIVE;
+			}
+		}
+		free(ids);
+		free(dead);
+		free(map);
+		unknown = 0;
+		for (i = 0; i < cnt; i++)
+			if (list[i].state == ES_OWNER_UNKNOWN)
+				unknown++;
+		if (!unknown || tl_mono_ms() >= until)
+			break;
+		es_sleep_ms(200);
+	}
+	*out = list;
+	*n = cnt;
+	return 0;
+}
+
+void lockstore_es_free_owners(struct es_owner_info *o, size_t n)
+{
+	size_t i;
+
+	if (!o)
+		return;
+	for (i = 0; i < n; i++) {
+		free(o[i].id);
+		free(o[i].name);
+	}
+	free(o);
+}
+
+int lockstore_es_intents(struct lockstore *st, unsigned int observe_ms,
+			 struct es_intent_info **out, size_t *n)
+{
+	struct es_store *es = es_store_of(st);
+	struct es_owner_info *owners = NULL;
+	struct es_intent_info *list = NULL;
+	size_t nown = 0, cnt = 0, i;
+	cJSON *root;
+	const cJSON *hit;
+	int err;
+
+	*out = NULL;
+	*n = 0;
+	if (!es)
+		return -EINVAL;
+	err = lockstore_es_owners(st, observe_ms, &owners, &nown);
+	if (err)
+		return err;
+	root = es_search_all(&es->cl, NULL);
+	if (!root) {
+		lockstore_es_free_owners(owners, nown);
+		return -ENOLCK;
+	}
+	list = calloc((size_t)cJSON_GetArraySize(es_hits(root)) + 1, sizeof(*list));
+	cJSON_ArrayForEach(hit, es_hits(root))
+	{
+		const char *id = es_jstr(hit, "_id");
+		const cJSON *src = cJSON_GetObjectItemCaseSensitive(hit, "_source");
+		struct es_intent_info *it;
+
+		if (!list || !id || strncmp(id, ES_INTENT_PREFIX, strlen(ES_INTENT_PREFIX)) != 0)
+			continue;
+		it = &list[cnt++];
+		it->holder = strdup(es_jstr(src, "holder") ? es_jstr(src, "holder") : id);
+		it->owner = strdup(es_jstr(src, "owner") ? es_jstr(src, "owner") : "?");
+		it->from = strdup(es_jstr(src, "from") ? es_jstr(src, "from") : "?");
+		it->to = es_jstr(src, "to") ? strdup(es_jstr(src, "to")) : NULL;
+		it->start_ms = es_jint(src, "start", -1);
+		it->nkeys = (size_t)cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(src, "keys"));
+		it->owner_state = ES_OWNER_DEAD; /* no lease document at all */
+		for (i = 0; i < nown; i++)
+			if (strcmp(owners[i].id, it->owner) == 0)
+				it->owner_state = owners[i].state;
+	}
+	cJSON_Delete(root);
+	lockstore_es_free_owners(owners, nown);
+	if (!list)
+		return -ENOMEM;
+	*out = list;
+	*n = cnt;
+	return 0;
+}
+
+void lockstore_es_free_intents(struct es_intent_info *it, size_t n)
+{
+	size_t i;
+
+	if (!it)
+		return;
+	for (i = 0; i < n; i++) {
+		free(it[i].holder);
+		free(it[i].owner);
+		free(it[i].from);
+		free(it[i].to);
+	}
+	free(it);
+}
+
+int lockstore_es_break(struct lockstore *st, const char *key)
+{
+	struct es_store *es = es_store_of(st);
+	char *id = NULL;
+	int err;
+
+	if (!es)
+		return -EINVAL;
+	err = path_lock_id(key, &id);
+	if (err)
+		return err;
+	err = es_delete(&es->cl, id, "refresh=true", false);
+	free(id);
+	if (err == 0)
+		tl_log(LOG_NOTICE, "lock '%s' broken", key);
+	return err == -ENOMEM ? -ENOLCK : err;
+}
+
+int lockstore_es_reap(struct lockstore *st, const char *owner, size_t *nlocks)
+{
+	struct es_store *es = es_store_of(st);
+
+	*nlocks = 0;
+	if (!es)
+		return -EINVAL;
+	return es_reap_owner(es, owner, true, nlocks);
+}

@@ -1,0 +1,159 @@
+/* options.h - tl_config: options of the mount and of treelockctl, their
+ * defaults, the config file and validation.
+ *
+ * Every option exists as "--name=value" and "-o name=value" (so fstab and
+ * mount.fuse3 work), and as "name=value" in a config file given with
+ * --config=FILE / -o config=FILE. Later wins: defaults < config file <
+ * command line. Booleans come in pairs: "es_insecure" / "no_es_insecure".
+ */
+#ifndef TREELOCKFS_OPTIONS_H
+#define TREELOCKFS_OPTIONS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lockplan.h"
+
+struct fuse_args;
+
+enum tl_store_kind {
+	TL_STORE_MEM = 0,
+	TL_STORE_ES,
+	TL_STORE_COUNT
+};
+
+struct tl_config;
+struct fuse_opt;
+
+/* A backend's own options (sshfs cache_parse_options style): its fuse_opt
+ * table (offsets into its own struct of SIZE bytes) runs over the same
+ * arguments and config file as the shared table, before it. A new backend
+ * is one more file and one line in options.c's list. */
+struct tl_store_options {
+	const char *name;                 /* lock_store=NAME */
+	size_t size;                      /* of the backend's option struct */
+	const struct fuse_opt *opts;      /* its fuse_opt table */
+	const char *help;                 /* its --help lines */
+	/* Sets the defaults in O (zeroed). Returns 0 or -ENOMEM. */
+	int (*init)(void *o);
+	/* Checks and converts O, appending problems with config_error();
+	 * SELECTED: this is the store of lock_store=. */
+	void (*validate)(void *o, struct tl_config *cfg, bool selected);
+	/* Loads the secrets O names (only for the selected store). */
+	void (*load_secrets)(void *o, struct tl_config *cfg);
+	/* Frees what O owns (not O); wipes secrets. */
+	void (*free)(void *o);
+};
+
+enum tl_scope {
+	TL_SCOPE_RENAME = 0,
+	TL_SCOPE_NAMESPACE,
+};
+
+struct tl_config {
+	/* as given (strings are what fuse_opt fills; validated into enums) */
+	char *lock_store_s;
+	char *lock_strategy_s;
+	char *lock_scope_s;
+	char *lock_timeout_s;
+	char *rename_delay_ms_s;
+	char *entry_timeout_s;
+	char *attr_timeout_s;
+	char *negative_timeout_s;
+	char *log_level_s;
+	char *config_file;
+	char *owner;           /* store-generic: this mount as shown to others */
+	char *lease_ttl_s;     /* store-generic: lease of a shared store's locks */
+	int allow_other;
+	int show_help;
+	int show_version;
+	int foreground;
+	int debug;
+
+	/* validated */
+	enum tl_store_kind lock_store;
+	enum tl_strategy lock_strategy;
+	enum tl_scope lock_scope;
+	double lock_timeout;     /* seconds */
+	unsigned int rename_delay_ms;
+	double entry_timeout;    /* seconds */
+	double attr_timeout;
+	double negative_timeout;
+	int log_level;
+	double lease_ttl;        /* seconds */
+
+	/* each backend's own options, by enum tl_store_kind (NULL: none) */
+	void *store_opts[TL_STORE_COUNT];
+
+	/* positional: BACKING (mount) */
+	char *backing;
+	int nonopt_count;
+
+	/* errors found while parsing, reported all at once */
+	char *errors;
+};
+
+/* Fills CFG with the defaults. Returns 0 or -ENOMEM. */
+int config_init(struct tl_config *cfg);
+
+/* Parses ARGS (argv of treelockfs or treelockctl) into CFG, reading a
+ * config file first when one is named. Options that are not ours stay in
+ * ARGS (for libfuse). For the mount, the first positional argument is
+ * BACKING and is removed from ARGS; the second (MOUNTPOINT) stays. With
+ * FOR_CTL, positional arguments stay in ARGS (commands).
+ * Problems are collected in cfg->errors; returns 0, or -ENOMEM. */
+int config_parse(struct tl_config *cfg, struct fuse_args *args, bool for_ctl);
+
+/* Checks and converts every option, appending every problem to
+ * cfg->errors. Returns 0 when there is none, else -EINVAL. */
+int config_validate(struct tl_config *cfg);
+
+/* Loads the secrets of the selected store (for es: the password from
+ * es_password_file or TREELOCKFS_ES_PASSWORD, the API key). Appends
+ * problems to cfg->errors; returns 0 or -EINVAL. */
+int config_load_secrets(struct tl_config *cfg);
+
+/* The option struct of backend KIND in CFG, or NULL. */
+void *config_store_opts(const struct tl_config *cfg, enum tl_store_kind kind);
+
+/* For backends' validate hooks: convert S (NULL: keep *OUT) or append an
+ * "invalid NAME 'S': ..." problem. Return whether S was valid. */
+bool config_parse_seconds(struct tl_config *cfg, const char *name, const char *s, double min,
+			  double max, double *out);
+bool config_parse_uint(struct tl_config *cfg, const char *name, const char *s, unsigned long min,
+		       unsigned long max, unsigned int *out);
+
+/* Reads the first line of secret file FILE (WHAT names it in problems),
+ * refusing a file that group or others may access. Returns a new string
+ * or NULL (problem appended). */
+char *config_read_secret(struct tl_config *cfg, const char *what, const char *file);
+
+/* Appends one formatted problem to cfg->errors. */
+void config_error(struct tl_config *cfg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Escapes ',' and '\' in S for one element of a -o list. Returns a new
+ * string (caller frees) or NULL when out of memory. */
+char *config_opt_escape(const char *s);
+
+/* Prints the options of ours (for --help), for the mount or for treelockctl. */
+void config_print_help(bool for_ctl);
+
+/* Frees what CFG owns (not CFG itself); secrets are wiped first. */
+void config_free(struct tl_config *cfg);
+
+/* fuse_opt entries of one option in both spellings: "--name=v", "name=v"
+ * (in -o lists and config files); booleans also as "no_name". */
+#define TL_OPT_STR(name, type, field)                                                              \
+	{"--" name "=%s", offsetof(type, field), 0}, {name "=%s", offsetof(type, field), 0}
+#define TL_OPT_BOOL(name, type, field)                                                             \
+	{"--" name, offsetof(type, field), 1}, {name, offsetof(type, field), 1},                   \
+	{"--no_" name, offsetof(type, field), 0}, {"no_" name, offsetof(type, field), 0}
+
+#define TL_DEFAULT_LOCK_TIMEOUT 30.0
+#define TL_DEFAULT_ENTRY_TIMEOUT 1.0
+#define TL_DEFAULT_ATTR_TIMEOUT 1.0
+#define TL_DEFAULT_NEGATIVE_TIMEOUT 0.0
+#define TL_DEFAULT_LEASE_TTL 10.0
+
+#endif /* TREELOCKFS_OPTIONS_H */

@@ -1,0 +1,276 @@
+/* test_es_docs.c - the es store's documents and bulk items, without a server */
+#include <config.h>
+
+#include <check.h>
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "es_docs.h"
+#include "lockplan.h"
+#include "unit.h"
+
+/* A plan of two items: shared /a, exclusive /a/b (from /a/b to nothing). */
+static struct tl_plan *two_item_plan(void)
+{
+	struct tl_plan *p = NULL;
+
+	ck_assert_int_eq(lockplan_entry(TL_STRATEGY_TREE, "/a/b", &p), 0);
+	ck_assert_uint_eq(p->n, 2);
+	return p;
+}
+
+static void req_init(struct es_req *r, const struct tl_plan *p, char **ids, char **dead,
+		     size_t ndead, bool marked)
+{
+	memset(r, 0, sizeof(*r));
+	r->plan = p;
+	r->ids = ids;
+	r->hkey = "h1:7:ab#3";
+	r->owner = "h1:7:ab";
+	r->start_ms = 1000;
+	r->pid = 42;
+	r->now_ms = 2000;
+	r->tmo_ms = 40000;
+	r->marked = marked;
+	r->dead = dead;
+	r->ndead = ndead;
+}
+
+/* Line N (0-based) of ndjson B, parsed. */
+static cJSON *line(const struct buf *b, int n)
+{
+	const char *s = b->data, *e;
+
+	ck_assert_ptr_nonnull(s);
+	while (n-- > 0) {
+		s = strchr(s, '\n');
+		ck_assert_ptr_nonnull(s);
+		s++;
+	}
+	e = strchr(s, '\n');
+	ck_assert_ptr_nonnull(e);
+	return cJSON_ParseWithLength(s, (size_t)(e - s));
+}
+
+START_TEST(test_es_docs__acquire_first_attempt)
+{
+	struct tl_plan *p = two_item_plan();
+	char *ids[] = {"/a", "/a/b"};
+	char *dead[] = {"gone:1:ff"};
+	struct buf b = BUF_INIT;
+	struct es_req r;
+	cJSON *j;
+
+	req_init(&r, p, ids, dead, 1, false);
+	es_docs_acquire(&b, &r, 0);
+	es_docs_acquire(&b, &r, 1);
+	ck_assert_int_eq(b.err, 0);
+	/* shared: scripted update with upsert, dead owners as params */
+	j = line(&b, 0);
+	ck_assert_str_eq(es_jstr(cJSON_GetObjectItem(j, "update"), "_id"), "/a");
+	ck_assert_int_eq(es_jint(cJSON_GetObjectItem(j, "update"), "retry_on_conflict", 0), 5);
+	cJSON_Delete(j);
+	j = line(&b, 1);
+	ck_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "script"), "params")
+				 ->child->valuestring,
+			 "h1:7:ab#3");
+	ck_assert_str_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(
+							    cJSON_GetObjectItem(j, "script"),
+							    "params"),
+						    "dead"),
+					    0)->valuestring,
+			 "gone:1:ff");
+	ck_assert_str_eq(es_jstr(cJSON_GetObjectItem(j, "upsert"), "lock_type"), "shared");
+	ck_assert_int_eq(es_jint(cJSON_GetObjectItem(j, "upsert"), "lock_count", 0), 1);
+	ck_assert_int_eq(es_jint(cJSON_GetObjectItem(j, "upsert"), "since", 0), 2000);
+	cJSON_Delete(j);
+	/* exclusive, first attempt: the guide's create */
+	j = line(&b, 2);
+	ck_assert_str_eq(es_jstr(cJSON_GetObjectItem(j, "create"), "_id"), "/a/b");
+	cJSON_Delete(j);
+	ck_assert_ptr_nonnull(strstr(b.data, "{\"lock_type\":\"exclusive\",\"path\":\"/a/b\","
+					     "\"owner\":\"h1:7:ab\",\"holder\":\"h1:7:ab#3\","
+					     "\"process_id\":\"h1:7:ab#3\",\"holders\":{\"h1:7:ab#3\":1},"
+					     "\"since\":2000,\"pid\":42}\n"));
+	buf_free(&b);
+	lockplan_free(p);
+}
+END_TEST
+
+START_TEST(test_es_docs__acquire_after_refusal_is_scripted)
+{
+	struct tl_plan *p = two_item_plan();
+	char *ids[] = {"/a", "/a/b"};
+	struct buf b = BUF_INIT;
+	struct es_req r;
+	cJSON *j;
+
+	req_init(&r, p, ids, NULL, 0, true);
+	es_docs_acquire(&b, &r, 1);
+	j = line(&b, 0);
+	ck_assert_str_eq(es_jstr(cJSON_GetObjectItem(j, "update"), "_id"), "/a/b");
+	cJSON_Delete(j);
+	j = line(&b, 1);
+	ck_assert_ptr_nonnull(strstr(es_jstr(cJSON_GetObjectItem(j, "script"), "source"),
+				     "throw new IllegalStateException('shared')"));
+	ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(
+				 cJSON_GetObjectItem(cJSON_GetObjectItem(j, "script"), "params"), "dead")),
+			 0);
+	ck_assert_str_eq(es_jstr(cJSON_GetObjectItem(j, "upsert"), "lock_type"), "exclusive");
+	cJSON_Delete(j);
+	buf_free(&b);
+	lockplan_free(p);
+}
+END_TEST
+
+START_TEST(test_es_docs__mark_release_evict)
+{
+	struct tl_plan *p = two_item_plan();
+	char *ids[] = {"/a", "/a/b"};
+	struct buf b = BUF_INIT;
+	struct es_req r;
+	cJSON *j, *w;
+
+	req_init(&r, p, ids, NULL, 0, true);
+	es_docs_mark(&b, &r, 1);
+	es_docs_release(&b, "/a", "h1:7:ab#3");
+	es_docs_evict(&b, "/a", "dead:1:00");
+	es_docs_unmark(&b, "/a/b", "h1:7:ab#3");
+	j = line(&b, 1);
+	w = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "upsert"), "waiters"),
+				"h1:7:ab#3");
+	ck_assert_str_eq(es_jstr(w, "mode"), "exclusive");
+	ck_assert_int_eq(es_jint(w, "age", 0), 1000);
+	ck_assert_int_eq(es_jint(w, "tmo", 0), 40000);
+	ck_assert_int_eq(es_jint(cJSON_GetObjectItem(j, "upsert"), "lock_count", -1), 0);
+	cJSON_Delete(j);
+	ck_assert_ptr_nonnull(strstr(b.data, "\"params\":{\"h\":\"h1:7:ab#3\"}"));
+	ck_assert_ptr_nonnull(strstr(b.data, "\"params\":{\"o\":\"dead:1:00\",\"p\":\"dead:1:00#\"}"));
+	/* four items, two lines each */
+	j = line(&b, 7);
+	ck_assert_ptr_nonnull(cJSON_GetObjectItem(j, "script"));
+	cJSON_Delete(j);
+	buf_free(&b);
+	lockplan_free(p);
+}
+END_TEST
+
+START_TEST(test_es_docs__intent_and_delete)
+{
+	struct tl_plan *p = NULL;
+	char *ids[3];
+	struct buf b = BUF_INIT;
+	struct es_req r;
+	cJSON *j;
+
+	ck_assert_int_eq(lockplan_rename(TL_STRATEGY_TREE, "/a/x", "/b/y", 0, NULL, 0, &p), 0);
+	req_init(&r, p, ids, NULL, 0, false);
+	es_docs_intent(&b, &r, "h1");
+	es_docs_intent_delete(&b, "h1:7:ab#3");
+	j = line(&b, 0);
+	ck_assert_str_eq(es_jstr(cJSON_GetObjectItem(j, "index"), "_id"), "intent:h1:7:ab#3");
+	cJSON_Delete(j);
+	j = line(&b, 1);
+	ck_assert_str_eq(es_jstr(j, "from"), "/a/x");
+	ck_assert_str_eq(es_jstr(j, "to"), "/b/y");
+	ck_assert_str_eq(es_jstr(j, "name"), "h1");
+	ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "keys")), (int)p->n);
+	cJSON_Delete(j);
+	j = line(&b, 2);
+	ck_assert_str_eq(es_jstr(cJSON_GetObjectItem(j, "delete"), "_id"), "intent:h1:7:ab#3");
+	cJSON_Delete(j);
+	buf_free(&b);
+	lockplan_free(p);
+}
+END_TEST
+
+START_TEST(test_es_docs__owner_mapping_ids_search)
+{
+	char *ids[] = {"o1", "o2"};
+	cJSON *j = es_docs_owner("h:1:ab", "h", "host", 1, 5, 10000);
+	char *t = cJSON_PrintUnformatted(j);
+
+	ck_assert_str_eq(t, "{\"type\":\"owner\",\"owner\":\"h:1:ab\",\"name\":\"h\",\"host\":\"host\","
+			    "\"pid\":1,\"renewed\":5,\"ttl_ms\":10000}");
+	free(t);
+	cJSON_Delete(j);
+	j = es_docs_mapping(TL_STRATEGY_GLOBAL);
+	ck_assert_str_eq(es_jstr(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(
+							     j, "mappings"), "_meta"), "treelockfs"),
+				 "strategy"),
+			 "global");
+	cJSON_Delete(j);
+	j = es_docs_ids(ES_OWNER_PREFIX, ids, 2);
+	t = cJSON_PrintUnformatted(j);
+	ck_assert_str_eq(t, "{\"ids\":[\"owner:o1\",\"owner:o2\"]}");
+	free(t);
+	cJSON_Delete(j);
+	j = es_docs_search(NULL);
+	t = cJSON_PrintUnformatted(j);
+	ck_assert_str_eq(t, "{\"size\":10000,\"seq_no_primary_term\":true,\"query\":{\"match_all\":{}}}");
+	free(t);
+	cJSON_Delete(j);
+}
+END_TEST
+
+START_TEST(test_es_docs__ids_and_holders)
+{
+	char *s;
+
+	ck_assert(es_docs_is_lock_id("/a"));
+	ck_assert(es_docs_is_lock_id("global"));
+	ck_assert(!es_docs_is_lock_id("owner:x"));
+	ck_assert(!es_docs_is_lock_id("intent:x#1"));
+	s = es_docs_owner_of_holder("h:1:ab#12");
+	ck_assert_str_eq(s, "h:1:ab");
+	free(s);
+	s = es_docs_owner_display("h:1:ab");
+	ck_assert_str_eq(s, "h:1");
+	free(s);
+}
+END_TEST
+
+START_TEST(test_es_docs__script_refusal)
+{
+	cJSON *e = cJSON_Parse("{\"type\":\"illegal_argument_exception\",\"caused_by\":"
+			       "{\"type\":\"script_exception\"}}");
+	char type[32];
+
+	ck_assert(es_docs_is_script_refusal(e));
+	cJSON_Delete(e);
+	e = cJSON_Parse("{\"error\":{\"type\":\"version_conflict_engine_exception\"}}");
+	ck_assert(!es_docs_is_script_refusal(cJSON_GetObjectItem(e, "error")));
+	es_docs_error_type(e, type, sizeof(type));
+	ck_assert_str_eq(type, "version_conflict_engine_excepti"); /* truncated to the buffer */
+	cJSON_Delete(e);
+}
+END_TEST
+
+START_TEST(test_es_docs__null_line_fails_buffer)
+{
+	struct buf b = BUF_INIT;
+
+	es_docs_line(&b, NULL);
+	ck_assert_int_ne(b.err, 0);
+	buf_free(&b);
+}
+END_TEST
+
+Suite *make_suite_es_docs(void)
+{
+	Suite *s = suite_create("es_docs");
+	TCase *tc = tcase_create("core");
+
+	tcase_add_test(tc, test_es_docs__acquire_first_attempt);
+	tcase_add_test(tc, test_es_docs__acquire_after_refusal_is_scripted);
+	tcase_add_test(tc, test_es_docs__mark_release_evict);
+	tcase_add_test(tc, test_es_docs__intent_and_delete);
+	tcase_add_test(tc, test_es_docs__owner_mapping_ids_search);
+	tcase_add_test(tc, test_es_docs__ids_and_holders);
+	tcase_add_test(tc, test_es_docs__script_refusal);
+	tcase_add_test(tc, test_es_docs__null_line_fails_buffer);
+	suite_add_tcase(s, tc);
+	return s;
+}
