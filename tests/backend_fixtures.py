@@ -1,0 +1,99 @@
+"""pytest fixtures over tests/backends.py, shared by the emulator's suite
+(tests/esemu) and the integration tests. A conftest imports what it uses:
+
+    from backend_fixtures import emulator_fixture, start_emulator
+    emu8 = emulator_fixture("es8")           # a module-scoped emulator
+
+and, for tests run on every backend, the integration conftest also
+re-exports ``backend_session``/``backend`` and calls
+``parametrize_backends`` from its pytest_generate_tests.
+
+A test that takes ``backend`` runs once per selected backend
+(TREELOCKFS_BACKENDS); ``@pytest.mark.backends("emulator-es8", "engines")``
+narrows that list ("emulator" and "engines" stand for every emulator flavour
+and every real engine). Sessions order tests by backend, and a backend is
+stopped before the next one starts, so at most one real engine runs at a
+time; each starts once per session.
+"""
+
+import pytest
+
+import backends
+
+_SKIPPED = {}      # backend name -> why its tests are skipped (printed once)
+
+
+def start_emulator(tmp_path_factory, flavor="es8", args=()):
+    """A started emulator of FLAVOR in a fresh directory (the caller stops it)."""
+    emu = backends.EmulatorBackend(flavor, workdir=str(tmp_path_factory.mktemp("esemu-" + flavor)))
+    emu.start(list(args))
+    return emu
+
+
+def emulator_fixture(flavor, scope="module", args=()):
+    """A fixture yielding a started emulator of FLAVOR for SCOPE."""
+    @pytest.fixture(scope=scope)
+    def fixture(tmp_path_factory):
+        emu = start_emulator(tmp_path_factory, flavor, args)
+        yield emu
+        emu.stop()
+    return fixture
+
+
+def _allowed(name, wanted):
+    for w in wanted:
+        if w == name or (w == "emulator" and name.startswith("emulator-")) or \
+                (w == "engines" and name in backends.ENGINES):
+            return True
+    return False
+
+
+def parametrize_backends(metafunc):
+    """From pytest_generate_tests: one test per selected backend."""
+    if "backend_session" not in metafunc.fixturenames:
+        return
+    names, skipped = backends.selected()
+    _SKIPPED.update(skipped)
+    mark = metafunc.definition.get_closest_marker("backends")
+    if mark is not None:
+        names = [n for n in names if _allowed(n, mark.args)]
+    metafunc.parametrize("backend_session", names, indirect=True, scope="session")
+
+
+@pytest.fixture(scope="session")
+def backend_session(request, tmp_path_factory):
+    name = request.param
+    if name in _SKIPPED:
+        pytest.skip(_SKIPPED[name])
+    b = backends.make(name, str(tmp_path_factory.mktemp(name)))
+    try:
+        b.start()
+    except RuntimeError as e:
+        if b.kind == "engine" and not backends.os.environ.get("TREELOCKFS_BACKENDS") \
+                and "could not resolve" in str(e):
+            _SKIPPED[name] = "%s: its jars do not resolve (see tests/engines/start)" % b.version
+            pytest.skip(_SKIPPED[name])
+        raise
+    yield b
+    b.stop()
+
+
+@pytest.fixture
+def backend(backend_session):
+    """The session's backend of this parameter, reset: no lock index, no
+    counters, no faults."""
+    return backend_session.reset()
+
+
+def register(config):
+    """From pytest_configure: the markers."""
+    config.addinivalue_line("markers", "backends(*names): run only on these backends "
+                            "(emulator, engines, emulator-FLAVOR, opensearch, elasticsearch)")
+    config.addinivalue_line("markers", "emulator_only(why): needs a fault or feature only the "
+                            "emulator gives; runs on the emulator alone")
+
+
+def summary(terminalreporter):
+    """From pytest_terminal_summary: why a real-engine tier was skipped."""
+    for name, why in sorted(_SKIPPED.items()):
+        terminalreporter.write_line("backend %s skipped: %s" % (name, why))
