@@ -34,6 +34,8 @@ def fuse_available():
 
 
 def pytest_collection_modifyitems(config, items):
+    backend_fixtures.skip_unselected(items)
+    backend_fixtures.order_by_backend(items)
     if fuse_available():
         return
     skip = pytest.mark.skip(reason="no /dev/fuse, fusermount3 or built treelockfs")
@@ -50,6 +52,10 @@ def pytest_configure(config):
 
 def pytest_generate_tests(metafunc):
     backend_fixtures.parametrize_backends(metafunc)
+
+
+def pytest_sessionfinish(session):
+    backend_fixtures.stop_all()
 
 
 def pytest_terminal_summary(terminalreporter):
