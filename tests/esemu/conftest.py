@@ -1,4 +1,5 @@
-"""Fixtures: an emulator subprocess per test module (or per test when asked)."""
+"""Fixtures: an emulator subprocess per test module (tests/backend_fixtures.py,
+shared with the integration tests)."""
 
 import json
 import os
@@ -9,8 +10,9 @@ import urllib.request
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from emuproc import Emulator  # noqa: E402
+from backend_fixtures import emulator_fixture  # noqa: E402
 
 
 class Client(object):
@@ -60,24 +62,8 @@ class Client(object):
         return self.request("HEAD", path, **kw)
 
 
-def _start(request, flavor, args=()):
-    emu = Emulator(flavor=flavor, workdir=str(request.getfixturevalue("tmp_path_factory").mktemp("esemu")))
-    emu.start(list(args))
-    return emu
-
-
-@pytest.fixture(scope="module")
-def emu8(request):
-    emu = _start(request, "es8")
-    yield emu
-    emu.stop()
-
-
-@pytest.fixture(scope="module")
-def emu7(request):
-    emu = _start(request, "es7")
-    yield emu
-    emu.stop()
+emu8 = emulator_fixture("es8")
+emu7 = emulator_fixture("es7")
 
 
 @pytest.fixture

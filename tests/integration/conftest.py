@@ -24,12 +24,18 @@ BIN = os.environ.get("TREELOCKFS_BIN") or os.path.join(SRCDIR, "src", "treelockf
 CTL = os.environ.get("TREELOCKCTL_BIN") or os.path.join(SRCDIR, "src", "treelockctl")
 FUSERMOUNT = shutil.which("fusermount3")
 
+sys.path.insert(0, os.path.join(SRCDIR, "tests"))
+import backend_fixtures  # noqa: E402
+from backend_fixtures import backend, backend_session  # noqa: E402,F401
+
 
 def fuse_available():
     return os.path.exists("/dev/fuse") and FUSERMOUNT is not None and os.access(BIN, os.X_OK)
 
 
 def pytest_collection_modifyitems(config, items):
+    backend_fixtures.skip_unselected(items)
+    backend_fixtures.order_by_backend(items)
     if fuse_available():
         return
     skip = pytest.mark.skip(reason="no /dev/fuse, fusermount3 or built treelockfs")
@@ -41,6 +47,38 @@ def pytest_collection_modifyitems(config, items):
 def pytest_configure(config):
     config.addinivalue_line("markers", "nofuse: test needs no FUSE mount")
     config.addinivalue_line("markers", "root: test needs root")
+    backend_fixtures.register(config)
+
+
+def pytest_generate_tests(metafunc):
+    backend_fixtures.parametrize_backends(metafunc)
+
+
+def pytest_sessionfinish(session):
+    backend_fixtures.stop_all()
+
+
+def pytest_terminal_summary(terminalreporter):
+    backend_fixtures.summary(terminalreporter)
+
+
+# ---- files, for every test -----------------------------------------------------------------
+
+
+def makedirs(m, *parts):
+    """mkdir -p of PARTS below mount (or Mount-like) M."""
+    os.makedirs(m.path(*parts), exist_ok=True)
+
+
+def write(m, rel, text="x"):
+    """Writes TEXT to the file REL ("a/b/c") below M."""
+    with open(m.path(*rel.strip("/").split("/")), "w") as f:
+        f.write(text)
+
+
+def read(m, rel):
+    with open(m.path(*rel.strip("/").split("/"))) as f:
+        return f.read()
 
 
 def is_mounted(path):

@@ -1,9 +1,12 @@
 """Helpers and fixtures for the Elasticsearch lock store tests.
 
-An emulator (tests/esemu) per module and flavour, reset before each test;
-`es_mounts` mounts treelockfs with lock_store=es against it, several mounts
-sharing one backing directory; `ctl` runs treelockctl with the same store
-options. Nothing here kills or unmounts what it did not start.
+`backend` (tests/backend_fixtures.py) is each selected backend in turn, reset
+before each test: the emulator's flavours and the real engines. `emu` is the
+es8 emulator alone, for tests that need a fault only the emulator gives
+(they say which with @pytest.mark.emulator_only). `es_mounts` mounts
+treelockfs with lock_store=es against a backend, several mounts sharing one
+backing directory; `ctl` runs treelockctl with the same store options.
+Nothing here kills or unmounts what it did not start.
 """
 import errno
 import json
@@ -20,48 +23,26 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRCDIR = os.environ.get("TREELOCKFS_SRCDIR") or os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(SRCDIR, "tests", "esemu"))
+sys.path.insert(0, os.path.join(SRCDIR, "tests"))
 
-from emuproc import Emulator  # noqa: E402
+from backend_fixtures import emulator_fixture, start_emulator  # noqa: E402,F401
+from backends import INDEX  # noqa: E402,F401
 
 from conftest import CTL  # noqa: E402
 
-INDEX = "treelockfs-locks"
-FLAVORS = ["es7", "es8", "opensearch2"]
-
-
-def start_emulator(tmp_path_factory, flavor="es8", args=()):
-    emu = Emulator(flavor=flavor, workdir=str(tmp_path_factory.mktemp("esemu-" + flavor)))
-    emu.start(list(args))
-    return emu
-
-
-@pytest.fixture(scope="module")
-def emu_module(tmp_path_factory):
-    emu = start_emulator(tmp_path_factory, "es8")
-    yield emu
-    emu.stop()
+# the es8 emulator of a module, for emulator-only tests
+emu_module = emulator_fixture("es8")
 
 
 @pytest.fixture
 def emu(emu_module):
     """The module's es8 emulator, reset (no index, no counters, no faults)."""
-    emu_module.admin("POST", "/_esemu/reset")
-    return emu_module
+    return emu_module.reset()
 
 
-@pytest.fixture(scope="module", params=FLAVORS)
-def emu_flavor_module(request, tmp_path_factory):
-    emu = start_emulator(tmp_path_factory, request.param)
-    yield emu
-    emu.stop()
-
-
-@pytest.fixture
-def emu_any(emu_flavor_module):
-    """es7, es8 and opensearch2 in turn, reset."""
-    emu_flavor_module.admin("POST", "/_esemu/reset")
-    return emu_flavor_module
+# tests marked so run on the es8 emulator and the real engines: where the
+# emulator's flavours would only repeat one another
+ES8_AND_ENGINES = pytest.mark.backends("emulator-es8", "engines")
 
 
 def es_opts(emu, owner, *extra, lease_ttl=2, url=None):
@@ -86,10 +67,9 @@ def es_mounts(mount_factory, tmp_path):
     return make
 
 
-def docs(emu):
+def docs(b):
     """Every document of the lock index: {id: {"_source":..., "_seq_no":...}}."""
-    r = emu.admin("GET", "/_esemu/docs/" + INDEX)
-    return r.get("docs", {}) if isinstance(r, dict) else {}
+    return b.docs(INDEX)
 
 
 def lock_docs(emu):
@@ -113,9 +93,10 @@ def owner_ids(emu, name):
             if k.startswith("owner:") and v["_source"].get("name") == name]
 
 
-def store_requests(emu):
-    """Requests the store served (admin calls are not counted)."""
-    return emu.stats()
+def store_requests(b):
+    """Requests the store served since b.reset_stats() (the backend's own
+    admin calls are not counted)."""
+    return b.stats()
 
 
 def ctl(emu, *args, timeout=60, url=None, extra=()):

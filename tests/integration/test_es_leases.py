@@ -8,9 +8,12 @@ import signal
 import statistics
 import time
 
-from es_helpers import (ctl, emu, emu_any, emu_flavor_module, emu_module, es_mounts,  # noqa: F401
-                        forget_mount, held_by,
-                        intent_docs, lock_docs, owner_id, owner_ids, start_op, wait_for)
+import pytest
+
+from conftest import makedirs
+from es_helpers import (ES8_AND_ENGINES, ctl, emu, emu_module, es_mounts,  # noqa: F401
+                        forget_mount, held_by, intent_docs, lock_docs, owner_id, owner_ids,
+                        start_op, wait_for)
 
 TTL = 2.0
 # 2 x lease_ttl, plus one renewal period the observer may have missed, plus
@@ -19,17 +22,12 @@ BOUND = 2 * TTL + TTL / 3 + 1.0
 TAKEOVERS = []
 
 
-def makedirs(m, *parts):
-    os.makedirs(m.path(*parts), exist_ok=True)
-
-
-def test_es__kill9_holder_is_taken_over(emu_any, es_mounts):
-    emu = emu_any
-    a, b = es_mounts(emu, "A", "B", opts={"A": ["rename_delay_ms=60000"]})
+def test_es__kill9_holder_is_taken_over(backend, es_mounts):
+    a, b = es_mounts(backend, "A", "B", opts={"A": ["rename_delay_ms=60000"]})
     makedirs(a, "d", "src")
     hung = start_op(os.rename, a.path("d/src"), a.path("d/dst"))
-    wait_for(lambda: held_by(emu, "/d/src"), 5, what="A's locks")
-    a_owner = owner_id(emu, "A")
+    wait_for(lambda: held_by(backend, "/d/src"), 5, what="A's locks")
+    a_owner = owner_id(backend, "A")
     t_kill = time.monotonic()
     a.kill(signal.SIGKILL)
     forget_mount(a)
@@ -39,29 +37,30 @@ def test_es__kill9_holder_is_taken_over(emu_any, es_mounts):
     TAKEOVERS.append(took)
     assert op.error is None, op.error
     assert took <= BOUND, "take-over took %.2fs (bound %.2fs)" % (took, BOUND)
-    print("\n%s take-over after kill -9: %.2fs (bound %.2fs)" % (emu.flavor, took, BOUND))
+    print("\n%s take-over after kill -9: %.2fs (bound %.2fs)" % (backend.flavor, took, BOUND))
     assert os.path.isdir(b.bpath("d/other"))
     # nothing of the dead owner is left locked; its intent is reported
-    assert lock_docs(emu) == {}, lock_docs(emu)
-    r = ctl(emu, "intents", "--no-wait")
+    assert lock_docs(backend) == {}, lock_docs(backend)
+    r = ctl(backend, "intents", "--no-wait")
     assert r.returncode == 0, r.stderr
     assert "rename '/d/src' -> '/d/dst'" in r.stdout and "dead" in r.stdout, r.stdout
     assert a_owner in r.stdout
     hung.join(5)
 
 
-def test_es__kill9_takeover_times(emu, es_mounts):
+@ES8_AND_ENGINES
+def test_es__kill9_takeover_times(backend, es_mounts):
     """Several take-overs, for the median and the worst case
     (TREELOCKFS_TAKEOVER_RUNS=10 for the figures of the documentation)."""
     runs = int(os.environ.get("TREELOCKFS_TAKEOVER_RUNS", "2"))
-    a, b = es_mounts(emu, "A", "B", opts={"A": ["rename_delay_ms=60000"]})
+    a, b = es_mounts(backend, "A", "B", opts={"A": ["rename_delay_ms=60000"]})
     for i in range(runs):
         makedirs(b, "t%d" % i)
     times = []
     m = a
     for i in range(runs):
         hung = start_op(os.rename, m.path("t%d" % i), m.path("u%d" % i))
-        wait_for(lambda: held_by(emu, "/t%d" % i), 5, what="locks")
+        wait_for(lambda: held_by(backend, "/t%d" % i), 5, what="locks")
         t_kill = time.monotonic()
         m.kill(signal.SIGKILL)
         forget_mount(m)
@@ -72,14 +71,15 @@ def test_es__kill9_takeover_times(emu, es_mounts):
         hung.join(5)
         if i + 1 < runs:
             name = "A%d" % (i + 2)
-            (m,) = es_mounts(emu, name, opts={name: ["rename_delay_ms=60000"]})
+            (m,) = es_mounts(backend, name, opts={name: ["rename_delay_ms=60000"]})
     times += TAKEOVERS
     print("\ntake-over times: median %.2fs, worst %.2fs (bound %.2fs)"
           % (statistics.median(times), max(times), BOUND))
     assert max(times) <= BOUND
-    assert lock_docs(emu) == {}
+    assert lock_docs(backend) == {}
 
 
+@pytest.mark.emulator_only('cuts one owner off by X-Opaque-Id')
 def test_es__cut_mount_is_fenced_and_taken_over(emu, es_mounts):
     a, b = es_mounts(emu, "A", "B", opts={"A": ["rename_delay_ms=6000", "es_timeout_ms=500"]})
     makedirs(a, "e", "src")
@@ -115,19 +115,20 @@ def test_es__cut_mount_is_fenced_and_taken_over(emu, es_mounts):
     wait_for(lambda: lock_docs(emu) == {}, 5, what="no lock left")
 
 
-def test_es__live_slow_holder_is_not_robbed(emu, es_mounts):
+@ES8_AND_ENGINES
+def test_es__live_slow_holder_is_not_robbed(backend, es_mounts):
     """A holder whose store answers slowly keeps renewing: never taken over."""
-    a, b = es_mounts(emu, "A", "B", opts={"A": ["rename_delay_ms=5000"]})
+    a, b = es_mounts(backend, "A", "B", opts={"A": ["rename_delay_ms=5000"]})
     makedirs(a, "l", "src")
-    emu.admin("POST", "/_esemu/latency", {"ms": 150})
+    backend.latency(150)
     try:
         held = start_op(os.rename, a.path("l/src"), a.path("l/dst"))
-        wait_for(lambda: held_by(emu, "/l/src"), 5, what="A's locks")
+        wait_for(lambda: held_by(backend, "/l/src"), 5, what="A's locks")
         op = start_op(os.rename, b.path("l/src"), b.path("l/b"))
         held.join(20)
         op.join(20)
     finally:
-        emu.admin("POST", "/_esemu/latency", {"ms": 0})
+        backend.latency(0)
     assert held.error is None
     assert op.errno == errno.ENOENT  # B waited for A, then its source was gone
     assert os.path.isdir(a.bpath("l/dst"))
@@ -147,11 +148,12 @@ def _rename_stream(root, i, stop, done):
         done[i] += 1
 
 
-def test_es__directory_rename_not_starved(emu, es_mounts):
+@ES8_AND_ENGINES
+def test_es__directory_rename_not_starved(backend, es_mounts):
     """A directory rename under a stream of 4 processes renaming files below
     it (on another mount) completes within the documented bound."""
     import multiprocessing
-    a, b = es_mounts(emu, "A", "B", opts={"B": ["rename_delay_ms=200"]})
+    a, b = es_mounts(backend, "A", "B", opts={"B": ["rename_delay_ms=200"]})
     for i in range(4):
         makedirs(a, "big", "sub%d" % i)
         with open(a.path("big", "sub%d" % i, "f0"), "w"):
@@ -177,37 +179,39 @@ def test_es__directory_rename_not_starved(emu, es_mounts):
     # documented bound: the holders it found (200 ms each) plus backoff
     assert took < 2.0, took
     assert os.path.isdir(a.bpath("big2"))
-    wait_for(lambda: lock_docs(emu) == {}, 5, what="no lock or mark left")
+    wait_for(lambda: lock_docs(backend) == {}, 5, what="no lock or mark left")
 
 
-def test_es__ctl_reap_dead_owner(emu, es_mounts):
-    a, b = es_mounts(emu, "A", "B", opts={"A": ["rename_delay_ms=60000"]})
+@ES8_AND_ENGINES
+def test_es__ctl_reap_dead_owner(backend, es_mounts):
+    a, b = es_mounts(backend, "A", "B", opts={"A": ["rename_delay_ms=60000"]})
     makedirs(a, "r", "src")
     hung = start_op(os.rename, a.path("r/src"), a.path("r/dst"))
-    wait_for(lambda: held_by(emu, "/r/src"), 5, what="A's locks")
-    a_owner = owner_id(emu, "A")
+    wait_for(lambda: held_by(backend, "/r/src"), 5, what="A's locks")
+    a_owner = owner_id(backend, "A")
     a.kill(signal.SIGKILL)
     forget_mount(a)
     # a live owner is not reaped without --force
-    r = ctl(emu, "reap", owner_id(emu, "B"), "--no-wait")
+    r = ctl(backend, "reap", owner_id(backend, "B"), "--no-wait")
     assert r.returncode != 0
-    r = ctl(emu, "owners")
+    r = ctl(backend, "owners")
     assert r.returncode == 0
     lines = {l.split()[0]: l for l in r.stdout.splitlines()[1:]}
     assert lines[a_owner].endswith("dead"), r.stdout
-    assert lines[owner_id(emu, "B")].endswith("alive"), r.stdout
-    r = ctl(emu, "reap", "--dead")
+    assert lines[owner_id(backend, "B")].endswith("alive"), r.stdout
+    r = ctl(backend, "reap", "--dead")
     assert r.returncode == 0, r.stderr
     assert "reaped '%s'" % a_owner in r.stdout
-    assert lock_docs(emu) == {}
-    assert owner_id(emu, "A") is None
-    assert intent_docs(emu) == {}
+    assert lock_docs(backend) == {}
+    assert owner_id(backend, "A") is None
+    assert intent_docs(backend) == {}
     os.rename(b.path("r/src"), b.path("r/b"))  # at once: nothing in the way
     hung.join(5)
 
 
-def test_es__failover_to_second_node(emu, mount_factory):
-    url = "http://127.0.0.1:1," + emu.url
+@ES8_AND_ENGINES
+def test_es__failover_to_second_node(backend, mount_factory):
+    url = "http://127.0.0.1:1," + backend.url
     # in -o form a comma separates options: the list is separated by ';'
     m = mount_factory(opts=["lock_store=es", "owner=F", "lease_ttl=2",
                             "es_url=" + url.replace(",", ";")])
@@ -215,10 +219,11 @@ def test_es__failover_to_second_node(emu, mount_factory):
     for i in range(3):
         os.rename(m.path("x" if i == 0 else "x%d" % (i - 1)), m.path("x%d" % i))
     assert os.path.isdir(m.bpath("x2"))
-    r = ctl(emu, "check", url=url)
+    r = ctl(backend, "check", url=url)
     assert r.returncode == 0, r.stderr
 
 
+@pytest.mark.emulator_only('cuts one owner off by X-Opaque-Id')
 def test_es__lapsed_lease_means_new_owner(emu, es_mounts):
     """Renewing after the lease lapsed does not make the old owner id usable
     again (others may be evicting it right then): the mount starts over."""

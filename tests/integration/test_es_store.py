@@ -9,26 +9,18 @@ import time
 
 import pytest
 
-from es_helpers import (INDEX, Op, ctl, docs, emu, emu_any, emu_flavor_module,  # noqa: F401
-                        emu_module, es_mounts, es_opts, es_request, forget_mount, held_by,
-                        intent_docs, lock_docs, quote_id, start_emulator, start_op, wait_for)
-
-
-def makedirs(m, *parts):
-    os.makedirs(m.path(*parts), exist_ok=True)
-
-
-def write(m, rel, text="x"):
-    with open(m.path(*rel.strip("/").split("/")), "w") as f:
-        f.write(text)
+from conftest import makedirs, write
+from es_helpers import (ES8_AND_ENGINES, INDEX, Op, ctl, docs, emu, emu_module,  # noqa: F401
+                        es_mounts, es_opts, es_request, forget_mount, held_by, intent_docs,
+                        lock_docs, quote_id, start_emulator, start_op, wait_for)
 
 
 # ---- round trips -------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("depth", [1, 5, 20])
-def test_es__two_requests_per_uncontended_rename(emu_any, es_mounts, depth):
-    (a,) = es_mounts(emu_any, "A", lease_ttl=60)  # no heartbeat during the measure
+def test_es__two_requests_per_uncontended_rename(backend, es_mounts, depth):
+    (a,) = es_mounts(backend, "A", lease_ttl=60)  # no heartbeat during the measure
     dirs = ["d%d" % i for i in range(depth - 1)]
     if dirs:
         makedirs(a, *dirs)
@@ -37,30 +29,30 @@ def test_es__two_requests_per_uncontended_rename(emu_any, es_mounts, depth):
     times = []
     for i in range(5):
         dst = "/".join(dirs + ["g%d" % i])
-        emu_any.admin("POST", "/_esemu/reset_stats")
+        backend.reset_stats()
         t0 = time.monotonic()
         os.rename(a.path(src), a.path(dst))
         times.append(time.monotonic() - t0)
-        st = emu_any.stats()
+        st = backend.stats()
         renewals = st["requests"].get("index", 0)
         assert st["total"] - renewals == 2, st
         assert st["requests"].get("bulk") == 2, st
         src = dst
     print("\n%s depth %d: 2 requests per rename, median %.1f ms" %
-          (emu_any.flavor, depth, statistics.median(times) * 1000))
-    assert lock_docs(emu_any) == {}
-    assert intent_docs(emu_any) == {}
+          (backend.flavor, depth, statistics.median(times) * 1000))
+    assert lock_docs(backend) == {}
+    assert intent_docs(backend) == {}
 
 
 # ---- the guide's scenarios across mounts -------------------------------------------------
 
 
-def test_es__guide_scenario_across_mounts(emu_any, es_mounts):
-    a, b = es_mounts(emu_any, "A", "B", opts={"A": ["rename_delay_ms=1500"]})
+def test_es__guide_scenario_across_mounts(backend, es_mounts):
+    a, b = es_mounts(backend, "A", "B", opts={"A": ["rename_delay_ms=1500"]})
     makedirs(a, "clinton", "projects", "elasticsearch")
     write(a, "clinton/projects/elasticsearch/README.txt", "guide")
     big = start_op(os.rename, a.path("clinton"), a.path("bill"))
-    wait_for(lambda: held_by(emu_any, "/clinton"), 5, what="A's lock on /clinton")
+    wait_for(lambda: held_by(backend, "/clinton"), 5, what="A's lock on /clinton")
     small = start_op(os.rename, b.path("clinton/projects/elasticsearch/README.txt"),
                      b.path("clinton/projects/elasticsearch/README.asciidoc"))
     big.join(10)
@@ -72,11 +64,12 @@ def test_es__guide_scenario_across_mounts(emu_any, es_mounts):
     with open(b.path("bill/projects/elasticsearch/README.txt")) as f:
         assert f.read() == "guide"
     assert not os.path.exists(a.bpath("clinton"))
-    assert lock_docs(emu_any) == {}
+    assert lock_docs(backend) == {}
 
 
-def test_es__disjoint_renames_overlap(emu, es_mounts):
-    a, b = es_mounts(emu, "A", "B", opts={"A": ["rename_delay_ms=1000"],
+@ES8_AND_ENGINES
+def test_es__disjoint_renames_overlap(backend, es_mounts):
+    a, b = es_mounts(backend, "A", "B", opts={"A": ["rename_delay_ms=1000"],
                                           "B": ["rename_delay_ms=1000"]})
     for d in ("x", "y"):
         makedirs(a, d)
@@ -90,8 +83,9 @@ def test_es__disjoint_renames_overlap(emu, es_mounts):
     assert time.monotonic() - t0 < 1.8, "disjoint renames did not overlap"
 
 
-def test_es__crossing_directory_moves(emu, es_mounts):
-    a, b = es_mounts(emu, "A", "B", opts={"A": ["rename_delay_ms=50"], "B": ["rename_delay_ms=50"]})
+@ES8_AND_ENGINES
+def test_es__crossing_directory_moves(backend, es_mounts):
+    a, b = es_mounts(backend, "A", "B", opts={"A": ["rename_delay_ms=50"], "B": ["rename_delay_ms=50"]})
     for i in range(8):
         root = "r%d" % i
         makedirs(a, root, "a", "deep")
@@ -111,7 +105,7 @@ def test_es__crossing_directory_moves(emu, es_mounts):
         for dirpath, _, files in os.walk(a.bpath(root)):
             found.update(files)
         assert found == {"fa", "fb"}
-    assert lock_docs(emu) == {}
+    assert lock_docs(backend) == {}
 
 
 # ---- guide interoperability ----------------------------------------------------------------
@@ -132,51 +126,51 @@ def guide_shared(emu, key):
                        "script": {"source": GUIDE_SHARED, "lang": "painless"}})
 
 
-def test_es__guide_lock_blocks_mount(emu_any, es_mounts):
-    (a,) = es_mounts(emu_any, "A")
+def test_es__guide_lock_blocks_mount(backend, es_mounts):
+    (a,) = es_mounts(backend, "A")
     makedirs(a, "clinton", "projects")
-    assert guide_exclusive(emu_any, "/clinton") == 201
+    assert guide_exclusive(backend, "/clinton") == 201
     op = start_op(os.rename, a.path("clinton/projects"), a.path("clinton/p2"))
     time.sleep(1.0)
     assert op.is_alive(), "the mount ignored the guide's exclusive lock on an ancestor"
-    assert es_request(emu_any, "DELETE", "/%s/_doc/%s" % (INDEX, quote_id("/clinton")))[0] == 200
+    assert es_request(backend, "DELETE", "/%s/_doc/%s" % (INDEX, quote_id("/clinton")))[0] == 200
     op.join(10)
     assert op.error is None and op.elapsed >= 1.0
     # a guide-style shared lock lets shared holders in, blocks exclusive
-    status, _ = guide_shared(emu_any, "/clinton")
+    status, _ = guide_shared(backend, "/clinton")
     assert status == 201
     os.rename(a.path("clinton/p2"), a.path("clinton/p3"))  # shared on /clinton: fine
     op = start_op(os.rename, a.path("clinton"), a.path("bill"))
     time.sleep(1.0)
     assert op.is_alive(), "the mount took /clinton exclusive over a guide shared lock"
-    es_request(emu_any, "POST", "/%s/_update/%s" % (INDEX, quote_id("/clinton")),
+    es_request(backend, "POST", "/%s/_update/%s" % (INDEX, quote_id("/clinton")),
                {"script": {"source": GUIDE_RELEASE, "lang": "painless"}})
     op.join(10)
     assert op.error is None
-    assert lock_docs(emu_any) == {}
+    assert lock_docs(backend) == {}
 
 
-def test_es__mount_lock_blocks_guide(emu_any, es_mounts):
-    (a,) = es_mounts(emu_any, "A", opts={"A": ["rename_delay_ms=2000"]})
+def test_es__mount_lock_blocks_guide(backend, es_mounts):
+    (a,) = es_mounts(backend, "A", opts={"A": ["rename_delay_ms=2000"]})
     makedirs(a, "p", "q")
     write(a, "p/q/r")
     op = start_op(os.rename, a.path("p/q/r"), a.path("p/q/s"))
-    wait_for(lambda: held_by(emu_any, "/p/q/r"), 5, what="the mount's locks")
+    wait_for(lambda: held_by(backend, "/p/q/r"), 5, what="the mount's locks")
     # exclusive held by the mount: the guide's create and shared update fail
-    assert guide_exclusive(emu_any, "/p/q/r") == 409
-    status, body = guide_shared(emu_any, "/p/q/r")
+    assert guide_exclusive(backend, "/p/q/r") == 409
+    status, body = guide_shared(backend, "/p/q/r")
     assert status == 400 and "script_exception" in str(body)
     # shared held by the mount: guide shared joins, guide exclusive fails
-    assert guide_exclusive(emu_any, "/p") == 409
-    status, _ = guide_shared(emu_any, "/p")
+    assert guide_exclusive(backend, "/p") == 409
+    status, _ = guide_shared(backend, "/p")
     assert status == 200
-    assert held_by(emu_any, "/p")["lock_count"] == 2
+    assert held_by(backend, "/p")["lock_count"] == 2
     op.join(10)
     assert op.error is None
-    assert held_by(emu_any, "/p")["lock_count"] == 1  # the guide's share is left
-    es_request(emu_any, "POST", "/%s/_update/%s" % (INDEX, quote_id("/p")),
+    assert held_by(backend, "/p")["lock_count"] == 1  # the guide's share is left
+    es_request(backend, "POST", "/%s/_update/%s" % (INDEX, quote_id("/p")),
                {"script": {"source": GUIDE_RELEASE, "lang": "painless"}})
-    assert lock_docs(emu_any) == {}
+    assert lock_docs(backend) == {}
 
 
 # ---- faults ----------------------------------------------------------------------------------
@@ -190,19 +184,21 @@ def test_es__store_down_at_mount_time(mount_factory, tmp_path):
     assert "cannot reach the lock store" in err, err
 
 
-def test_es__strategy_mismatch_refused(emu, es_mounts, mount_factory, tmp_path):
-    es_mounts(emu, "A")
-    m = mount_factory(opts=es_opts(emu, "B", "lock_strategy=global"), name="mntG", start=False)
+@ES8_AND_ENGINES
+def test_es__strategy_mismatch_refused(backend, es_mounts, mount_factory, tmp_path):
+    es_mounts(backend, "A")
+    m = mount_factory(opts=es_opts(backend, "B", "lock_strategy=global"), name="mntG", start=False)
     r = subprocess.run(m.cmd(), capture_output=True, text=True, timeout=30)
     assert r.returncode == 1
     assert "refusing to mix strategies" in r.stdout + r.stderr
 
 
-def test_es__paused_store_fails_in_time_and_cleans_up(emu, es_mounts):
-    (a,) = es_mounts(emu, "A", opts={"A": ["lock_timeout=3", "es_timeout_ms=500"]})
+@ES8_AND_ENGINES
+def test_es__paused_store_fails_in_time_and_cleans_up(backend, es_mounts):
+    (a,) = es_mounts(backend, "A", opts={"A": ["lock_timeout=3", "es_timeout_ms=500"]})
     makedirs(a, "s")
     write(a, "s/f")
-    emu.admin("POST", "/_esemu/pause")
+    backend.pause()
     try:
         op = start_op(os.rename, a.path("s/f"), a.path("s/g"))
         op.join(15)
@@ -210,8 +206,8 @@ def test_es__paused_store_fails_in_time_and_cleans_up(emu, es_mounts):
         assert op.errno in (errno.EBUSY, errno.ENOLCK), op.error
         assert op.elapsed < 3 + 2.5, op.elapsed
     finally:
-        emu.admin("POST", "/_esemu/resume")
-    wait_for(lambda: lock_docs(emu) == {} and intent_docs(emu) == {}, 8,
+        backend.resume()
+    wait_for(lambda: lock_docs(backend) == {} and intent_docs(backend) == {}, 8,
              what="locks cleaned up after resume")
     # the lease recovers: renames work again
     deadline = time.monotonic() + 8
@@ -226,19 +222,21 @@ def test_es__paused_store_fails_in_time_and_cleans_up(emu, es_mounts):
 
 
 @pytest.mark.parametrize("kind", ["503", "429", "reset"])
-def test_es__injected_faults(emu, es_mounts, kind):
-    (a,) = es_mounts(emu, "A")
+@ES8_AND_ENGINES
+def test_es__injected_faults(backend, es_mounts, kind):
+    (a,) = es_mounts(backend, "A")
     makedirs(a, "f", "g")
     write(a, "f/g/x")
     name = "x"
     for i in range(6):
-        emu.admin("POST", "/_esemu/fail", {"count": 2, "kind": kind})
+        backend.fail(kind, 2)
         os.rename(a.path("f/g", name), a.path("f/g", "x%d" % i))
         name = "x%d" % i
     assert os.listdir(a.bpath("f/g")) == [name]
-    wait_for(lambda: lock_docs(emu) == {}, 5, what="no lock left")
+    wait_for(lambda: lock_docs(backend) == {}, 5, what="no lock left")
 
 
+@pytest.mark.emulator_only("users and passwords are the emulator's options")
 def test_es__wrong_password(tmp_path_factory, mount_factory, tmp_path):
     pw = tmp_path / "pw"
     pw.write_text("right-horse")
@@ -266,6 +264,7 @@ def test_es__wrong_password(tmp_path_factory, mount_factory, tmp_path):
         emu.stop()
 
 
+@pytest.mark.emulator_only("TLS with a private CA is the emulator's option")
 def test_es__tls_with_private_ca(tmp_path_factory, mount_factory, tmp_path):
     key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
@@ -288,45 +287,47 @@ def test_es__tls_with_private_ca(tmp_path_factory, mount_factory, tmp_path):
         emu.stop()
 
 
-def test_es__ctl_check_and_locks(emu, es_mounts):
+@ES8_AND_ENGINES
+def test_es__ctl_check_and_locks(backend, es_mounts):
     # owners/intents watch each owner until its seq_no moves (up to lease_ttl/3)
-    (a,) = es_mounts(emu, "A", opts={"A": ["rename_delay_ms=5000"]})
+    (a,) = es_mounts(backend, "A", opts={"A": ["rename_delay_ms=5000"]})
     makedirs(a, "u", "v")
-    r = ctl(emu, "check")
+    r = ctl(backend, "check")
     assert r.returncode == 0, r.stderr
     assert "strategy: tree" in r.stdout
     op = start_op(os.rename, a.path("u/v"), a.path("u/w"))
-    wait_for(lambda: held_by(emu, "/u/v"), 5, what="locks")
-    r = ctl(emu, "locks")
+    wait_for(lambda: held_by(backend, "/u/v"), 5, what="locks")
+    r = ctl(backend, "locks")
     assert r.returncode == 0
     assert "/u/v" in r.stdout and "exclusive" in r.stdout and "/u " in r.stdout
-    r = ctl(emu, "locks", "/u/v")
+    r = ctl(backend, "locks", "/u/v")
     assert "/u/w" not in r.stdout
     assert "/u/v" in a.ctl("locks")  # the mount's own view of the store
-    r = ctl(emu, "owners")
+    r = ctl(backend, "owners")
     assert "alive" in r.stdout and "A:" in r.stdout
-    r = ctl(emu, "intents", "--all")
+    r = ctl(backend, "intents", "--all")
     assert "rename '/u/v' -> '/u/w'" in r.stdout
     op.join(10)
     assert op.error is None
-    assert ctl(emu, "bogus").returncode == 1
-    assert ctl(emu, "check", url="http://127.0.0.1:1").returncode == 2
+    assert ctl(backend, "bogus").returncode == 1
+    assert ctl(backend, "check", url="http://127.0.0.1:1").returncode == 2
 
 
 @pytest.mark.parametrize("strategy", ["global", "document"])
-def test_es__global_and_document_strategies(emu, es_mounts, strategy):
-    a, b = es_mounts(emu, "A", "B", opts={"A": ["lock_strategy=" + strategy, "rename_delay_ms=1000"],
+@ES8_AND_ENGINES
+def test_es__global_and_document_strategies(backend, es_mounts, strategy):
+    a, b = es_mounts(backend, "A", "B", opts={"A": ["lock_strategy=" + strategy, "rename_delay_ms=1000"],
                                           "B": ["lock_strategy=" + strategy]})
     makedirs(a, "clinton", "projects")
     write(a, "clinton/projects/README.txt")
     op = start_op(os.rename, a.path("clinton"), a.path("bill"))
     if strategy == "global":
-        src = wait_for(lambda: held_by(emu, "global"), 5, what="the global lock")
+        src = wait_for(lambda: held_by(backend, "global"), 5, what="the global lock")
     else:
         # X on the source, every entry below it, and the destination
-        wait_for(lambda: held_by(emu, "/clinton/projects/README.txt"), 5, what="document locks")
-        src = held_by(emu, "/clinton")
-        assert held_by(emu, "/clinton/projects") and held_by(emu, "/bill")
+        wait_for(lambda: held_by(backend, "/clinton/projects/README.txt"), 5, what="document locks")
+        src = held_by(backend, "/clinton")
+        assert held_by(backend, "/clinton/projects") and held_by(backend, "/bill")
     assert src["lock_type"] == "exclusive" and src["process_id"].startswith("A:")
     other = start_op(os.rename, b.path("clinton/projects/README.txt"),
                      b.path("clinton/projects/README.asciidoc"))
@@ -334,9 +335,10 @@ def test_es__global_and_document_strategies(emu, es_mounts, strategy):
     other.join(10)
     assert op.error is None
     assert other.errno == errno.ENOENT
-    assert lock_docs(emu) == {}
+    assert lock_docs(backend) == {}
 
 
+@pytest.mark.emulator_only("API keys are the emulator's option")
 def test_es__api_key(tmp_path_factory, mount_factory, tmp_path):
     import base64
     keyfile = tmp_path / "emu-key"
@@ -359,40 +361,42 @@ def test_es__api_key(tmp_path_factory, mount_factory, tmp_path):
         emu.stop()
 
 
-def test_es__store_paused_while_holding(emu, es_mounts):
+@ES8_AND_ENGINES
+def test_es__store_paused_while_holding(backend, es_mounts):
     """The store stops answering after the locks were taken: the rename
     ends (renamed, or ENOLCK when the lease went stale meanwhile) and the
     locks it could not release are released once the store is back."""
-    (a,) = es_mounts(emu, "A", opts={"A": ["rename_delay_ms=800", "es_timeout_ms=400",
+    (a,) = es_mounts(backend, "A", opts={"A": ["rename_delay_ms=800", "es_timeout_ms=400",
                                            "lock_timeout=3"]})
     makedirs(a, "h")
     write(a, "h/f")
     op = start_op(os.rename, a.path("h/f"), a.path("h/g"))
-    wait_for(lambda: held_by(emu, "/h/f"), 5, what="the locks")
-    emu.admin("POST", "/_esemu/pause")
+    wait_for(lambda: held_by(backend, "/h/f"), 5, what="the locks")
+    backend.pause()
     try:
         op.join(15)
         assert not op.is_alive()
         assert op.error is None or op.errno == errno.ENOLCK, op.error
-        assert lock_docs(emu) != {}  # still there: the release could not be sent
+        assert lock_docs(backend) != {}  # still there: the release could not be sent
     finally:
-        emu.admin("POST", "/_esemu/resume")
-    wait_for(lambda: lock_docs(emu) == {} and intent_docs(emu) == {}, 10,
+        backend.resume()
+    wait_for(lambda: lock_docs(backend) == {} and intent_docs(backend) == {}, 10,
              what="the kept release after resume")
 
 
-def test_es__ctl_break(emu, es_mounts):
-    (a,) = es_mounts(emu, "A")
+@ES8_AND_ENGINES
+def test_es__ctl_break(backend, es_mounts):
+    (a,) = es_mounts(backend, "A")
     makedirs(a, "x")
-    assert guide_exclusive(emu, "/x") == 201
+    assert guide_exclusive(backend, "/x") == 201
     # no terminal to confirm on: refused
-    r = subprocess.run([__import__("es_helpers").CTL, "--es_url=" + emu.url, "break", "/x"],
+    r = subprocess.run([__import__("es_helpers").CTL, "--es_url=" + backend.url, "break", "/x"],
                        capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
                        start_new_session=True)
     assert r.returncode == 1 and "--force" in r.stderr
-    assert held_by(emu, "/x") is not None
-    r = ctl(emu, "break", "/x", "--force")
+    assert held_by(backend, "/x") is not None
+    r = ctl(backend, "break", "/x", "--force")
     assert r.returncode == 0, r.stderr
-    assert held_by(emu, "/x") is None
+    assert held_by(backend, "/x") is None
     os.rename(a.path("x"), a.path("y"))
-    assert ctl(emu, "break", "/nothing", "--force").returncode == 2
+    assert ctl(backend, "break", "/nothing", "--force").returncode == 2

@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from es_helpers import es_mounts, intent_docs, lock_docs, start_emulator, wait_for  # noqa: F401
+from es_helpers import (ES8_AND_ENGINES, es_mounts, intent_docs, lock_docs,  # noqa: F401
+                        start_emulator, wait_for)
 from test_storm import _OK_ERRORS, build_tree, contents, worker
 
 STRESS_SECONDS = float(os.environ.get("TREELOCKFS_STRESS_SECONDS", "60"))
@@ -46,33 +47,28 @@ def storm(mounts, per_mount, seconds, during=None):
     return results
 
 
-def assert_nothing_lost(m, tokens, emu):
+def assert_nothing_lost(m, tokens, b):
     found, _ = contents(m.bpath())
     assert sorted(tok for (_, tok), n in found.items() for _ in range(n)) == sorted(tokens)
-    wait_for(lambda: lock_docs(emu) == {} and intent_docs(emu) == {}, 15,
+    wait_for(lambda: lock_docs(b) == {} and intent_docs(b) == {}, 15,
              what="no lock, mark or intent left")
 
 
-@pytest.fixture
-def emu8(tmp_path_factory):
-    emu = start_emulator(tmp_path_factory, "es8")
-    yield emu
-    emu.stop()
-
-
-def test_es__stress_two_mounts_four_processes_each(emu8, es_mounts):
-    a, b = es_mounts(emu8, "A", "B")
+@ES8_AND_ENGINES
+def test_es__stress_two_mounts_four_processes_each(backend, es_mounts):
+    a, b = es_mounts(backend, "A", "B")
     tokens = build_tree(a.mnt)
     results = storm([a, b], 4, STRESS_SECONDS)
     renamed = sum(r[1] for r in results)
     print("\nstress: %d renames in %.0f s from 8 processes on 2 mounts" % (renamed, STRESS_SECONDS))
     assert renamed > 50, results
-    assert_nothing_lost(a, tokens, emu8)
+    assert_nothing_lost(a, tokens, backend)
     for m in (a, b):
         st = m.stats()
         assert st["errors"] == 0 and st["timeouts"] == 0, st
 
 
+@pytest.mark.emulator_only('kill -9 and restart of the store with its data')
 def test_es__emulator_restart_with_data_mid_workload(tmp_path_factory, es_mounts):
     emu = start_emulator(tmp_path_factory, "es8")
     data = os.path.join(emu.workdir, "data.json")
