@@ -16,9 +16,15 @@ from es_helpers import (ES8_AND_ENGINES, ctl, emu, emu_module, es_mounts,  # noq
                         start_op, wait_for)
 
 TTL = 2.0
-# 2 x lease_ttl, plus one renewal period the observer may have missed, plus
-# the backoff step and the emulator's latency
-BOUND = 2 * TTL + TTL / 3 + 1.0
+# The store's documented bound (2 x lease_ttl + lease_ttl/3 + one 200 ms
+# backoff step) plus slack for request latency on a shared 2-core machine: a
+# real engine's first take-over of a run also compiles its Painless scripts.
+DOC_BOUND = 2 * TTL + TTL / 3 + 0.2
+SLACK = {"emulator": 0.8}
+
+
+def bound(backend):
+    return DOC_BOUND + SLACK.get(backend.kind, 1.5)
 TAKEOVERS = []
 
 
@@ -36,8 +42,9 @@ def test_es__kill9_holder_is_taken_over(backend, es_mounts):
     took = op.t1 - t_kill
     TAKEOVERS.append(took)
     assert op.error is None, op.error
-    assert took <= BOUND, "take-over took %.2fs (bound %.2fs)" % (took, BOUND)
-    print("\n%s take-over after kill -9: %.2fs (bound %.2fs)" % (backend.flavor, took, BOUND))
+    assert took <= bound(backend), "take-over took %.2fs (bound %.2fs)" % (took, bound(backend))
+    print("\n%s take-over after kill -9: %.2fs (bound %.2fs)" % (backend.flavor, took,
+                                                               bound(backend)))
     assert os.path.isdir(b.bpath("d/other"))
     # nothing of the dead owner is left locked; its intent is reported
     assert lock_docs(backend) == {}, lock_docs(backend)
@@ -74,8 +81,8 @@ def test_es__kill9_takeover_times(backend, es_mounts):
             (m,) = es_mounts(backend, name, opts={name: ["rename_delay_ms=60000"]})
     times += TAKEOVERS
     print("\ntake-over times: median %.2fs, worst %.2fs (bound %.2fs)"
-          % (statistics.median(times), max(times), BOUND))
-    assert max(times) <= BOUND
+          % (statistics.median(times), max(times), bound(backend)))
+    assert max(times) <= bound(backend)
     assert lock_docs(backend) == {}
 
 
@@ -92,7 +99,7 @@ def test_es__cut_mount_is_fenced_and_taken_over(emu, es_mounts):
         op = start_op(os.rename, b.path("e/src"), b.path("e/taken"))
         op.join(20)
         assert op.error is None, op.error
-        assert op.t1 - t_cut <= BOUND
+        assert op.t1 - t_cut <= bound(emu)
         pending.join(20)
         # the cut mount noticed its lease was stale and did not rename
         assert pending.errno == errno.ENOLCK, pending.error
