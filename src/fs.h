@@ -28,6 +28,7 @@
 #define TREELOCKFS_FS_H
 
 #include <fuse_lowlevel.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -45,15 +46,21 @@ enum ctl_kind { CTL_NONE, CTL_DIR, CTL_STATS, CTL_LOCKS };
  * a lookup count; the nodeid is its address. The root is fs->root. Control
  * entries are static inodes without fd (fs_ctl.c). */
 struct ll_inode {
-	struct ll_inode *next;   /* hash chain; protected by itab.mutex */
+	struct ll_inode *next;   /* hash chain; protected by fs->itab_mutex */
 	int fd;                  /* O_PATH | O_NOFOLLOW on the backing file */
 	dev_t dev;
 	ino_t ino;
 	mode_t type;             /* S_IFMT bits */
-	uint64_t nlookup;        /* protected by itab.mutex */
+	uint64_t nlookup;        /* protected by fs->itab_mutex */
 	enum ctl_kind ctl;
 };
 
+struct plock_owner;
+
+#define TLFS_ITAB_SIZE 4096
+
+/* One mount: its configuration, its lock manager and its tables (as
+ * libfuse's passthrough_ll keeps them in lo_data). */
 struct tlfs {
 	int backing_fd;          /* O_DIRECTORY fd on BACKING */
 	const struct tl_config *cfg;
@@ -63,13 +70,23 @@ struct tlfs {
 	struct ll_inode *root;   /* the backing root's inode */
 	char *root_path;         /* BACKING as the kernel names it ("" for /) */
 	uint64_t rename_gen;     /* atomic: renames done through this mount */
+
+	/* the inode table (fs_inode.c); itab_mutex is a leaf lock, never
+	 * held across a syscall */
+	pthread_mutex_t itab_mutex;
+	struct ll_inode *itab[TLFS_ITAB_SIZE]; /* protected by itab_mutex */
+
+	/* the POSIX lock owners (fs_plock.c); plock_mutex is a leaf lock,
+	 * never held across a syscall */
+	pthread_mutex_t plock_mutex;
+	struct plock_owner *plocks; /* protected by plock_mutex */
 };
 
 /* The operations, for fuse_session_new() (fs_passthrough.c). */
 extern const struct fuse_lowlevel_ops tlfs_ops;
 
-/* Makes the root inode and notes BACKING's path; call after backing_fd is
- * open (fs_inode.c). Returns 0 or -errno. */
+/* Makes the tables and the root inode and notes BACKING's path; call after
+ * backing_fd is open, on a zeroed FS (fs_inode.c). Returns 0 or -errno. */
 int tlfs_prepare(struct tlfs *fs);
 
 /* Handles of control files and directories carry a tag bit; every other

@@ -3,7 +3,7 @@
  * Inodes: one struct ll_inode per (st_dev, st_ino) the kernel looked up,
  * with a lookup count; the nodeid is its address. The root is fs->root.
  *
- * Lock order: itab.mutex is a leaf, never held across a syscall.
+ * Lock order: fs->itab_mutex is a leaf, never held across a syscall.
  */
 #include <config.h>
 
@@ -21,12 +21,6 @@
 
 #include "fs.h"
 
-#define ITAB_SIZE 4096
-
-static struct {
-	pthread_mutex_t mutex;
-	struct ll_inode *buckets[ITAB_SIZE]; /* protected by mutex */
-} itab = {.mutex = PTHREAD_MUTEX_INITIALIZER};
 
 struct ll_inode *ino_get(struct tlfs *fs, fuse_ino_t ino)
 {
@@ -42,7 +36,7 @@ fuse_ino_t ino_id(struct tlfs *fs, struct ll_inode *in)
 
 static size_t ihash(dev_t dev, ino_t ino)
 {
-	return (size_t)((ino * UINT64_C(0x9e3779b97f4a7c15)) ^ dev) % ITAB_SIZE;
+	return (size_t)((ino * UINT64_C(0x9e3779b97f4a7c15)) ^ dev) % TLFS_ITAB_SIZE;
 }
 
 /* ---- credentials ------------------------------------------------------ */
@@ -115,19 +109,19 @@ struct ll_inode *inode_ref(struct tlfs *fs, int fd, const struct stat *st)
 	size_t h = ihash(st->st_dev, st->st_ino);
 	struct ll_inode *in;
 
-	pthread_mutex_lock(&itab.mutex);
-	for (in = itab.buckets[h]; in; in = in->next)
+	pthread_mutex_lock(&fs->itab_mutex);
+	for (in = fs->itab[h]; in; in = in->next)
 		if (in->ino == st->st_ino && in->dev == st->st_dev)
 			break;
 	if (in) {
 		in->nlookup++;
-		pthread_mutex_unlock(&itab.mutex);
+		pthread_mutex_unlock(&fs->itab_mutex);
 		close(fd);
 		return in;
 	}
 	in = calloc(1, sizeof(*in));
 	if (!in) {
-		pthread_mutex_unlock(&itab.mutex);
+		pthread_mutex_unlock(&fs->itab_mutex);
 		close(fd);
 		return NULL;
 	}
@@ -136,9 +130,9 @@ struct ll_inode *inode_ref(struct tlfs *fs, int fd, const struct stat *st)
 	in->ino = st->st_ino;
 	in->type = st->st_mode & S_IFMT;
 	in->nlookup = 1;
-	in->next = itab.buckets[h];
-	itab.buckets[h] = in;
-	pthread_mutex_unlock(&itab.mutex);
+	in->next = fs->itab[h];
+	fs->itab[h] = in;
+	pthread_mutex_unlock(&fs->itab_mutex);
 	return in;
 }
 
@@ -149,10 +143,10 @@ void inode_unref(struct tlfs *fs, struct ll_inode *in, uint64_t n)
 
 	if (in == fs->root || in->ctl)
 		return;
-	pthread_mutex_lock(&itab.mutex);
+	pthread_mutex_lock(&fs->itab_mutex);
 	in->nlookup = in->nlookup > n ? in->nlookup - n : 0;
 	if (in->nlookup == 0) {
-		for (pp = &itab.buckets[ihash(in->dev, in->ino)]; *pp; pp = &(*pp)->next) {
+		for (pp = &fs->itab[ihash(in->dev, in->ino)]; *pp; pp = &(*pp)->next) {
 			if (*pp == in) {
 				*pp = in->next;
 				break;
@@ -160,7 +154,7 @@ void inode_unref(struct tlfs *fs, struct ll_inode *in, uint64_t n)
 		}
 		last = true;
 	}
-	pthread_mutex_unlock(&itab.mutex);
+	pthread_mutex_unlock(&fs->itab_mutex);
 	if (last) {
 		close(in->fd);
 		free(in);
@@ -178,6 +172,8 @@ int tlfs_prepare(struct tlfs *fs)
 	struct stat st;
 	ssize_t n;
 
+	pthread_mutex_init(&fs->itab_mutex, NULL);
+	pthread_mutex_init(&fs->plock_mutex, NULL);
 	fs->root = calloc(1, sizeof(*fs->root));
 	if (!fs->root)
 		return -ENOMEM;

@@ -1,6 +1,6 @@
 /* fs_plock.c - POSIX record locks and flock() on the backing files, see fs.h
  *
- * Lock order: lk_tab.mutex is a leaf, never held across a syscall.
+ * Lock order: fs->plock_mutex is a leaf, never held across a syscall.
  */
 #include <config.h>
 
@@ -22,8 +22,8 @@
  * other hosts and local processes see them), on one description per
  * (inode, owner): an fd the daemon opens for that owner and closes when the
  * owner flushes the file, which releases exactly that owner's locks. */
-struct lk_owner {
-	struct lk_owner *next;
+struct plock_owner {
+	struct plock_owner *next;
 	dev_t dev;
 	ino_t ino;
 	uint64_t owner;
@@ -31,31 +31,28 @@ struct lk_owner {
 	unsigned int refs;       /* the table's, plus one per user */
 };
 
-static struct {
-	pthread_mutex_t mutex;
-	struct lk_owner *list;   /* protected by mutex */
-} lk_tab = {.mutex = PTHREAD_MUTEX_INITIALIZER};
 
-static void lk_put(struct lk_owner *o)
+static void plock_put(struct tlfs *fs, struct plock_owner *o)
 {
 	bool last;
 
 	if (!o)
 		return;
-	pthread_mutex_lock(&lk_tab.mutex);
+	pthread_mutex_lock(&fs->plock_mutex);
 	last = --o->refs == 0;
-	pthread_mutex_unlock(&lk_tab.mutex);
+	pthread_mutex_unlock(&fs->plock_mutex);
 	if (last) {
 		close(o->fd);
 		free(o);
 	}
 }
 
-static struct lk_owner *lk_find_locked(dev_t dev, ino_t ino, uint64_t owner)
+static struct plock_owner *plock_find_locked(struct tlfs *fs, dev_t dev, ino_t ino,
+					     uint64_t owner)
 {
-	struct lk_owner *o;
+	struct plock_owner *o;
 
-	for (o = lk_tab.list; o; o = o->next)
+	for (o = fs->plocks; o; o = o->next)
 		if (o->owner == owner && o->ino == ino && o->dev == dev)
 			return o;
 	return NULL;
@@ -64,20 +61,21 @@ static struct lk_owner *lk_find_locked(dev_t dev, ino_t ino, uint64_t owner)
 /* The description of OWNER's locks on the file open as FD, with a
  * reference; created when CREATE. Returns 0, -ENOENT (none and not
  * CREATE) or -errno. */
-static int lk_get(int fd, uint64_t owner, bool create, struct lk_owner **out)
+static int plock_get(struct tlfs *fs, int fd, uint64_t owner, bool create,
+		     struct plock_owner **out)
 {
-	struct lk_owner *o, *found;
+	struct plock_owner *o, *found;
 	struct stat st;
 	char proc[64];
 	int ofd;
 
 	if (fstat(fd, &st) == -1)
 		return -errno;
-	pthread_mutex_lock(&lk_tab.mutex);
-	o = lk_find_locked(st.st_dev, st.st_ino, owner);
+	pthread_mutex_lock(&fs->plock_mutex);
+	o = plock_find_locked(fs, st.st_dev, st.st_ino, owner);
 	if (o)
 		o->refs++;
-	pthread_mutex_unlock(&lk_tab.mutex);
+	pthread_mutex_unlock(&fs->plock_mutex);
 	if (o || !create) {
 		*out = o;
 		return o ? 0 : -ENOENT;
@@ -102,15 +100,15 @@ static int lk_get(int fd, uint64_t owner, bool create, struct lk_owner **out)
 	o->owner = owner;
 	o->fd = ofd;
 	o->refs = 2;
-	pthread_mutex_lock(&lk_tab.mutex);
-	found = lk_find_locked(st.st_dev, st.st_ino, owner);
+	pthread_mutex_lock(&fs->plock_mutex);
+	found = plock_find_locked(fs, st.st_dev, st.st_ino, owner);
 	if (found) {
 		found->refs++;
 	} else {
-		o->next = lk_tab.list;
-		lk_tab.list = o;
+		o->next = fs->plocks;
+		fs->plocks = o;
 	}
-	pthread_mutex_unlock(&lk_tab.mutex);
+	pthread_mutex_unlock(&fs->plock_mutex);
 	if (found) {
 		close(ofd);
 		free(o);
@@ -123,26 +121,26 @@ static int lk_get(int fd, uint64_t owner, bool create, struct lk_owner **out)
 /* Drops every lock OWNER holds on the file open as FD (its close). */
 void plock_drop_owner(struct tlfs *fs, int fd, uint64_t owner)
 {
-	struct lk_owner **pp, *o = NULL;
+	struct plock_owner **pp, *o = NULL;
 	struct stat st;
 
-	if (!__atomic_load_n(&lk_tab.list, __ATOMIC_ACQUIRE) || fstat(fd, &st) == -1)
+	if (!__atomic_load_n(&fs->plocks, __ATOMIC_ACQUIRE) || fstat(fd, &st) == -1)
 		return;
-	pthread_mutex_lock(&lk_tab.mutex);
-	for (pp = &lk_tab.list; *pp; pp = &(*pp)->next) {
+	pthread_mutex_lock(&fs->plock_mutex);
+	for (pp = &fs->plocks; *pp; pp = &(*pp)->next) {
 		if ((*pp)->owner == owner && (*pp)->ino == st.st_ino && (*pp)->dev == st.st_dev) {
 			o = *pp;
 			*pp = o->next;
 			break;
 		}
 	}
-	pthread_mutex_unlock(&lk_tab.mutex);
-	lk_put(o);
+	pthread_mutex_unlock(&fs->plock_mutex);
+	plock_put(fs, o);
 }
 
 static int posix_lock(struct tlfs *fs, struct fuse_file_info *fi, int cmd, struct flock *lk)
 {
-	struct lk_owner *o = NULL;
+	struct plock_owner *o = NULL;
 	int ofd_cmd, fd, res;
 
 	if (fi->fh & (CTL_TAG | DIR_TAG))
@@ -151,7 +149,8 @@ static int posix_lock(struct tlfs *fs, struct fuse_file_info *fi, int cmd, struc
 	/* an owner without a description holds nothing: test against all
 	 * (the caller's own fd holds no lock), and unlocking is a no-op */
 	creds_daemon(fs);
-	res = lk_get((int)fi->fh, fi->lock_owner, cmd != F_GETLK && lk->l_type != F_UNLCK, &o);
+	res = plock_get(fs, (int)fi->fh, fi->lock_owner, cmd != F_GETLK && lk->l_type != F_UNLCK,
+			&o);
 	if (res == -ENOENT)
 		res = 0;
 	if (res)
@@ -163,7 +162,7 @@ static int posix_lock(struct tlfs *fs, struct fuse_file_info *fi, int cmd, struc
 	res = fcntl(fd, ofd_cmd, lk) == -1 ? -errno : 0;
 	if (!res && cmd == F_GETLK && lk->l_type != F_UNLCK)
 		lk->l_pid = -1; /* the holder may be on another host */
-	lk_put(o);
+	plock_put(fs, o);
 	return res;
 }
 
