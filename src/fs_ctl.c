@@ -88,16 +88,15 @@ static int ctl_render(struct tlfs *fs, enum ctl_kind kind, struct ctl_buf **out)
 	}
 	if (kind == CTL_STATS) {
 		char buf[2048];
-		uint64_t req = fs->store->ops->requests ? fs->store->ops->requests(fs->store) : 0;
 
-		fprintf(f, "lock_store %s\nlock_strategy %s\n", fs->store->ops->name,
+		fprintf(f, "lock_store %s\nlock_strategy %s\n", lockmgr_store_name(&fs->mgr),
 			lockplan_strategy_name(fs->cfg->lock_strategy));
-		stats_format(&fs->mgr.stats, req, buf, sizeof(buf));
+		lockmgr_format_stats(&fs->mgr, buf, sizeof(buf));
 		fputs(buf, f);
 	} else {
 		struct tl_lock_info *v = NULL;
 		size_t n = 0, i;
-		int err = fs->store->ops->list(fs->store, "/", &v, &n);
+		int err = lockmgr_list(&fs->mgr, "/", &v, &n);
 
 		if (err) {
 			fprintf(f, "error %s\n", strerror(-err));

@@ -82,31 +82,25 @@ static void reply_entry_or_err(struct tlfs *fs, fuse_req_t req, int err,
 static void ll_init(void *userdata, struct fuse_conn_info *conn)
 {
 	struct tlfs *fs = userdata;
-	int err;
 
 	/* splice halves the copies of large reads and writes (measured:
 	 * sequential 1 MiB reads about twice as fast with it) */
 	conn->want |= conn->capable & (FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE |
 				       FUSE_CAP_SPLICE_MOVE | FUSE_CAP_PARALLEL_DIROPS);
-	if (fs->store->ops->start) {
-		err = fs->store->ops->start(fs->store);
-		if (err)
-			tl_log(LOG_ERR, "cannot start the %s lock store: %s", fs->store->ops->name,
-			       strerror(-err));
-	}
+	lockmgr_start(&fs->mgr); /* a failure is logged; requests then fail with ENOLCK */
 	tl_log(LOG_INFO, "mounted with lock_store=%s lock_strategy=%s lock_scope=%s",
-	       fs->store->ops->name, lockplan_strategy_name(fs->cfg->lock_strategy),
+	       lockmgr_store_name(&fs->mgr), lockplan_strategy_name(fs->cfg->lock_strategy),
 	       fs->cfg->lock_scope == TL_SCOPE_NAMESPACE ? "namespace" : "rename");
 }
 
 static void ll_destroy(void *userdata)
 {
 	struct tlfs *fs = userdata;
+	const struct tl_stats *s = lockmgr_stats(&fs->mgr);
 
 	tl_log(LOG_INFO, "unmounting: %" PRIu64 " renames, %" PRIu64 " conflicts, %" PRIu64
 			 " timeouts",
-	       stats_get(&fs->mgr.stats.renames), stats_get(&fs->mgr.stats.conflicts),
-	       stats_get(&fs->mgr.stats.timeouts));
+	       stats_get(&s->renames), stats_get(&s->conflicts), stats_get(&s->timeouts));
 }
 
 static void ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)

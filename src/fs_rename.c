@@ -4,7 +4,7 @@
  *   plan  = lockplan_rename(strategy, from, to, flags [, entries below])
  *   hold  = lockmgr_acquire(plan)              all or nothing, bounded wait
  *   check = the keys still name what the fds hold, else ENOENT
- *   rename by the directories' fds (renameat2)
+ *   renameat2() by the directories' fds
  *   lockmgr_release(plan)                      on every path
  *
  * A key is the path of an entry below the backing root as the kernel
@@ -22,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,13 +30,6 @@
 #include "log.h"
 #include "path.h"
 #include "tlclock.h"
-
-#ifndef RENAME_NOREPLACE
-#define RENAME_NOREPLACE (1 << 0)
-#endif
-#ifndef RENAME_EXCHANGE
-#define RENAME_EXCHANGE (1 << 1)
-#endif
 
 /* The key of NAME in directory DIR (or of DIR itself when NAME is NULL):
  * the directory's current path below the backing root, as the kernel
@@ -235,9 +227,9 @@ void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 	if (fs->cfg->lock_strategy == TL_STRATEGY_NONE) {
 		/* no locks, no keys: the baseline the others are measured by */
 		res = creds_enter(fs, req);
-		if (!res && syscall(SYS_renameat2, p1->fd, name, p2->fd, newname, flags) == -1)
+		if (!res && renameat2(p1->fd, name, p2->fd, newname, flags) == -1)
 			res = -errno;
-		stats_add(&fs->mgr.stats.renames, 1);
+		lockmgr_count_unlocked(&fs->mgr, true);
 		fuse_reply_err(req, -res);
 		return;
 	}
@@ -267,20 +259,20 @@ void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 
 		nanosleep(&ts, NULL);
 	}
-	if (!lockmgr_lease_fresh(&fs->mgr)) {
-		stats_add(&fs->mgr.stats.fenced, 1);
+	res = lockmgr_check_lease(&fs->mgr);
+	if (res) {
 		tl_log(LOG_ERR, "rename '%s' -> '%s' refused: this mount's lease is no longer fresh",
 		       from, to);
-		res = -ENOLCK;
 		goto out_release_locks;
 	}
 	/* The locks are on the paths the names had when we asked. If a rename
 	 * we waited for moved one of them, the path the caller named is gone:
 	 * that is the guide's ENOENT, and renaming by the directory fds now
-	 * would act on a path nobody locked. With the mem store only renames
-	 * through this mount can have moved them, and none completed since
-	 * the keys were computed when the generation is unchanged. */
-	if ((fs->cfg->lock_store != TL_STORE_MEM ||
+	 * would act on a path nobody locked. When the store has no other
+	 * writers only renames through this mount can have moved them, and
+	 * none completed since the keys were computed when the generation is
+	 * unchanged. */
+	if ((lockmgr_other_writers_possible(&fs->mgr) ||
 	     __atomic_load_n(&fs->rename_gen, __ATOMIC_ACQUIRE) != gen) &&
 	    (!key_still(fs, p1, name, from) || !key_still(fs, p2, newname, to))) {
 		tl_log(LOG_INFO, "rename '%s' -> '%s': moved while it waited", from, to);
@@ -292,7 +284,7 @@ void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 		goto out_release_locks;
 	/* by the directories' fds: a directory moved by another host since the
 	 * kernel resolved the names is still the one the kernel meant */
-	res = (int)syscall(SYS_renameat2, p1->fd, name, p2->fd, newname, flags);
+	res = renameat2(p1->fd, name, p2->fd, newname, flags);
 	res = res == -1 ? -errno : 0;
 	if (!res)
 		__atomic_add_fetch(&fs->rename_gen, 1, __ATOMIC_RELEASE);
