@@ -115,7 +115,7 @@ int lockmgr_acquire(struct lockmgr *m, const struct tl_plan *plan, uint32_t pid,
 			if (st->ops->abandon)
 				st->ops->abandon(st, plan, h);
 			stats_add(&m->stats.errors, 1);
-			return -ENOLCK;
+			return lockstore_errno(err);
 		}
 		if (attempt == 0)
 			stats_add(&m->stats.waits, 1);
@@ -142,12 +142,12 @@ int lockmgr_acquire(struct lockmgr *m, const struct tl_plan *plan, uint32_t pid,
 				       "%s timed out after %" PRId64 " ms: '%s' held by %s",
 				       plan_desc(plan, desc, sizeof(desc)), (now - start) / 1000,
 				       why.key, why.holder);
-				return -EBUSY;
+				return lockstore_errno(err);
 			}
 			stats_add(&m->stats.errors, 1);
 			tl_log(LOG_ERR, "%s failed after %" PRId64 " ms: lock store unavailable",
 			       plan_desc(plan, desc, sizeof(desc)), (now - start) / 1000);
-			return -ENOLCK;
+			return lockstore_errno(err);
 		}
 		if (err == -EAGAIN && st->ops->wait) {
 			struct timespec dl = us_to_ts(deadline);
@@ -182,7 +182,7 @@ int lockmgr_release(struct lockmgr *m, const struct tl_plan *plan, struct tl_hol
 		stats_add(&m->stats.errors, 1);
 		tl_log(LOG_ERR, "cannot release the locks of %s: %s; they expire with the lease",
 		       plan_desc(plan, desc, sizeof(desc)), strerror(-err));
-		return -ENOLCK;
+		return lockstore_errno(err);
 	}
 	return 0;
 }
@@ -190,4 +190,59 @@ int lockmgr_release(struct lockmgr *m, const struct tl_plan *plan, struct tl_hol
 bool lockmgr_lease_fresh(struct lockmgr *m)
 {
 	return !m->store->ops->lease_fresh || m->store->ops->lease_fresh(m->store);
+}
+
+int lockmgr_check_lease(struct lockmgr *m)
+{
+	if (lockmgr_lease_fresh(m))
+		return 0;
+	stats_add(&m->stats.fenced, 1);
+	return lockstore_errno(-ESTALE);
+}
+
+bool lockmgr_other_writers_possible(const struct lockmgr *m)
+{
+	return (m->store->ops->caps & TL_CAP_OTHER_WRITERS) != 0;
+}
+
+const char *lockmgr_store_name(const struct lockmgr *m)
+{
+	return m->store->ops->name;
+}
+
+int lockmgr_start(struct lockmgr *m)
+{
+	int err;
+
+	if (!m->store->ops->start)
+		return 0;
+	err = m->store->ops->start(m->store);
+	if (err)
+		tl_log(LOG_ERR, "cannot start the %s lock store: %s", m->store->ops->name,
+		       strerror(-err));
+	return err;
+}
+
+int lockmgr_list(struct lockmgr *m, const char *prefix, struct tl_lock_info **out, size_t *n)
+{
+	*out = NULL;
+	*n = 0;
+	return m->store->ops->list(m->store, prefix, out, n);
+}
+
+void lockmgr_count_unlocked(struct lockmgr *m, bool rename)
+{
+	stats_add(rename ? &m->stats.renames : &m->stats.entry_ops, 1);
+}
+
+const struct tl_stats *lockmgr_stats(const struct lockmgr *m)
+{
+	return &m->stats;
+}
+
+size_t lockmgr_format_stats(struct lockmgr *m, char *buf, size_t size)
+{
+	const struct lockstore_ops *ops = m->store->ops;
+
+	return stats_format(&m->stats, ops->requests ? ops->requests(m->store) : 0, buf, size);
 }

@@ -47,4 +47,36 @@ int lockmgr_release(struct lockmgr *m, const struct tl_plan *plan, struct tl_hol
 /* True while the store says our lease is fresh (fencing). */
 bool lockmgr_lease_fresh(struct lockmgr *m);
 
+/* Fencing before acting on held locks: returns 0 while our lease is
+ * fresh, else counts the refusal and returns -ENOLCK. */
+int lockmgr_check_lease(struct lockmgr *m);
+
+/* True when other mounts may change the tree and take locks in the store
+ * (its TL_CAP_OTHER_WRITERS): keys computed before the locks were held
+ * must then be checked again once they are. */
+bool lockmgr_other_writers_possible(const struct lockmgr *m);
+
+/* The store's name, for logs and the stats file. */
+const char *lockmgr_store_name(const struct lockmgr *m);
+
+/* Starts the store's background work (lease heartbeat): once, after the
+ * process daemonised, before the first request. Returns 0 or -errno
+ * (logged). */
+int lockmgr_start(struct lockmgr *m);
+
+/* Lists the store's locks under PREFIX ("/" for all) into a new array *OUT
+ * of *N rows (free with lockstore_free_list()). Returns 0 or -errno. */
+int lockmgr_list(struct lockmgr *m, const char *prefix, struct tl_lock_info **out, size_t *n);
+
+/* Counts a rename (RENAME) or entry operation done without a plan
+ * (lock_strategy=none). This function can't fail. */
+void lockmgr_count_unlocked(struct lockmgr *m, bool rename);
+
+/* The counters, to read with stats_get(). */
+const struct tl_stats *lockmgr_stats(const struct lockmgr *m);
+
+/* Formats the counters and the store's round trips as "name value" lines
+ * into BUF (stats_format()). Returns the length written. */
+size_t lockmgr_format_stats(struct lockmgr *m, char *buf, size_t size);
+
 #endif /* TREELOCKFS_LOCKMGR_H */

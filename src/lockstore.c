@@ -47,11 +47,7 @@ int lockstore_errno(int store_err)
 	case 0:
 		return 0;
 	case -EAGAIN:
-	case -ETIMEDOUT:
-	case -EBUSY:
 		return -EBUSY;
-	case -ENOMEM:
-		return -ENOMEM;
 	default:
 		return -ENOLCK;
 	}

@@ -38,15 +38,14 @@ struct tl_config;
 struct lockstore;
 
 /* One rename (or entry op) as a lock holder. Filled by lockmgr before the
- * first try_acquire; stores may use the scratch fields. */
+ * first try_acquire; what a store keeps per holder hangs from PRIV. */
 struct tl_holder {
 	uint64_t ticket;       /* age: smaller is older; unique in this process */
 	int64_t start_ms;      /* wall clock at the first attempt (for display) */
 	uint32_t pid;          /* requesting process on this host, 0 if unknown */
 	char id[96];           /* unique holder id: "<owner>#<ticket>" */
-	uint64_t gen;          /* store scratch: change counter seen at refusal */
-	bool marked;           /* store scratch: waiter marks left in the store */
-	void *priv;            /* store scratch, freed by release/abandon */
+	void *priv;            /* the store's, NULL at first; freed by the store
+				* by the time release or abandon returns */
 };
 
 /* Why a try_acquire was refused, for logs. */
@@ -66,8 +65,19 @@ struct tl_lock_info {
 	unsigned int waiters;
 };
 
+/* Capabilities a store reports in lockstore_ops.caps. */
+enum {
+	/* Other mounts (other hosts) may change the tree and take locks in
+	 * this store: a key computed before the locks were held may have
+	 * been renamed away meanwhile, whatever this mount did. A store
+	 * shared by several mounts must set it; without it the mount
+	 * assumes it is the only writer (the mem store). */
+	TL_CAP_OTHER_WRITERS = 1u << 0,
+};
+
 struct lockstore_ops {
 	const char *name;
+	unsigned int caps;     /* TL_CAP_* */
 
 	/* Starts background work (lease heartbeat). Called once after the
 	 * process daemonised, before the first request. May be NULL. */
@@ -129,9 +139,11 @@ void lockstore_close(struct lockstore *st);
 
 void lockstore_free_list(struct tl_lock_info *list, size_t n);
 
-/* The one place store failures become errno for users:
- * conflict until the deadline -> EBUSY; store unreachable, refusing,
- * misbehaving or our lease lost -> ENOLCK. */
+/* The one place a store's results become errno for users (the man page's
+ * ERRORS): 0 -> 0; a conflict still there at the deadline (-EAGAIN) ->
+ * -EBUSY; anything else (-ENOLCK: unreachable or failing, -EACCES: refusing
+ * us, -ESTALE: our lease lost, -ENOMEM, ...) -> -ENOLCK. This function
+ * can't fail. */
 int lockstore_errno(int store_err);
 
 #endif /* TREELOCKFS_LOCKSTORE_H */

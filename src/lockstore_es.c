@@ -142,6 +142,7 @@ struct es_hold {
 	char key[ES_ID_MAX + 24]; /* "<owner id>#<ticket>" of the last attempt */
 	unsigned int epoch;
 	bool held;
+	bool marked; /* waiter marks left in the index */
 };
 
 static const struct lockstore_ops es_ops;
@@ -364,7 +365,7 @@ out_rollback:
 	for (i = 0; i < n; i++)
 		es_docs_mark(&b, r, i);
 	if (es_send_idempotent(es, &b) == 0)
-		((struct tl_holder *)h)->marked = true;
+		((struct es_hold *)h->priv)->marked = true;
 	else
 		err = -ENOLCK;
 out:
@@ -421,7 +422,7 @@ static int es_try_acquire(struct lockstore *st, const struct tl_plan *plan, stru
 	snprintf(hold->key, sizeof(hold->key), "%s#%" PRIu64, owner, h->ticket);
 	r.owner = owner;
 	r.hkey = hold->key;
-	r.marked = h->marked;
+	r.marked = hold->marked;
 	r.tmo_ms = es->tmo_ms;
 	err = ids_make(plan, &ids);
 	if (err)
@@ -588,7 +589,7 @@ static void es_abandon(struct lockstore *st, const struct tl_plan *plan, struct 
 	char **ids = NULL;
 	size_t i;
 
-	if (hold && h->marked && ids_make(plan, &ids) == 0) {
+	if (hold && hold->marked && ids_make(plan, &ids) == 0) {
 		for (i = 0; i < plan->n; i++)
 			es_docs_unmark(&b, ids[i], hold->key);
 		es_docs_intent_delete(&b, hold->key);
@@ -596,7 +597,6 @@ static void es_abandon(struct lockstore *st, const struct tl_plan *plan, struct 
 	}
 	buf_free(&b);
 	ids_free(ids, plan->n);
-	h->marked = false;
 	if (hold)
 		hold->held = false;
 	hold_done(es, h);
@@ -783,6 +783,7 @@ int lockstore_es_open(const struct tl_config *cfg, struct lockstore **out)
 
 static const struct lockstore_ops es_ops = {
 	.name = "es",
+	.caps = TL_CAP_OTHER_WRITERS,
 	.start = es_start,
 	.try_acquire = es_try_acquire,
 	.wait = NULL,

@@ -216,12 +216,18 @@ static void waiter_add(struct mem_entry *e, uint64_t ticket, enum tl_lock_mode m
 	e->nw++;
 }
 
+/* What this store keeps of a holder that left waiter marks (h->priv; none
+ * while it left no marks). */
+struct mem_hold {
+	uint64_t gen; /* s->gen when it was refused */
+};
+
 /* Drops H's marks from every key of PLAN. Must be called with mutex held. */
 static void marks_drop(struct mem_store *s, const struct tl_plan *plan, struct tl_holder *h)
 {
 	size_t i;
 
-	if (!h->marked)
+	if (!h->priv)
 		return;
 	for (i = 0; i < plan->n; i++) {
 		uint64_t hh = key_hash(plan->items[i].key);
@@ -232,7 +238,8 @@ static void marks_drop(struct mem_store *s, const struct tl_plan *plan, struct t
 			entry_put(s, e);
 		}
 	}
-	h->marked = false;
+	free(h->priv);
+	h->priv = NULL;
 	s->gen++;
 	pthread_cond_broadcast(&s->cond);
 }
@@ -257,6 +264,10 @@ static int mem_try_acquire(struct lockstore *st, const struct tl_plan *plan, str
 		}
 	}
 	if (err) {
+		struct mem_hold *mh = h->priv ? h->priv : calloc(1, sizeof(*mh));
+
+		if (!mh)
+			goto out_unlock; /* no marks: fairness degrades, safety does not */
 		/* mark every key, so no younger request overtakes us anywhere */
 		for (i = 0; i < plan->n; i++) {
 			struct mem_entry *e = entry_get(s, plan->items[i].key);
@@ -264,8 +275,8 @@ static int mem_try_acquire(struct lockstore *st, const struct tl_plan *plan, str
 			if (e)
 				waiter_add(e, h->ticket, plan->items[i].mode);
 		}
-		h->marked = true;
-		h->gen = s->gen;
+		mh->gen = s->gen;
+		h->priv = mh;
 		goto out_unlock;
 	}
 	err = -ENOMEM;
@@ -306,16 +317,20 @@ static int mem_wait(struct lockstore *st, const struct tl_plan *plan, struct tl_
 		    unsigned int attempt, const struct timespec *deadline)
 {
 	struct mem_store *s = (struct mem_store *)st;
+	const struct mem_hold *mh = h->priv;
 	int err = 0;
 
 	pthread_mutex_lock(&s->mutex);
-	while (s->gen == h->gen) {
+	/* without marks (out of memory) for the next change of any lock */
+	while (!mh || s->gen == mh->gen) {
 		int rc = pthread_cond_timedwait(&s->cond, &s->mutex, deadline);
 
 		if (rc == ETIMEDOUT) {
 			err = -ETIMEDOUT;
 			break;
 		}
+		if (!mh)
+			break;
 	}
 	pthread_mutex_unlock(&s->mutex);
 	return err;

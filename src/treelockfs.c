@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "options.h"
-#include "fsops_ll.h"
+#include "fs.h"
 #include "lockstore.h"
 #include "log.h"
 
@@ -107,7 +107,7 @@ int main(int argc, char *argv[])
 		config_error(&cfg, "cannot parse the libfuse options");
 	if (!cfg.errors) {
 		/* also reports libfuse options it does not know, on stderr */
-		se = fuse_session_new(&args, &tlfs_ll_ops, sizeof(tlfs_ll_ops), &fs);
+		se = fuse_session_new(&args, &tlfs_ops, sizeof(tlfs_ops), &fs);
 		if (!se)
 			config_error(&cfg, "libfuse refused the options above");
 	}
@@ -143,7 +143,7 @@ int main(int argc, char *argv[])
 	/* modes arrive with the caller's umask applied; ours must not apply again */
 	umask(0);
 
-	err = tlfs_ll_prepare(&fs);
+	err = tlfs_prepare(&fs);
 	if (err) {
 		tl_log(LOG_ERR, "cannot prepare BACKING '%s': %s", cfg.backing, strerror(-err));
 		goto out_close_store;

@@ -21,9 +21,7 @@ static struct lockmgr mgr;
 
 static void setup(void)
 {
-	ck_assert_int_eq(config_init(&cfg), 0);
-	ck_assert_int_eq(config_validate(&cfg), 0);
-	ck_assert_int_eq(lockstore_open(&cfg, &st), 0);
+	st = unit_mem_store(&cfg);
 	lockmgr_init(&mgr, st, 5.0, "unit");
 }
 

@@ -4,9 +4,50 @@
 
 #include <check.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "lockstore.h"
+#include "es_i.h"
 #include "log.h"
 #include "unit.h"
+
+void unit_es_url(struct tl_config *cfg, const char *url)
+{
+	struct es_options *es = config_store_opts(cfg, TL_STORE_ES);
+
+	free(es->url);
+	es->url = strdup(url);
+	ck_assert_ptr_nonnull(es->url);
+}
+
+void unit_store_config(struct tl_config *cfg, enum tl_store_kind store, const char *es_url)
+{
+	ck_assert_int_eq(config_init(cfg), 0);
+	cfg->lock_store = store;
+	cfg->lock_strategy = TL_STRATEGY_TREE;
+	free(cfg->owner);
+	cfg->owner = strdup("hostA");
+	cfg->lease_ttl = 10;
+	cfg->lock_timeout = 5;
+	if (store == TL_STORE_ES) {
+		struct es_options *es = config_store_opts(cfg, TL_STORE_ES);
+
+		unit_es_url(cfg, es_url);
+		free(es->index);
+		es->index = strdup("locks");
+		es->timeout_ms = 2000;
+	}
+	ck_assert_int_eq(config_validate(cfg), 0);
+}
+
+struct lockstore *unit_mem_store(struct tl_config *cfg)
+{
+	struct lockstore *st = NULL;
+
+	unit_store_config(cfg, TL_STORE_MEM, NULL);
+	ck_assert_int_eq(lockstore_open(cfg, &st), 0);
+	return st;
+}
 
 int main(void)
 {

@@ -8,6 +8,19 @@
 
 #include "options.h"
 
+/* The store fixture every suite shares: fills CFG (config_init()) for
+ * STORE with the tests' settings and validates it: strategy tree,
+ * lock_timeout 5 s, lease_ttl 10 s, owner "hostA"; for es also index
+ * "locks" at ES_URL and requests that time out after 2 s. Fails the test
+ * on error; free with config_free(). */
+void unit_store_config(struct tl_config *cfg, enum tl_store_kind store, const char *es_url);
+
+/* Points an es configuration at URL (another node, or none). */
+void unit_es_url(struct tl_config *cfg, const char *url);
+
+/* unit_store_config() for the mem store, and the store opened over it. */
+struct lockstore *unit_mem_store(struct tl_config *cfg);
+
 Suite *make_suite_path(void);
 Suite *make_suite_lockplan(void);
 Suite *make_suite_lockmgr(void);

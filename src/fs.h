@@ -1,0 +1,184 @@
+/* fs.h - the FUSE filesystem of treelockfs (libfuse low-level API)
+ *
+ * Every operation is a passthrough to the backing directory by inode: each
+ * inode the kernel knows is an O_PATH fd on the backing file, so renames
+ * made behind the mount's back (other hosts, BACKING itself) never confuse
+ * it. rename() is wrapped in the locks of its plan, whose keys are the
+ * current paths of the directories involved; with lock_scope=namespace so
+ * are the operations that create or remove names. With allow_other, each
+ * operation runs with the requesting user's fsuid, fsgid and supplementary
+ * groups.
+ *
+ * A hidden entry ".treelockfs/" at the root (never listed) holds read-only
+ * "stats" and "locks" files.
+ *
+ * The files behind it, and the only calls between them (declared below):
+ *
+ *   fs_passthrough.c  the operations that pass through, the ops table
+ *   fs_inode.c        the inode table, caller credentials, tlfs_prepare()
+ *   fs_rename.c       lock keys, entry locks, ll_rename()
+ *   fs_plock.c        POSIX record locks and flock()
+ *   fs_ctl.c          the .treelockfs control entry
+ *
+ * Only treelockfs.c includes this header from outside; it uses struct tlfs,
+ * tlfs_ops and tlfs_prepare() only. None of these files names a lock
+ * store: what they need of one they ask the lock manager (lockmgr.h).
+ */
+#ifndef TREELOCKFS_FS_H
+#define TREELOCKFS_FS_H
+
+#include <fuse_lowlevel.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "options.h"
+#include "lockmgr.h"
+#include "lockplan.h"
+
+#define TLFS_CTL_NAME ".treelockfs"
+
+/* What a control inode is; CTL_NONE for every backing inode. */
+enum ctl_kind { CTL_NONE, CTL_DIR, CTL_STATS, CTL_LOCKS };
+
+/* One inode the kernel knows: one per (st_dev, st_ino) it looked up, with
+ * a lookup count; the nodeid is its address. The root is fs->root. Control
+ * entries are static inodes without fd (fs_ctl.c). */
+struct ll_inode {
+	struct ll_inode *next;   /* hash chain; protected by fs->itab_mutex */
+	int fd;                  /* O_PATH | O_NOFOLLOW on the backing file */
+	dev_t dev;
+	ino_t ino;
+	mode_t type;             /* S_IFMT bits */
+	uint64_t nlookup;        /* protected by fs->itab_mutex */
+	enum ctl_kind ctl;
+};
+
+struct plock_owner;
+
+#define TLFS_ITAB_SIZE 4096
+
+/* One mount: its configuration, its lock manager and its tables (as
+ * libfuse's passthrough_ll keeps them in lo_data). */
+struct tlfs {
+	int backing_fd;          /* O_DIRECTORY fd on BACKING */
+	const struct tl_config *cfg;
+	struct lockstore *store; /* owned by main(); the fs uses it through mgr only */
+	struct lockmgr mgr;
+	bool switch_creds;       /* root daemon serving other users */
+	struct ll_inode *root;   /* the backing root's inode */
+	char *root_path;         /* BACKING as the kernel names it ("" for /) */
+	uint64_t rename_gen;     /* atomic: renames done through this mount */
+
+	/* the inode table (fs_inode.c); itab_mutex is a leaf lock, never
+	 * held across a syscall */
+	pthread_mutex_t itab_mutex;
+	struct ll_inode *itab[TLFS_ITAB_SIZE]; /* protected by itab_mutex */
+
+	/* the POSIX lock owners (fs_plock.c); plock_mutex is a leaf lock,
+	 * never held across a syscall */
+	pthread_mutex_t plock_mutex;
+	struct plock_owner *plocks; /* protected by plock_mutex */
+};
+
+/* The operations, for fuse_session_new() (fs_passthrough.c). */
+extern const struct fuse_lowlevel_ops tlfs_ops;
+
+/* Makes the tables and the root inode and notes BACKING's path; call after
+ * backing_fd is open, on a zeroed FS (fs_inode.c). Returns 0 or -errno. */
+int tlfs_prepare(struct tlfs *fs);
+
+/* Handles of control files and directories carry a tag bit; every other
+ * handle is a backing fd. */
+#define CTL_TAG (UINT64_C(1) << 63)
+#define DIR_TAG (UINT64_C(1) << 62)
+
+/* ---- fs_inode.c: inodes and credentials ---- */
+
+static inline struct tlfs *req_fs(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+/* The inode of nodeid INO, and back. These can't fail. */
+struct ll_inode *ino_get(struct tlfs *fs, fuse_ino_t ino);
+fuse_ino_t ino_id(struct tlfs *fs, struct ll_inode *in);
+
+/* Finds or makes the inode of the open O_PATH FD (stat ST), taking one
+ * lookup reference. Takes FD over (closes it when an inode exists).
+ * Returns NULL when out of memory. */
+struct ll_inode *inode_ref(struct tlfs *fs, int fd, const struct stat *st);
+
+/* Drops N lookup references of IN; frees it at zero. */
+void inode_unref(struct tlfs *fs, struct ll_inode *in, uint64_t n);
+
+/* "/proc/self/fd/FD" into BUF: the file itself, through the magic link. */
+void proc_name(int fd, char buf[64]);
+
+/* Acts as the requesting user on this thread, when we serve other users as
+ * root. Returns 0 or -errno. */
+int creds_enter(struct tlfs *fs, fuse_req_t req);
+
+/* Back to the daemon's own (root) credentials on this thread. */
+void creds_daemon(struct tlfs *fs);
+
+/* True when this thread acts as root (its own or a root caller's). */
+bool creds_are_root(void);
+
+/* ---- fs_rename.c: keys and locks ---- */
+
+/* Locks an entry operation holds (lock_scope=namespace), or none. */
+struct op_lock {
+	struct tl_plan *plan;
+	struct tl_holder holder;
+};
+
+/* Takes the entry plan of NAME in PARENT when lock_scope=namespace (else
+ * holds nothing). Returns 0 or -errno (EBUSY, ENOLCK, ENOENT, ...). */
+int entry_lock(struct tlfs *fs, fuse_req_t req, struct ll_inode *parent, const char *name,
+	       struct op_lock *l);
+
+/* Releases what entry_lock() took; accepts a lock that holds nothing. */
+void entry_unlock(struct tlfs *fs, struct op_lock *l);
+
+void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+	       const char *newname, unsigned int flags);
+
+/* ---- fs_plock.c: POSIX record locks and flock ---- */
+
+void ll_getlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct flock *lock);
+void ll_setlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct flock *lock,
+	      int sleep);
+void ll_flock(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, int op);
+
+/* Drops every lock OWNER holds on the file open as FD (its flush). */
+void plock_drop_owner(struct tlfs *fs, int fd, uint64_t owner);
+
+/* ---- fs_ctl.c: the control entry ---- */
+
+/* True when NAME in PARENT is a control entry or inside one. */
+bool ctl_is_name(struct tlfs *fs, struct ll_inode *parent, const char *name);
+
+/* Looks a control NAME up in PARENT (ctl_is_name() is true) into E.
+ * Returns 0 or -ENOENT. */
+int ctl_lookup(struct tlfs *fs, struct ll_inode *parent, const char *name,
+	       struct fuse_entry_param *e);
+
+/* The attributes of a control inode of KIND. This function can't fail. */
+void ctl_stat(enum ctl_kind kind, struct stat *st);
+
+/* Opens control file IN (renders its text now) and replies. */
+void ctl_open(struct tlfs *fs, fuse_req_t req, struct ll_inode *in, struct fuse_file_info *fi);
+
+/* Replies to a read of an open control file (fi->fh & CTL_TAG). */
+void ctl_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi);
+
+/* Frees an open control file (fi->fh & CTL_TAG). */
+void ctl_release(struct fuse_file_info *fi);
+
+/* Adds the control directory's entries from OFFSET into BUF (REM bytes
+ * left, updated). Returns the bytes added. */
+size_t ctl_readdir(fuse_req_t req, char *buf, size_t rem, off_t offset);
+
+#endif /* TREELOCKFS_FS_H */

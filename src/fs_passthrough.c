@@ -1,0 +1,913 @@
+/* fs_passthrough.c - the FUSE operations that pass through, and the table
+ * of all operations, see fs.h
+ *
+ * Why the low-level API: libfuse's high-level API keeps its own tree of
+ * path nodes and locks paths in it. When another host (or anyone writing to
+ * BACKING directly) renames directories behind its back, that tree and the
+ * backing tree disagree, and libfuse 3.14 then deadlocks in its path lock
+ * queue or asserts (both reproduced with libfuse's own example passthrough
+ * under a rename storm on the backing directory). That is exactly the
+ * situation treelockfs is for, so operations here address files by inode:
+ * every inode the kernel knows is an O_PATH fd on the backing file (like
+ * libfuse's passthrough_ll), and paths are computed only where a lock key
+ * is needed (fs_rename.c).
+ */
+#include <config.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include "fs.h"
+#include "lockplan.h"
+#include "log.h"
+
+/* ---- replies -------------------------------------------------------------- */
+
+/* Looks NAME up in PARENT (as the caller's credentials allow) and fills E
+ * with a new lookup reference. Returns 0 or -errno. */
+static int do_lookup(struct tlfs *fs, struct ll_inode *parent, const char *name,
+		     struct fuse_entry_param *e)
+{
+	struct ll_inode *in;
+	int fd;
+
+	memset(e, 0, sizeof(*e));
+	e->attr_timeout = fs->cfg->attr_timeout;
+	e->entry_timeout = fs->cfg->entry_timeout;
+	if (ctl_is_name(fs, parent, name))
+		return ctl_lookup(fs, parent, name, e);
+	fd = openat(parent->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (fd == -1)
+		return -errno;
+	if (fstatat(fd, "", &e->attr, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == -1) {
+		int err = -errno;
+
+		close(fd);
+		return err;
+	}
+	in = inode_ref(fs, fd, &e->attr);
+	if (!in)
+		return -ENOMEM;
+	e->ino = ino_id(fs, in);
+	return 0;
+}
+
+static void reply_entry_or_err(struct tlfs *fs, fuse_req_t req, int err,
+			       struct fuse_entry_param *e)
+{
+	if (err == -ENOENT && fs->cfg->negative_timeout > 0) {
+		memset(e, 0, sizeof(*e));
+		e->entry_timeout = fs->cfg->negative_timeout;
+		fuse_reply_entry(req, e);
+	} else if (err) {
+		fuse_reply_err(req, -err);
+	} else {
+		fuse_reply_entry(req, e);
+	}
+}
+
+/* ---- operations ------------------------------------------------------------ */
+
+static void ll_init(void *userdata, struct fuse_conn_info *conn)
+{
+	struct tlfs *fs = userdata;
+
+	/* splice halves the copies of large reads and writes (measured:
+	 * sequential 1 MiB reads about twice as fast with it) */
+	conn->want |= conn->capable & (FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE |
+				       FUSE_CAP_SPLICE_MOVE | FUSE_CAP_PARALLEL_DIROPS);
+	lockmgr_start(&fs->mgr); /* a failure is logged; requests then fail with ENOLCK */
+	tl_log(LOG_INFO, "mounted with lock_store=%s lock_strategy=%s lock_scope=%s",
+	       lockmgr_store_name(&fs->mgr), lockplan_strategy_name(fs->cfg->lock_strategy),
+	       fs->cfg->lock_scope == TL_SCOPE_NAMESPACE ? "namespace" : "rename");
+}
+
+static void ll_destroy(void *userdata)
+{
+	struct tlfs *fs = userdata;
+	const struct tl_stats *s = lockmgr_stats(&fs->mgr);
+
+	tl_log(LOG_INFO, "unmounting: %" PRIu64 " renames, %" PRIu64 " conflicts, %" PRIu64
+			 " timeouts",
+	       stats_get(&s->renames), stats_get(&s->conflicts), stats_get(&s->timeouts));
+}
+
+static void ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct tlfs *fs = req_fs(req);
+	struct fuse_entry_param e;
+	int err = creds_enter(fs, req);
+
+	if (!err)
+		err = do_lookup(fs, ino_get(fs, parent), name, &e);
+	reply_entry_or_err(fs, req, err, &e);
+}
+
+static void ll_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	struct tlfs *fs = req_fs(req);
+
+	inode_unref(fs, ino_get(fs, ino), nlookup);
+	fuse_reply_none(req);
+}
+
+static void ll_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+	struct tlfs *fs = req_fs(req);
+	size_t i;
+
+	for (i = 0; i < count; i++)
+		inode_unref(fs, ino_get(fs, forgets[i].ino), forgets[i].nlookup);
+	fuse_reply_none(req);
+}
+
+static void ll_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct tlfs *fs = req_fs(req);
+	struct ll_inode *in = ino_get(fs, ino);
+	struct stat st;
+	int res;
+
+	if (in->ctl) {
+		ctl_stat(in->ctl, &st);
+		fuse_reply_attr(req, &st, 0);
+		return;
+	}
+	res = fstatat(in->fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+	if (res == -1) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	fuse_reply_attr(req, &st, fs->cfg->attr_timeout);
+}
+
+/* True when MODE only clears set-user-ID / set-group-ID bits of IN. The
+ * kernel asks for exactly that, in the name of a writer that does not own
+ * the file, before a write or truncate; it has checked the write
+ * permission itself. */
+static bool chmod_kills_priv_only(struct ll_inode *in, mode_t mode)
+{
+	mode_t old, priv = S_ISUID | S_ISGID;
+	struct stat st;
+
+	if (fstatat(in->fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == -1 ||
+	    !S_ISREG(st.st_mode))
+		return false;
+	old = st.st_mode & 07777;
+	mode &= 07777;
+	return (old & ~priv) == (mode & ~priv) && (mode & priv & ~old) == 0 && mode != old;
+}
+
+static void ll_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int valid,
+		       struct fuse_file_info *fi)
+{
+	struct tlfs *fs = req_fs(req);
+	struct ll_inode *in = ino_get(fs, ino);
+	int fd = fi && !(fi->fh & (CTL_TAG | DIR_TAG)) ? (int)fi->fh : -1;
+	char proc[64];
+	int res;
+
+	if (in->ctl) {
+		fuse_reply_err(req, EPERM);
+		return;
+	}
+	proc_name(in->fd, proc);
+	res = creds_enter(fs, req);
+	if (res)
+		goto out;
+	if (valid & FUSE_SET_ATTR_MODE) {
+		for (;;) {
+			res = fd >= 0 ? fchmod(fd, attr->st_mode) : chmod(proc, attr->st_mode);
+			res = res == -1 ? -errno : 0;
+			if (res != -EPERM || !fs->switch_creds || creds_are_root() ||
+			    !chmod_kills_priv_only(in, attr->st_mode))
+				break;
+			creds_daemon(fs);
+		}
+		if (res)
+			goto out;
+	}
+	if (valid & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) {
+		uid_t uid = (valid & FUSE_SET_ATTR_UID) ? attr->st_uid : (uid_t)-1;
+		gid_t gid = (valid & FUSE_SET_ATTR_GID) ? attr->st_gid : (gid_t)-1;
+
+		res = fchownat(in->fd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+		res = res == -1 ? -errno : 0;
+		if (res)
+			goto out;
+	}
+	if (valid & FUSE_SET_ATTR_SIZE) {
+		res = fd >= 0 ? ftruncate(fd, attr->st_size) : truncate(proc, attr->st_size);
+		res = res == -1 ? -errno : 0;
+		if (res)
+			goto out;
+	}
+	if (valid & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME)) {
+		struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT}, {.tv_nsec = UTIME_OMIT}};
+
+		if (valid & FUSE_SET_ATTR_ATIME_NOW)
+			ts[0].tv_nsec = UTIME_NOW;
+		else if (valid & FUSE_SET_ATTR_ATIME)
+			ts[0] = attr->st_atim;
+		if (valid & FUSE_SET_ATTR_MTIME_NOW)
+			ts[1].tv_nsec = UTIME_NOW;
+		else if (valid & FUSE_SET_ATTR_MTIME)
+			ts[1] = attr->st_mtim;
+		if (fd >= 0)
+			res = futimens(fd, ts);
+		else if (S_ISLNK(in->type))
+			res = utimensat(in->fd, "", ts, AT_EMPTY_PATH);
+		else
+			res = utimensat(AT_FDCWD, proc, ts, 0);
+		res = res == -1 ? -errno : 0;
+		if (res)
+			goto out;
+	}
+out:
+	if (res) {
+		fuse_reply_err(req, -res);
+		return;
+	}
+	ll_getattr(req, ino, fi);
+}
+
+static void ll_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	struct tlfs *fs = req_fs(req);
+	struct ll_inode *in = ino_get(fs, ino);
+	char buf[PATH_MAX + 1];
+	ssize_t n;
+	int err = creds_enter(fs, req);
+
+	if (err) {
+		fuse_reply_err(req, -err);
+		return;
+	}
+	n = readlinkat(in->fd, "", buf, sizeof(buf) - 1);
+	if (n == -1) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	buf[n] = '\0';
+	fuse_reply_readlink(req, buf);
+}
+
+/* ---- creating and removing names ------------------------------------------ */
+
+enum ns_op { NS_MKNOD, NS_MKDIR, NS_SYMLINK, NS_LINK, NS_UNLINK, NS_RMDIR };
+
+struct ns_req {
+	enum ns_op op;
+	struct ll_inode *parent;
+	const char *name;
+	mode_t mode;
+	dev_t rdev;
+	const char *target;        /* symlink */
+	struct ll_inode *src;      /* link */
+};
+
+static int ns_syscall(struct tlfs *fs, const struct ns_req *r)
+{
+	char proc[64];
+	int res;
+
+	switch (r->op) {
+	case NS_MKNOD:
+		res = S_ISFIFO(r->mode) ? mkfifoat(r->parent->fd, r->name, r->mode)
+					: mknodat(r->parent->fd, r->name, r->mode, r->rdev);
+		break;
+	case NS_MKDIR:
+		res = mkdirat(r->parent->fd, r->name, r->mode);
+		break;
+	case NS_SYMLINK:
+		res = symlinkat(r->target, r->parent->fd, r->name);
+		break;
+	case NS_LINK:
+		proc_name(r->src->fd, proc);
+		res = linkat(AT_FDCWD, proc, r->parent->fd, r->name, AT_SYMLINK_FOLLOW);
+		break;
+	case NS_UNLINK:
+		res = unlinkat(r->parent->fd, r->name, 0);
+		break;
+	case NS_RMDIR:
+		res = unlinkat(r->parent->fd, r->name, AT_REMOVEDIR);
+		break;
+	default:
+		errno = EINVAL;
+		res = -1;
+	}
+	return res == -1 ? -errno : 0;
+}
+
+/* Runs a namespace operation: refuses the control names, takes the entry
+ * plan (lock_scope=namespace), acts as the caller, replies (an entry for
+ * the creating ones). */
+static void ns_run(fuse_req_t req, struct ns_req *r)
+{
+	struct tlfs *fs = req_fs(req);
+	struct fuse_entry_param e;
+	struct op_lock l;
+	bool creates = r->op != NS_UNLINK && r->op != NS_RMDIR;
+	int res;
+
+	if (ctl_is_name(fs, r->parent, r->name)) {
+		fuse_reply_err(req, creates ? EEXIST : EPERM);
+		return;
+	}
+	if (r->src && r->src->ctl) {
+		fuse_reply_err(req, EPERM);
+		return;
+	}
+	res = entry_lock(fs, req, r->parent, r->name, &l);
+	if (res) {
+		fuse_reply_err(req, -res);
+		return;
+	}
+	res = creds_enter(fs, req);
+	if (!res)
+		res = ns_syscall(fs, r);
+	if (!res && creates)
+		res = do_lookup(fs, r->parent, r->name, &e);
+	entry_unlock(fs, &l);
+	if (res)
+		fuse_reply_err(req, -res);
+	else if (creates)
+		fuse_reply_entry(req, &e);
+	else
+		fuse_reply_err(req, 0);
+}
+
+static void ll_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+	struct ns_req r = {.op = NS_MKNOD, .parent = ino_get(req_fs(req), parent), .name = name,
+			   .mode = mode, .rdev = rdev};
+
+	ns_run(req, &r);
+}
+
+static void ll_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	struct ns_req r = {.op = NS_MKDIR, .parent = ino_get(req_fs(req), parent), .name = name,
+			   .mode = mode};
+
+	ns_run(req, &r);
+}
+
+static void ll_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+	struct ns_req r = {.op = NS_SYMLINK, .parent = ino_get(req_fs(req), parent), .name = name,
+			   .target = link};
+
+	ns_run(req, &r);
+}
+
+static void ll_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent, const char *name)
+{
+	struct ns_req r = {.op = NS_LINK, .parent = ino_get(req_fs(req), parent), .name = name,
+			   .src = ino_get(req_fs(req), ino)};
+
+	ns_run(req, &r);
+}
+
+static void ll_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct ns_req r = {.op = NS_UNLINK, .parent = ino_get(req_fs(req), parent), .name = name};
+
+	ns_run(req, &r);
+}
+
+static void ll_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct ns_req r = {.op = NS_RMDIR, .parent = ino_get(req_fs(req), parent), .name = name};
+
+	ns_run(req, &r);
+}
+
+/* ---- files ------------------------------------------------------------------------ */
+
+static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct tlfs *fs = req_fs(req);
+	struct ll_inode *in = ino_get(fs, ino);
+	char proc[64];
+	int fd, res;
+
+	if (in->ctl) {
+		ctl_open(fs, req, in, fi);
+		return;
+	}
+	res = creds_enter(fs, req);
+	if (res) {
+		fuse_reply_err(req, -res);
+		return;
+	}
+	proc_name(in->fd, proc);
+	fd = open(proc, (fi->flags | O_CLOEXEC) & ~O_NOFOLLOW);
+	if (fd == -1) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	fi->fh = (uint64_t)fd;
+	fuse_reply_open(req, fi);
+}
+
+static void ll_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		      struct fuse_file_info *fi)
+{
+	struct tlfs *fs = req_fs(req);
+	struct ll_inode *p = ino_get(fs, parent);
+	struct fuse_entry_param e;
+	struct op_lock l;
+	int fd = -1, res;
+
+	if (ctl_is_name(fs, p, name)) {
+		fuse_reply_err(req, EEXIST);
+		return;
+	}
+	res = entry_lock(fs, req, p, name, &l);
+	if (res) {
+		fuse_reply_err(req, -res);
+		return;
+	}
+	res = creds_enter(fs, req);
+	if (!res) {
+		fd = openat(p->fd, name, (fi->flags | O_CREAT | O_CLOEXEC) & ~O_NOFOLLOW, mode);
+		res = fd == -1 ? -errno : 0;
+	}
+	if (!res)
+		res = do_lookup(fs, p, name, &e);
+	entry_unlock(fs, &l);
+	if (res) {
+		if (fd >= 0)
+			close(fd);
+		fuse_reply_err(req, -res);
+		return;
+	}
+	fi->fh = (uint64_t)fd;
+	fuse_reply_create(req, &e, fi);
+}
+
+static void ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
+
+	if (fi->fh & CTL_TAG) {
+		ctl_read(req, size, off, fi);
+		return;
+	}
+	buf.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+	buf.buf[0].fd = (int)fi->fh;
+	buf.buf[0].pos = off;
+	fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+}
+
+static void ll_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in_buf, off_t off,
+			 struct fuse_file_info *fi)
+{
+	struct fuse_bufvec out = FUSE_BUFVEC_INIT(fuse_buf_size(in_buf));
+	ssize_t res;
+
+	if (fi->fh & CTL_TAG) {
+		fuse_reply_err(req, EBADF);
+		return;
+	}
+	/* as the daemon: the kernel checked permissions when the file was
+	 * opened, and killing set-user-ID bits is its business */
+	creds_daemon(req_fs(req));
+	out.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+	out.buf[0].fd = (int)fi->fh;
+	out.buf[0].pos = off;
+	res = fuse_buf_copy(&out, in_buf, 0);
+	if (res < 0)
+		fuse_reply_err(req, (int)-res);
+	else
+		fuse_reply_write(req, (size_t)res);
+}
+
+static void ll_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	int fd;
+
+	if (fi->fh & CTL_TAG) {
+		fuse_reply_err(req, 0);
+		return;
+	}
+	plock_drop_owner(req_fs(req), (int)fi->fh, fi->lock_owner);
+	/* close a duplicate so that close-time semantics of the backing
+	 * filesystem (NFS write-back) happen now */
+	fd = dup((int)fi->fh);
+	if (fd == -1) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	fuse_reply_err(req, close(fd) == -1 ? errno : 0);
+}
+
+static void ll_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	if (fi->fh & CTL_TAG) {
+		ctl_release(fi);
+	} else {
+		if (fi->flock_release)
+			flock((int)fi->fh, LOCK_UN);
+		close((int)fi->fh);
+	}
+	fuse_reply_err(req, 0);
+}
+
+static void ll_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	int res;
+
+	if (fi->fh & CTL_TAG) {
+		fuse_reply_err(req, 0);
+		return;
+	}
+	res = datasync ? fdatasync((int)fi->fh) : fsync((int)fi->fh);
+	fuse_reply_err(req, res == -1 ? errno : 0);
+}
+
+static void ll_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
+			 struct fuse_file_info *fi)
+{
+	if (fi->fh & CTL_TAG) {
+		fuse_reply_err(req, EBADF);
+		return;
+	}
+	creds_daemon(req_fs(req));
+	fuse_reply_err(req, fallocate((int)fi->fh, mode, off, len) == -1 ? errno : 0);
+}
+
+static void ll_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
+			       struct fuse_file_info *fi_in, fuse_ino_t ino_out, off_t off_out,
+			       struct fuse_file_info *fi_out, size_t len, int flags)
+{
+	ssize_t res;
+
+	if ((fi_in->fh & CTL_TAG) || (fi_out->fh & CTL_TAG)) {
+		fuse_reply_err(req, EXDEV); /* the kernel falls back to read and write */
+		return;
+	}
+	creds_daemon(req_fs(req));
+	res = copy_file_range((int)fi_in->fh, &off_in, (int)fi_out->fh, &off_out, len,
+			      (unsigned)flags);
+	if (res == -1)
+		fuse_reply_err(req, errno);
+	else
+		fuse_reply_write(req, (size_t)res);
+}
+
+static void ll_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
+		     struct fuse_file_info *fi)
+{
+	off_t res;
+
+	if (fi->fh & CTL_TAG) {
+		fuse_reply_err(req, ESPIPE);
+		return;
+	}
+	res = lseek((int)fi->fh, off, whence);
+	if (res == -1)
+		fuse_reply_err(req, errno);
+	else
+		fuse_reply_lseek(req, res);
+}
+
+/* ---- directories --------------------------------------------------------------- */
+
+struct ll_dir {
+	DIR *dp;
+	struct dirent *entry;
+	off_t offset;
+	bool root;
+	bool ctl;
+};
+
+static struct ll_dir *dir_of(struct fuse_file_info *fi)
+{
+	return (struct ll_dir *)(uintptr_t)(fi->fh & ~DIR_TAG);
+}
+
+static void ll_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct tlfs *fs = req_fs(req);
+	struct ll_inode *in = ino_get(fs, ino);
+	struct ll_dir *d;
+	int fd, err;
+
+	if (in->ctl && in->ctl != CTL_DIR) {
+		fuse_reply_err(req, ENOTDIR);
+		return;
+	}
+	d = calloc(1, sizeof(*d));
+	if (!d) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	if (in->ctl) {
+		d->ctl = true;
+		goto out_reply;
+	}
+	err = creds_enter(fs, req);
+	if (err)
+		goto out_free;
+	/* through /proc, not openat(fd, "."): that would also need search
+	 * permission on the directory itself, which open(2) does not */
+	{
+		char proc[64];
+
+		proc_name(in->fd, proc);
+		fd = open(proc, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	}
+	if (fd == -1) {
+		err = -errno;
+		goto out_free;
+	}
+	d->dp = fdopendir(fd);
+	if (!d->dp) {
+		err = -errno;
+		close(fd);
+		goto out_free;
+	}
+	d->root = in == fs->root;
+out_reply:
+	fi->fh = (uint64_t)(uintptr_t)d | DIR_TAG;
+	fuse_reply_open(req, fi);
+	return;
+
+out_free:
+	free(d);
+	fuse_reply_err(req, -err);
+}
+
+static void ll_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
+		       struct fuse_file_info *fi)
+{
+	struct ll_dir *d = dir_of(fi);
+	char *buf = calloc(1, size ? size : 1), *p = buf;
+	size_t rem = size;
+	int err = 0;
+
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	if (d->ctl) {
+		size_t n = ctl_readdir(req, p, rem, offset);
+
+		p += n;
+		rem -= n;
+		goto out_reply;
+	}
+	if (offset != d->offset) {
+		seekdir(d->dp, offset);
+		d->entry = NULL;
+		d->offset = offset;
+	}
+	for (;;) {
+		struct stat st;
+		off_t next;
+		size_t n;
+
+		if (!d->entry) {
+			errno = 0;
+			d->entry = readdir(d->dp);
+			if (!d->entry) {
+				if (errno && p == buf)
+					err = errno;
+				break;
+			}
+		}
+		next = telldir(d->dp);
+		if (d->root && strcmp(d->entry->d_name, TLFS_CTL_NAME) == 0) {
+			d->entry = NULL;
+			d->offset = next;
+			continue;
+		}
+		memset(&st, 0, sizeof(st));
+		st.st_ino = d->entry->d_ino;
+		st.st_mode = (mode_t)DTTOIF(d->entry->d_type);
+		n = fuse_add_direntry(req, p, rem, d->entry->d_name, &st, next);
+		if (n > rem)
+			break;
+		p += n;
+		rem -= n;
+		d->entry = NULL;
+		d->offset = next;
+	}
+out_reply:
+	if (err)
+		fuse_reply_err(req, err);
+	else
+		fuse_reply_buf(req, buf, size - rem);
+	free(buf);
+}
+
+static void ll_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct ll_dir *d = dir_of(fi);
+
+	if (d->dp)
+		closedir(d->dp);
+	free(d);
+	fuse_reply_err(req, 0);
+}
+
+static void ll_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	struct ll_dir *d = dir_of(fi);
+	int res;
+
+	if (d->ctl) {
+		fuse_reply_err(req, 0);
+		return;
+	}
+	res = datasync ? fdatasync(dirfd(d->dp)) : fsync(dirfd(d->dp));
+	fuse_reply_err(req, res == -1 ? errno : 0);
+}
+
+static void ll_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct tlfs *fs = req_fs(req);
+	struct statvfs st;
+
+	if (fstatvfs(fs->backing_fd, &st) == -1)
+		fuse_reply_err(req, errno);
+	else
+		fuse_reply_statfs(req, &st);
+}
+
+static void ll_access(fuse_req_t req, fuse_ino_t ino, int mask)
+{
+	struct tlfs *fs = req_fs(req);
+	struct ll_inode *in = ino_get(fs, ino);
+	char proc[64];
+	int res;
+
+	if (in->ctl) {
+		fuse_reply_err(req, (mask & W_OK) ? EACCES : 0);
+		return;
+	}
+	res = creds_enter(fs, req);
+	if (res) {
+		fuse_reply_err(req, -res);
+		return;
+	}
+	proc_name(in->fd, proc);
+	res = faccessat(AT_FDCWD, proc, mask, AT_EACCESS);
+	fuse_reply_err(req, res == -1 ? errno : 0);
+}
+
+/* ---- extended attributes ------------------------------------------------ */
+
+/* Names IN through /proc for the *xattr calls, which follow the magic link
+ * to the file itself; symlinks and special files have no user xattrs. */
+static int xattr_target(struct tlfs *fs, fuse_req_t req, struct ll_inode *in, char proc[64])
+{
+	int err;
+
+	if (in->ctl)
+		return -ENOTSUP;
+	if (!S_ISREG(in->type) && !S_ISDIR(in->type))
+		return -EPERM;
+	err = creds_enter(fs, req);
+	if (err)
+		return err;
+	proc_name(in->fd, proc);
+	return 0;
+}
+
+static void ll_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
+			size_t size, int flags)
+{
+	struct tlfs *fs = req_fs(req);
+	char proc[64];
+	int res = xattr_target(fs, req, ino_get(fs, ino), proc);
+
+	if (!res)
+		res = setxattr(proc, name, value, size, flags) == -1 ? -errno : 0;
+	fuse_reply_err(req, -res);
+}
+
+static void ll_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	struct tlfs *fs = req_fs(req);
+	char proc[64], *buf = NULL;
+	ssize_t n;
+	int res = xattr_target(fs, req, ino_get(fs, ino), proc);
+
+	if (res) {
+		fuse_reply_err(req, res == -ENOTSUP ? ENODATA : -res);
+		return;
+	}
+	if (size) {
+		buf = malloc(size);
+		if (!buf) {
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+	}
+	n = getxattr(proc, name, buf, size);
+	if (n == -1)
+		fuse_reply_err(req, errno);
+	else if (size)
+		fuse_reply_buf(req, buf, (size_t)n);
+	else
+		fuse_reply_xattr(req, (size_t)n);
+	free(buf);
+}
+
+static void ll_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	struct tlfs *fs = req_fs(req);
+	char proc[64], *buf = NULL;
+	ssize_t n;
+	int res = xattr_target(fs, req, ino_get(fs, ino), proc);
+
+	if (res) {
+		if (res == -ENOTSUP || res == -EPERM)
+			size ? fuse_reply_buf(req, NULL, 0) : fuse_reply_xattr(req, 0);
+		else
+			fuse_reply_err(req, -res);
+		return;
+	}
+	if (size) {
+		buf = malloc(size);
+		if (!buf) {
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+	}
+	n = listxattr(proc, buf, size);
+	if (n == -1)
+		fuse_reply_err(req, errno);
+	else if (size)
+		fuse_reply_buf(req, buf, (size_t)n);
+	else
+		fuse_reply_xattr(req, (size_t)n);
+	free(buf);
+}
+
+static void ll_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	struct tlfs *fs = req_fs(req);
+	char proc[64];
+	int res = xattr_target(fs, req, ino_get(fs, ino), proc);
+
+	if (!res)
+		res = removexattr(proc, name) == -1 ? -errno : 0;
+	fuse_reply_err(req, -res);
+}
+
+const struct fuse_lowlevel_ops tlfs_ops = {
+	.init = ll_init,
+	.destroy = ll_destroy,
+	.lookup = ll_lookup,
+	.forget = ll_forget,
+	.forget_multi = ll_forget_multi,
+	.getattr = ll_getattr,
+	.setattr = ll_setattr,
+	.readlink = ll_readlink,
+	.mknod = ll_mknod,
+	.mkdir = ll_mkdir,
+	.symlink = ll_symlink,
+	.link = ll_link,
+	.unlink = ll_unlink,
+	.rmdir = ll_rmdir,
+	.rename = ll_rename,
+	.open = ll_open,
+	.create = ll_create,
+	.read = ll_read,
+	.write_buf = ll_write_buf,
+	.flush = ll_flush,
+	.release = ll_release,
+	.fsync = ll_fsync,
+	.opendir = ll_opendir,
+	.readdir = ll_readdir,
+	.releasedir = ll_releasedir,
+	.fsyncdir = ll_fsyncdir,
+	.statfs = ll_statfs,
+	.access = ll_access,
+	.setxattr = ll_setxattr,
+	.getxattr = ll_getxattr,
+	.listxattr = ll_listxattr,
+	.removexattr = ll_removexattr,
+	.getlk = ll_getlk,
+	.setlk = ll_setlk,
+	.flock = ll_flock,
+	.fallocate = ll_fallocate,
+	.copy_file_range = ll_copy_file_range,
+	.lseek = ll_lseek,
+};
