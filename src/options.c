@@ -200,9 +200,15 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 			/* a libfuse option (allow_root, fsname=...) in the file */
 			if (ctx->for_ctl)
 				return 0;
+			/* fuse_opt hands ARG over unescaped: a value's comma
+			 * ("fsname=a,allow_other") must stay part of the value */
 			if (ctx->passthrough) {
-				fuse_opt_add_arg(ctx->passthrough, "-o");
-				fuse_opt_add_arg(ctx->passthrough, arg);
+				char *esc = config_opt_escape(arg);
+
+				if (!esc || fuse_opt_add_arg(ctx->passthrough, "-o") != 0 ||
+				    fuse_opt_add_arg(ctx->passthrough, esc) != 0)
+					config_error(cfg, "out of memory");
+				free(esc);
 			}
 			return 0;
 		}
@@ -282,6 +288,35 @@ char *config_opt_escape(const char *s)
 	}
 	*o = '\0';
 	return out;
+}
+
+static int find_allow_other(void *data, const char *arg, int key, struct fuse_args *outargs)
+{
+	(void)arg;
+	(void)outargs;
+	if (key == 0)
+		*(bool *)data = true;
+	return 1;
+}
+
+bool config_args_allow_other(const struct fuse_args *args)
+{
+	static const struct fuse_opt opts[] = {
+		FUSE_OPT_KEY("allow_other", 0),
+		FUSE_OPT_KEY("allow_root", 0),
+		FUSE_OPT_END,
+	};
+	struct fuse_args copy = FUSE_ARGS_INIT(0, NULL);
+	bool found = false;
+	int i;
+
+	for (i = 0; i < args->argc; i++)
+		if (fuse_opt_add_arg(&copy, args->argv[i]) != 0)
+			found = true; /* out of memory: assume the worst */
+	if (!found && fuse_opt_parse(&copy, &found, opts, find_allow_other) != 0)
+		found = true;
+	fuse_opt_free_args(&copy);
+	return found;
 }
 
 static int parse_config_file(struct tl_config *cfg, const char *file, struct parse_ctx *ctx)

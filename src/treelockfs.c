@@ -40,6 +40,10 @@ static int add_mount_options(struct tl_config *cfg, struct fuse_args *args)
 	char *esc, *opt;
 	int err = 0;
 
+	/* allow_other by whatever route always comes with the kernel's
+	 * permission checks and, as root, the caller's credentials */
+	if (config_args_allow_other(args))
+		cfg->allow_other = 1;
 	if (cfg->allow_other)
 		err |= fuse_opt_add_arg(args, "-oallow_other,default_permissions");
 	esc = config_opt_escape(cfg->backing);

@@ -1,0 +1,114 @@
+"""Hardening: what a hostile config file, name or environment must not do.
+
+Each case states what a careless daemon would let through: libfuse options
+smuggled in a config value, a mount point inside its own backing directory,
+the open-file limit, names that forge log lines, config files that are not
+files, passwords where others can read them, silent long waits, leaks.
+"""
+import os
+import resource
+import shutil
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import BIN, Mount, is_mounted, run_as
+
+NOBODY = 65534
+
+
+def run(args, timeout=20, env=None):
+    e = dict(os.environ, LC_ALL="C")
+    e.update(env or {})
+    return subprocess.run([BIN] + args, capture_output=True, text=True, timeout=timeout, env=e)
+
+
+def mount_options(path):
+    """(per-mount options, super options) of the mount at PATH."""
+    path = os.path.realpath(path)
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+        for line in f:
+            fields = line.split()
+            if fields[4].encode().decode("unicode_escape") == path:
+                sep = fields.index("-")
+                return set(fields[5].split(",")), set(fields[sep + 3].split(","))
+    raise AssertionError("%s is not mounted" % path)
+
+
+def open_tree(tmp_path):
+    """Lets other users reach tmp_path (pytest makes its parents 0700)."""
+    p = tmp_path
+    for _ in range(3):
+        os.chmod(p, os.stat(p).st_mode | 0o755)
+        p = p.parent
+
+
+def read_as_nobody(path):
+    def rd():
+        with open(path, "rb") as f:
+            return f.read()
+    return run_as(NOBODY, NOBODY, rd)
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    b, m = tmp_path / "backing", tmp_path / "mnt"
+    b.mkdir()
+    m.mkdir()
+    return str(b), str(m)
+
+
+# D1 ------------------------------------------------------------------------
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch users")
+@pytest.mark.parametrize("line", ["fsname=evil,allow_other", "fsname = evil\\,allow_other",
+                                  "subtype=x,allow_other,allow_other"])
+def test_hardening__config_value_cannot_smuggle_allow_other(mount_factory, tmp_path, line):
+    open_tree(tmp_path)
+    conf = tmp_path / "c.conf"
+    conf.write_text(line + "\n")
+    m = mount_factory(args=["--config=" + str(conf)])
+    secret = m.bpath("secret")
+    with open(secret, "w") as f:
+        f.write("root only")
+    os.chmod(secret, 0o600)
+    _, sopts = mount_options(m.mnt)
+    assert "allow_other" not in sopts or "default_permissions" in sopts, sopts
+    with pytest.raises(PermissionError):
+        read_as_nobody(m.path("secret"))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch users")
+@pytest.mark.parametrize("how", ["file", "argv", "argv-o-list"])
+def test_hardening__allow_other_always_brings_permissions(mount_factory, tmp_path, how):
+    open_tree(tmp_path)
+    args, opts = [], []
+    if how == "file":
+        conf = tmp_path / "c.conf"
+        conf.write_text("allow_other\n")
+        args = ["--config=" + str(conf)]
+    elif how == "argv":
+        args = ["-o", "allow_other"]
+    else:
+        opts = ["fsname=x", "allow_other"]
+    m = mount_factory(opts=opts, args=args)
+    for name, mode in (("secret", 0o600), ("public", 0o644)):
+        with open(m.bpath(name), "w") as f:
+            f.write(name)
+        os.chmod(m.bpath(name), mode)
+    _, sopts = mount_options(m.mnt)
+    assert {"allow_other", "default_permissions"} <= sopts, sopts
+    with pytest.raises(PermissionError):
+        read_as_nobody(m.path("secret"))
+    assert read_as_nobody(m.path("public")) == b"public"
+
+    # and a file nobody creates belongs to nobody (per-request credentials)
+    os.chmod(m.bpath(), 0o777)
+
+    def create():
+        with open(m.path("mine"), "w") as f:
+            f.write("x")
+    run_as(NOBODY, NOBODY, create)
+    assert os.stat(m.bpath("mine")).st_uid == NOBODY
