@@ -60,6 +60,46 @@ static int add_mount_options(struct tl_config *cfg, struct fuse_args *args)
 	return err ? -ENOMEM : 0;
 }
 
+/* Whether MNT (a real path, as libfuse gives it) lies strictly below
+ * BACKING: then the mount would serve itself, and a rename that moves a
+ * directory through MNT's own backing entry waits on itself for good.
+ * Compares the real paths, then walks up from MNT by ".." comparing
+ * st_dev/st_ino with BACKING's, which also catches bind mounts and other
+ * aliases of BACKING. MOUNTPOINT == BACKING is fine: the daemon reaches
+ * BACKING by an fd opened before the mount. This function can't fail: what
+ * cannot be checked is left to the mount to report. */
+static bool mountpoint_below_backing(const char *backing, const char *mnt)
+{
+	struct stat b, cur, up;
+	char *rb = realpath(backing, NULL);
+	bool below = false;
+	int fd, upfd;
+
+	if (rb) {
+		size_t n = strcmp(rb, "/") == 0 ? 0 : strlen(rb);
+
+		below = strncmp(mnt, rb, n) == 0 && mnt[n] == '/' && mnt[n + 1] != '\0';
+		free(rb);
+	}
+	if (below || stat(backing, &b) != 0)
+		return below;
+	fd = open(mnt, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	while (fd != -1 && fstat(fd, &cur) == 0) {
+		upfd = openat(fd, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
+		close(fd);
+		fd = upfd;
+		if (fd == -1 || fstat(fd, &up) != 0 || (up.st_dev == cur.st_dev && up.st_ino == cur.st_ino))
+			break; /* the root */
+		if (up.st_dev == b.st_dev && up.st_ino == b.st_ino) {
+			below = true;
+			break;
+		}
+	}
+	if (fd != -1)
+		close(fd);
+	return below;
+}
+
 int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -109,6 +149,10 @@ int main(int argc, char *argv[])
 		config_error(&cfg, "out of memory");
 	if (fuse_parse_cmdline(&args, &opts) != 0)
 		config_error(&cfg, "cannot parse the libfuse options");
+	else if (cfg.backing && opts.mountpoint && mountpoint_below_backing(cfg.backing, opts.mountpoint))
+		config_error(&cfg, "cannot mount '%s' inside BACKING '%s': the mount would serve "
+				   "itself and a rename through it could hang it", opts.mountpoint,
+			     cfg.backing);
 	if (!cfg.errors) {
 		/* also reports libfuse options it does not know, on stderr */
 		se = fuse_session_new(&args, &tlfs_ll_ops, sizeof(tlfs_ll_ops), &fs);

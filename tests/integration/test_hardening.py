@@ -112,3 +112,52 @@ def test_hardening__allow_other_always_brings_permissions(mount_factory, tmp_pat
             f.write("x")
     run_as(NOBODY, NOBODY, create)
     assert os.stat(m.bpath("mine")).st_uid == NOBODY
+
+
+# D5 ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("how", ["direct", "symlink", "bind"])
+def test_hardening__mountpoint_inside_backing_is_refused(tmp_path, how):
+    b = tmp_path / "b"
+    (b / "mnt").mkdir(parents=True)
+    (b / "data").mkdir()
+    mnt = b / "mnt"
+    bind = None
+    if how == "symlink":
+        (tmp_path / "link").symlink_to(b)
+        mnt = tmp_path / "link" / "mnt"
+    elif how == "bind":
+        bind = tmp_path / "alias"
+        bind.mkdir()
+        subprocess.run(["mount", "--bind", str(b), str(bind)], check=True)
+        mnt = bind / "mnt"
+    try:
+        r = run([str(b), str(mnt), "-f"], timeout=10)
+        mounted = is_mounted(str(mnt)) or is_mounted(str(b / "mnt"))
+        if mounted:
+            subprocess.run(["fusermount3", "-u", "-z", str(mnt)], check=False)
+        assert r.returncode == 1, r.stderr
+        assert not mounted
+        assert "inside BACKING" in r.stderr, r.stderr
+    finally:
+        if bind is not None:
+            subprocess.run(["umount", str(bind)], check=False)
+
+
+def test_hardening__mount_over_backing_or_its_parent_still_works(mount_factory, tmp_path):
+    """MOUNTPOINT == BACKING, and BACKING inside MOUNTPOINT, cannot loop:
+    the daemon reaches BACKING by an fd opened before the mount."""
+    top = tmp_path / "top"
+    (top / "b" / "d").mkdir(parents=True)
+    m = Mount(top / "b", top / "b").start()
+    try:
+        os.rename(m.path("d"), m.path("d2"))
+        assert os.listdir(m.mnt) == ["d2"]
+    finally:
+        m.stop()
+    m = Mount(top / "b", top).start()
+    try:
+        os.rename(m.path("d2"), m.path("d3"))
+        assert os.listdir(m.mnt) == ["d3"]
+    finally:
+        m.stop()
