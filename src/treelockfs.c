@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -100,6 +101,27 @@ static bool mountpoint_below_backing(const char *backing, const char *mnt)
 	return below;
 }
 
+/* Raises the soft RLIMIT_NOFILE to the hard limit: every inode the kernel
+ * remembers holds an O_PATH fd, so the usual 1024 runs out at the first
+ * "ls -l" of a large directory. This function can't fail: if the limit
+ * cannot be raised the mount runs with what it has (and says so). */
+static void raise_nofile_limit(void)
+{
+	struct rlimit rl;
+	rlim_t old;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == rl.rlim_max)
+		return;
+	old = rl.rlim_cur;
+	rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+		tl_log(LOG_NOTICE, "cannot raise the open-file limit from %llu: %s",
+		       (unsigned long long)old, strerror(errno));
+	else
+		tl_log(LOG_DEBUG, "raised the open-file limit from %llu to %llu",
+		       (unsigned long long)old, (unsigned long long)rl.rlim_max);
+}
+
 int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -173,6 +195,7 @@ int main(int argc, char *argv[])
 	}
 
 	fs.cfg = &cfg;
+	raise_nofile_limit();
 	fs.backing_fd = open(cfg.backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fs.backing_fd == -1) {
 		tl_log(LOG_ERR, "cannot open BACKING '%s': %s", cfg.backing, strerror(errno));

@@ -161,3 +161,71 @@ def test_hardening__mount_over_backing_or_its_parent_still_works(mount_factory, 
         assert os.listdir(m.mnt) == ["d3"]
     finally:
         m.stop()
+
+
+# D6 ------------------------------------------------------------------------
+
+def _limit_nofile(soft, hard):
+    def fn():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    return fn
+
+
+def _start_limited(b, m, soft, hard, opts=()):
+    log = m + ".log"
+    cmd = [BIN, b, m, "-f"] + (["-o", ",".join(opts)] if opts else [])
+    logf = open(log, "ab")
+    proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT,
+                            preexec_fn=_limit_nofile(soft, hard), start_new_session=True)
+    deadline = time.monotonic() + 10
+    while not is_mounted(m):
+        assert proc.poll() is None, open(log).read()
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    return proc, logf, log
+
+
+def _stop(proc, logf, m):
+    subprocess.run(["fusermount3", "-u", "-z", m], check=False)
+    rc = proc.wait(timeout=15)
+    logf.close()
+    return rc
+
+
+def _fill(b, n):
+    for i in range(n):
+        with open(os.path.join(b, "f%05d" % i), "w"):
+            pass
+
+
+def test_hardening__raises_open_file_limit(dirs):
+    b, m = dirs
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < 4096:
+        pytest.skip("hard open-file limit %d is below what 3,000 files need" % hard)
+    _fill(b, 3000)
+    proc, logf, log = _start_limited(b, m, 1024, hard, opts=["log_level=debug"])
+    try:
+        r = subprocess.run(["ls", "-l", m], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr[:500]
+        assert len([l for l in r.stdout.splitlines() if " f0" in l]) == 3000
+    finally:
+        assert _stop(proc, logf, m) == 0
+    assert "open-file limit" in open(log).read()
+
+
+def test_hardening__out_of_fds_is_emfile_and_warned_once(dirs):
+    b, m = dirs
+    _fill(b, 1500)
+    proc, logf, log = _start_limited(b, m, 1024, 1024)
+    try:
+        r = subprocess.run(["ls", "-l", m], capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, LC_ALL="C"))
+        assert r.returncode != 0
+        assert "Too many open files" in r.stderr, r.stderr[:500]
+        # the mount still answers
+        assert os.stat(m).st_ino
+    finally:
+        assert _stop(proc, logf, m) == 0
+    text = open(log).read()
+    assert text.count("open-file limit") == 1, text[-2000:]
