@@ -229,3 +229,26 @@ def test_hardening__out_of_fds_is_emfile_and_warned_once(dirs):
         assert _stop(proc, logf, m) == 0
     text = open(log).read()
     assert text.count("open-file limit") == 1, text[-2000:]
+
+
+# D10 -----------------------------------------------------------------------
+
+def test_hardening__names_cannot_forge_log_lines(mount_factory):
+    m = mount_factory(opts=["log_level=debug"])
+    forged = "treelockfs: err: FORGED"
+    for name in ("a\n" + forged, "b\r" + forged, "c\\x0a" + forged):
+        with open(m.path(name), "w"):
+            pass
+        os.rename(m.path(name), m.path(name + "\x1b[2J\x7f\udcff"))
+    m.stop()
+    lines = m.log().splitlines()
+    for line in lines:
+        if "FORGED" in line:
+            assert "rename" in line, line
+            assert "\r" not in line and "\x1b" not in line and "\x7f" not in line, repr(line)
+    assert any("\\x0a" + forged in l for l in lines)
+    # a backslash is escaped, so the literal text "\x0a" differs from a newline
+    assert any("c\\\\x0a" + forged in l for l in lines)
+    assert any("\\xff" in l for l in lines)
+    with open(m.log_path, "rb") as f:
+        f.read().decode("utf-8")  # the log is valid UTF-8
