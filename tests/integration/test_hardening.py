@@ -252,3 +252,32 @@ def test_hardening__names_cannot_forge_log_lines(mount_factory):
     assert any("\\xff" in l for l in lines)
     with open(m.log_path, "rb") as f:
         f.read().decode("utf-8")  # the log is valid UTF-8
+
+
+# D11 -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("what", ["dir", "devzero", "long_line", "big", "fifo"])
+def test_hardening__bad_config_files_are_refused(dirs, tmp_path, what):
+    b, m = dirs
+    if what == "dir":
+        conf = str(tmp_path)
+    elif what == "devzero":
+        conf = "/dev/zero"
+    elif what == "fifo":
+        conf = str(tmp_path / "fifo")
+        os.mkfifo(conf)
+    else:
+        conf = str(tmp_path / "c.conf")
+        with open(conf, "w") as f:
+            if what == "long_line":
+                f.write("owner = " + "x" * 5000 + "\n")
+            else:
+                for i in range(20000):
+                    f.write("# a comment to make the file large, line %d\n" % i)
+    r = run([b, m, "-f", "--config=" + conf], timeout=10)
+    mounted = is_mounted(m)
+    if mounted:
+        subprocess.run(["fusermount3", "-u", "-z", m], check=False)
+    assert r.returncode == 1, r.stderr
+    assert not mounted
+    assert conf in r.stderr, r.stderr
