@@ -281,3 +281,35 @@ def test_hardening__bad_config_files_are_refused(dirs, tmp_path, what):
     assert r.returncode == 1, r.stderr
     assert not mounted
     assert conf in r.stderr, r.stderr
+
+
+# D12 -----------------------------------------------------------------------
+
+SECRET = "s3cr3t-Pa55"
+
+
+@pytest.mark.parametrize("how", ["argv", "argv-long", "file", "url", "url-file"])
+def test_hardening__passwords_in_options_are_refused(dirs, tmp_path, how):
+    b, m = dirs
+    args = [b, m, "-f", "-o", "lock_store=es"]
+    conf = tmp_path / "c.conf"
+    if how == "argv":
+        args += ["-o", "es_url=http://127.0.0.1:9,es_user=u,es_password=" + SECRET]
+    elif how == "argv-long":
+        args += ["-o", "es_url=http://127.0.0.1:9", "--es_user=u", "--es_password=" + SECRET]
+    elif how == "file":
+        conf.write_text("es_url = http://127.0.0.1:9\nes_user = u\nes_password = %s\n" % SECRET)
+        args += ["--config=" + str(conf)]
+    elif how == "url":
+        args += ["-o", "es_url=http://u:%s@127.0.0.1:9" % SECRET]
+    else:
+        conf.write_text("es_url = http://u:%s@127.0.0.1:9/\n" % SECRET)
+        args += ["--config=" + str(conf)]
+    # a password from the environment, so that nothing else is missing
+    r = run(args, timeout=10, env={"TREELOCKFS_ES_PASSWORD": "from-env"})
+    if is_mounted(m):
+        subprocess.run(["fusermount3", "-u", "-z", m], check=False)
+    assert r.returncode == 1, r.stderr
+    assert SECRET not in r.stderr and SECRET not in r.stdout, r.stderr
+    assert "es_password_file" in r.stderr and "TREELOCKFS_ES_PASSWORD" in r.stderr, r.stderr
+    assert ("es_password" if how.startswith(("argv", "file")) else "es_url") in r.stderr
