@@ -313,3 +313,20 @@ def test_hardening__passwords_in_options_are_refused(dirs, tmp_path, how):
     assert SECRET not in r.stderr and SECRET not in r.stdout, r.stderr
     assert "es_password_file" in r.stderr and "TREELOCKFS_ES_PASSWORD" in r.stderr, r.stderr
     assert ("es_password" if how.startswith(("argv", "file")) else "es_url") in r.stderr
+
+
+# smaller -------------------------------------------------------------------
+
+def test_hardening__long_mem_wait_is_logged_when_it_ends(mount_factory):
+    m = mount_factory(opts=["rename_delay_ms=1500"])
+    os.mkdir(m.path("d"))
+    for n in ("x", "y"):
+        with open(m.path("d", n), "w"):
+            pass
+    t = threading.Thread(target=os.rename, args=(m.path("d", "x"), m.path("d", "x2")))
+    t.start()
+    time.sleep(0.3)
+    os.rename(m.path("d"), m.path("e"))  # waits for the shared lock on /d
+    t.join()
+    m.stop()
+    assert "got its locks after" in m.log(), m.log()
