@@ -44,4 +44,9 @@ extern const struct fuse_lowlevel_ops tlfs_ll_ops;
  * open. Returns 0 or -errno. */
 int tlfs_ll_prepare(struct tlfs *fs);
 
+/* Frees what tlfs_ll_prepare() made, also after it failed half-way or was
+ * never called (fs->root NULL); call after the session loop ended. This
+ * function can't fail. */
+void tlfs_ll_release(struct tlfs *fs);
+
 #endif /* TREELOCKFS_FSOPS_LL_H */

@@ -252,6 +252,7 @@ out_signals:
 out_unmount:
 	fuse_session_unmount(se);
 out_close_store:
+	tlfs_ll_release(&fs);
 	lockstore_close(fs.store);
 out_close_backing:
 	close(fs.backing_fd);

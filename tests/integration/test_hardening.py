@@ -330,3 +330,22 @@ def test_hardening__long_mem_wait_is_logged_when_it_ends(mount_factory):
     t.join()
     m.stop()
     assert "got its locks after" in m.log(), m.log()
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+def test_hardening__no_leak_at_exit(dirs):
+    b, m = dirs
+    log = m + ".vg"
+    proc = subprocess.Popen(["valgrind", "--leak-check=full", "--errors-for-leak-kinds=definite",
+                             "--error-exitcode=42", "--log-file=" + log, BIN, "-f", b, m],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not is_mounted(m):
+        assert proc.poll() is None, open(log).read()
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    os.mkdir(os.path.join(m, "d"))
+    os.rename(os.path.join(m, "d"), os.path.join(m, "e"))
+    subprocess.run(["fusermount3", "-u", m], check=True)
+    assert proc.wait(timeout=60) == 0, open(log).read()
