@@ -19,10 +19,23 @@ from conftest import BIN, Mount, is_mounted, run_as
 NOBODY = 65534
 
 
-def run(args, timeout=20, env=None):
+def run_refused(args, mnt, timeout=10, env=None):
+    """Runs treelockfs ARGS (with -f) that must refuse to start: returns the
+    CompletedProcess; a daemon that mounted MNT instead is stopped (by its
+    pid, its mount detached) and the test fails."""
     e = dict(os.environ, LC_ALL="C")
     e.update(env or {})
-    return subprocess.run([BIN] + args, capture_output=True, text=True, timeout=timeout, env=e)
+    proc = subprocess.Popen([BIN] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=e, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    if is_mounted(mnt):
+        subprocess.run(["fusermount3", "-u", "-z", mnt], check=False)
+        pytest.fail("treelockfs mounted %s instead of refusing:\n%s" % (mnt, err))
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def mount_options(path):
@@ -132,12 +145,8 @@ def test_hardening__mountpoint_inside_backing_is_refused(tmp_path, how):
         subprocess.run(["mount", "--bind", str(b), str(bind)], check=True)
         mnt = bind / "mnt"
     try:
-        r = run([str(b), str(mnt), "-f"], timeout=10)
-        mounted = is_mounted(str(mnt)) or is_mounted(str(b / "mnt"))
-        if mounted:
-            subprocess.run(["fusermount3", "-u", "-z", str(mnt)], check=False)
+        r = run_refused([str(b), str(mnt), "-f"], str(mnt))
         assert r.returncode == 1, r.stderr
-        assert not mounted
         assert "inside BACKING" in r.stderr, r.stderr
     finally:
         if bind is not None:
@@ -180,7 +189,10 @@ def _start_limited(b, m, soft, hard, opts=()):
     deadline = time.monotonic() + 10
     while not is_mounted(m):
         assert proc.poll() is None, open(log).read()
-        assert time.monotonic() < deadline
+        if time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            pytest.fail("treelockfs did not mount within 10 s:\n" + open(log).read())
         time.sleep(0.02)
     return proc, logf, log
 
@@ -274,12 +286,8 @@ def test_hardening__bad_config_files_are_refused(dirs, tmp_path, what):
             else:
                 for i in range(20000):
                     f.write("# a comment to make the file large, line %d\n" % i)
-    r = run([b, m, "-f", "--config=" + conf], timeout=10)
-    mounted = is_mounted(m)
-    if mounted:
-        subprocess.run(["fusermount3", "-u", "-z", m], check=False)
+    r = run_refused([b, m, "-f", "--config=" + conf], m)
     assert r.returncode == 1, r.stderr
-    assert not mounted
     assert conf in r.stderr, r.stderr
 
 
@@ -306,9 +314,7 @@ def test_hardening__passwords_in_options_are_refused(dirs, tmp_path, how):
         conf.write_text("es_url = http://u:%s@127.0.0.1:9/\n" % SECRET)
         args += ["--config=" + str(conf)]
     # a password from the environment, so that nothing else is missing
-    r = run(args, timeout=10, env={"TREELOCKFS_ES_PASSWORD": "from-env"})
-    if is_mounted(m):
-        subprocess.run(["fusermount3", "-u", "-z", m], check=False)
+    r = run_refused(args, m, env={"TREELOCKFS_ES_PASSWORD": "from-env"})
     assert r.returncode == 1, r.stderr
     assert SECRET not in r.stderr and SECRET not in r.stdout, r.stderr
     assert "es_password_file" in r.stderr and "TREELOCKFS_ES_PASSWORD" in r.stderr, r.stderr
