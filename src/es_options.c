@@ -92,8 +92,8 @@ static void es_opts_validate(void *p, struct tl_config *cfg, bool selected)
 				  "others; use es_password_file=FILE (mode 600) or %s",
 			     ES_PASSWORD_ENV);
 	if (o->api_key_arg)
-		config_error(cfg, "es_api_key is refused: a key in an option can be seen by others; "
-				  "use es_api_key_file=FILE (mode 600)");
+		config_error(cfg, "es_api_key is refused: a key in an option can be seen by "
+				  "others; use es_api_key_file=FILE (mode 600)");
 	if (o->url && strchr(o->url, '@')) {
 		config_error(cfg, "es_url is refused: it carries credentials (user:password@); use "
 				  "es_user=NAME with es_password_file=FILE or %s", ES_PASSWORD_ENV);

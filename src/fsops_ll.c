@@ -445,9 +445,10 @@ static int fd_error(int err)
 
 	if ((err == -EMFILE || err == -ENFILE) &&
 	    !__atomic_exchange_n(&warned, true, __ATOMIC_RELAXED))
-		tl_log(LOG_WARNING, "out of file descriptors (%s): raise the open-file limit "
-				    "(LimitNOFILE=, ulimit -n) or lower entry_timeout; such requests "
-				    "fail with this error", strerror(-err));
+		tl_log(LOG_WARNING,
+		       "out of file descriptors (%s): raise the open-file limit (LimitNOFILE=, "
+		       "ulimit -n) or lower entry_timeout; such requests fail with this error",
+		       strerror(-err));
 	return err;
 }
 

@@ -89,7 +89,8 @@ static bool mountpoint_below_backing(const char *backing, const char *mnt)
 		upfd = openat(fd, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
 		close(fd);
 		fd = upfd;
-		if (fd == -1 || fstat(fd, &up) != 0 || (up.st_dev == cur.st_dev && up.st_ino == cur.st_ino))
+		if (fd == -1 || fstat(fd, &up) != 0 ||
+		    (up.st_dev == cur.st_dev && up.st_ino == cur.st_ino))
 			break; /* the root */
 		if (up.st_dev == b.st_dev && up.st_ino == b.st_ino) {
 			below = true;
@@ -171,7 +172,8 @@ int main(int argc, char *argv[])
 		config_error(&cfg, "out of memory");
 	if (fuse_parse_cmdline(&args, &opts) != 0)
 		config_error(&cfg, "cannot parse the libfuse options");
-	else if (cfg.backing && opts.mountpoint && mountpoint_below_backing(cfg.backing, opts.mountpoint))
+	else if (cfg.backing && opts.mountpoint &&
+		 mountpoint_below_backing(cfg.backing, opts.mountpoint))
 		config_error(&cfg, "cannot mount '%s' inside BACKING '%s': the mount would serve "
 				   "itself and a rename through it could hang it", opts.mountpoint,
 			     cfg.backing);
