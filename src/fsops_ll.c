@@ -446,8 +446,8 @@ static int fd_error(int err)
 	if ((err == -EMFILE || err == -ENFILE) &&
 	    !__atomic_exchange_n(&warned, true, __ATOMIC_RELAXED))
 		tl_log(LOG_WARNING,
-		       "out of file descriptors (%s): raise the open-file limit (LimitNOFILE=, "
-		       "ulimit -n) or lower entry_timeout; such requests fail with this error",
+		       "out of file descriptors (%s): raise the hard open-file limit "
+		       "(LimitNOFILE=, ulimit -Hn); until then such requests fail with it",
 		       strerror(-err));
 	return err;
 }
