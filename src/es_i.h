@@ -38,6 +38,10 @@ struct es_options {
 	char *timeout_ms_s;
 	int insecure;
 	unsigned int timeout_ms;
+	/* es_password=, es_api_key= as given: always refused (a secret in an
+	 * option is seen by others), kept only to say so; never logged */
+	char *password_arg;
+	char *api_key_arg;
 	/* secrets, loaded by config_load_secrets(); never logged */
 	char *password;
 	char *api_key;

@@ -31,6 +31,9 @@ static const struct fuse_opt es_opts[] = {
 	OPT_STR("es_api_key_file", api_key_file),
 	OPT_STR("es_cacert", cacert),
 	OPT_STR("es_timeout_ms", timeout_ms_s),
+	/* refused by es_opts_validate(); parsed so that no one echoes them */
+	OPT_STR("es_password", password_arg),
+	OPT_STR("es_api_key", api_key_arg),
 	TL_OPT_BOOL("es_insecure", struct es_options, insecure),
 	FUSE_OPT_END,
 };
@@ -82,6 +85,20 @@ static void es_opts_validate(void *p, struct tl_config *cfg, bool selected)
 	const char *u;
 
 	config_parse_uint(cfg, "es_timeout_ms", o->timeout_ms_s, 1, 600000, &o->timeout_ms);
+	/* secrets in options show in ps(1), shell histories and config files
+	 * others read: refused, and never repeated in the message */
+	if (o->password_arg)
+		config_error(cfg, "es_password is refused: a password in an option can be seen by "
+				  "others; use es_password_file=FILE (mode 600) or %s",
+			     ES_PASSWORD_ENV);
+	if (o->api_key_arg)
+		config_error(cfg, "es_api_key is refused: a key in an option can be seen by "
+				  "others; use es_api_key_file=FILE (mode 600)");
+	if (o->url && strchr(o->url, '@')) {
+		config_error(cfg, "es_url is refused: it carries credentials (user:password@); use "
+				  "es_user=NAME with es_password_file=FILE or %s", ES_PASSWORD_ENV);
+		return; /* the other checks would print the URL */
+	}
 	if (!selected)
 		return;
 	if (!o->url || !*o->url) {
@@ -149,6 +166,8 @@ static void es_opts_free(void *p)
 	free(o->timeout_ms_s);
 	wipe_free(o->password);
 	wipe_free(o->api_key);
+	wipe_free(o->password_arg);
+	wipe_free(o->api_key_arg);
 	memset(o, 0, sizeof(*o));
 }
 

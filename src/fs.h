@@ -89,6 +89,11 @@ extern const struct fuse_lowlevel_ops tlfs_ops;
  * backing_fd is open, on a zeroed FS (fs_inode.c). Returns 0 or -errno. */
 int tlfs_prepare(struct tlfs *fs);
 
+/* Frees what tlfs_prepare() made, also after it failed half-way or was
+ * never called (fs->root NULL); call after the session loop ended. This
+ * function can't fail. */
+void tlfs_release(struct tlfs *fs);
+
 /* Handles of control files and directories carry a tag bit; every other
  * handle is a backing fd. */
 #define CTL_TAG (UINT64_C(1) << 63)

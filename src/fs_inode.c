@@ -194,3 +194,15 @@ int tlfs_prepare(struct tlfs *fs)
 	fs->root_path = strdup(buf);
 	return fs->root_path ? 0 : -ENOMEM;
 }
+
+void tlfs_release(struct tlfs *fs)
+{
+	if (fs->root) {
+		if (fs->root->fd >= 0)
+			close(fs->root->fd);
+		free(fs->root);
+		fs->root = NULL;
+	}
+	free(fs->root_path);
+	fs->root_path = NULL;
+}

@@ -34,6 +34,22 @@
 
 /* ---- replies -------------------------------------------------------------- */
 
+/* Returns ERR; the first EMFILE/ENFILE of the daemon's life is also logged,
+ * once: every inode the kernel remembers holds an fd, so running out is a
+ * limit to raise (LimitNOFILE=, ulimit -n), not a failure of one request. */
+static int fd_error(int err)
+{
+	static bool warned;
+
+	if ((err == -EMFILE || err == -ENFILE) &&
+	    !__atomic_exchange_n(&warned, true, __ATOMIC_RELAXED))
+		tl_log(LOG_WARNING,
+		       "out of file descriptors (%s): raise the hard open-file limit "
+		       "(LimitNOFILE=, ulimit -Hn); until then such requests fail with it",
+		       strerror(-err));
+	return err;
+}
+
 /* Looks NAME up in PARENT (as the caller's credentials allow) and fills E
  * with a new lookup reference. Returns 0 or -errno. */
 static int do_lookup(struct tlfs *fs, struct ll_inode *parent, const char *name,
@@ -49,7 +65,7 @@ static int do_lookup(struct tlfs *fs, struct ll_inode *parent, const char *name,
 		return ctl_lookup(fs, parent, name, e);
 	fd = openat(parent->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 	if (fd == -1)
-		return -errno;
+		return fd_error(-errno);
 	if (fstatat(fd, "", &e->attr, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == -1) {
 		int err = -errno;
 
@@ -415,7 +431,7 @@ static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	proc_name(in->fd, proc);
 	fd = open(proc, (fi->flags | O_CLOEXEC) & ~O_NOFOLLOW);
 	if (fd == -1) {
-		fuse_reply_err(req, errno);
+		fuse_reply_err(req, -fd_error(-errno));
 		return;
 	}
 	fi->fh = (uint64_t)fd;
@@ -443,7 +459,7 @@ static void ll_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	res = creds_enter(fs, req);
 	if (!res) {
 		fd = openat(p->fd, name, (fi->flags | O_CREAT | O_CLOEXEC) & ~O_NOFOLLOW, mode);
-		res = fd == -1 ? -errno : 0;
+		res = fd == -1 ? fd_error(-errno) : 0;
 	}
 	if (!res)
 		res = do_lookup(fs, p, name, &e);
@@ -632,7 +648,7 @@ static void ll_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		fd = open(proc, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	}
 	if (fd == -1) {
-		err = -errno;
+		err = fd_error(-errno);
 		goto out_free;
 	}
 	d->dp = fdopendir(fd);

@@ -162,7 +162,9 @@ int lockmgr_acquire(struct lockmgr *m, const struct tl_plan *plan, uint32_t pid,
 		int64_t waited = tl_mono_us() - start;
 
 		stats_record_wait(&m->stats, (uint64_t)waited);
-		if (logged)
+		/* also a long wait that one wake-up ended (the mem store's
+		 * condition wait) and that was never logged while it lasted */
+		if (logged || waited >= WAIT_LOG_MS * 1000)
 			tl_log(LOG_NOTICE, "%s got its locks after %" PRId64 " ms",
 			       plan_desc(plan, desc, sizeof(desc)), waited / 1000);
 	}

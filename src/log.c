@@ -2,6 +2,7 @@
 #include <config.h>
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,18 +61,91 @@ const char *tl_log_level_name(int level)
 	return level_names[level];
 }
 
+/* Length of the valid UTF-8 sequence at S that is not a control
+ * character (C1 controls U+0080..U+009F included), or 0. Overlong forms,
+ * surrogates and code points above U+10FFFF are invalid. */
+static size_t utf8_printable_len(const unsigned char *s)
+{
+	unsigned char lo = 0x80, hi = 0xbf;
+	size_t n, i;
+
+	if (s[0] < 0x20 || s[0] == 0x7f)
+		return 0;
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] == 0xc2 && s[1] < 0xa0)
+		return 0; /* C1 control */
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		n = 2;
+	else if (s[0] >= 0xe0 && s[0] <= 0xef)
+		n = 3;
+	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+		n = 4;
+	else
+		return 0;
+	if (s[0] == 0xe0)
+		lo = 0xa0;
+	else if (s[0] == 0xed)
+		hi = 0x9f;
+	else if (s[0] == 0xf0)
+		lo = 0x90;
+	else if (s[0] == 0xf4)
+		hi = 0x8f;
+	if (s[1] < lo || s[1] > hi)
+		return 0;
+	for (i = 2; i < n; i++)
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+	return n;
+}
+
+size_t tl_log_escape(char *out, size_t size, const char *in)
+{
+	const unsigned char *s = (const unsigned char *)in;
+	size_t o = 0;
+
+	if (size == 0)
+		return 0;
+	while (*s) {
+		size_t n = utf8_printable_len(s);
+		char esc[5];
+		const char *w = (const char *)s;
+		size_t wn = n;
+
+		if (*s == '\\') {
+			w = "\\\\";
+			wn = 2;
+			n = 1;
+		} else if (n == 0) {
+			snprintf(esc, sizeof(esc), "\\x%02x", *s);
+			w = esc;
+			wn = 4;
+			n = 1;
+		}
+		if (o + wn >= size)
+			break;
+		memcpy(out + o, w, wn);
+		o += wn;
+		s += n;
+	}
+	out[o] = '\0';
+	return o;
+}
+
 void tl_log_write(int level, const char *fmt, ...)
 {
-	char buf[2048];
+	char buf[2048], esc[4 * sizeof(buf)];
 	va_list ap;
 
 	va_start(ap, fmt);
 	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
+	/* names and keys come from users: one message stays one line of text */
+	tl_log_escape(esc, sizeof(esc), buf);
 	if (log_syslog) {
-		syslog(level, "%s", buf);
+		syslog(level, "%s", esc);
 		return;
 	}
 	/* One fprintf per line keeps lines whole across threads. */
-	fprintf(stderr, "%s: %s: %s\n", log_progname, tl_log_level_name(level), buf);
+	fprintf(stderr, "%s: %s: %s\n", log_progname, tl_log_level_name(level), esc);
 }

@@ -9,6 +9,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <fuse_opt.h>
 #include <limits.h>
 #include <math.h>
@@ -200,9 +201,15 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 			/* a libfuse option (allow_root, fsname=...) in the file */
 			if (ctx->for_ctl)
 				return 0;
+			/* fuse_opt hands ARG over unescaped: a value's comma
+			 * ("fsname=a,allow_other") must stay part of the value */
 			if (ctx->passthrough) {
-				fuse_opt_add_arg(ctx->passthrough, "-o");
-				fuse_opt_add_arg(ctx->passthrough, arg);
+				char *esc = config_opt_escape(arg);
+
+				if (!esc || fuse_opt_add_arg(ctx->passthrough, "-o") != 0 ||
+				    fuse_opt_add_arg(ctx->passthrough, esc) != 0)
+					config_error(cfg, "out of memory");
+				free(esc);
 			}
 			return 0;
 		}
@@ -284,25 +291,115 @@ char *config_opt_escape(const char *s)
 	return out;
 }
 
+static int find_allow_other(void *data, const char *arg, int key, struct fuse_args *outargs)
+{
+	(void)arg;
+	(void)outargs;
+	if (key == 0)
+		*(bool *)data = true;
+	return 1;
+}
+
+bool config_args_allow_other(const struct fuse_args *args)
+{
+	static const struct fuse_opt opts[] = {
+		FUSE_OPT_KEY("allow_other", 0),
+		FUSE_OPT_KEY("allow_root", 0),
+		FUSE_OPT_END,
+	};
+	struct fuse_args copy = FUSE_ARGS_INIT(0, NULL);
+	bool found = false;
+	int i;
+
+	for (i = 0; i < args->argc; i++)
+		if (fuse_opt_add_arg(&copy, args->argv[i]) != 0)
+			found = true; /* out of memory: assume the worst */
+	if (!found && fuse_opt_parse(&copy, &found, opts, find_allow_other) != 0)
+		found = true;
+	fuse_opt_free_args(&copy);
+	return found;
+}
+
+/* Opens config file FILE for reading, refusing what is not a regular file
+ * (a directory, /dev/zero, a FIFO that would block) or is larger than
+ * TL_CONFIG_MAX_SIZE. Returns the stream or NULL (problem appended). */
+static FILE *config_file_open(struct tl_config *cfg, const char *file)
+{
+	struct stat st;
+	FILE *f;
+	int fd;
+
+	/* O_NONBLOCK: opening a FIFO must not wait for a writer */
+	fd = open(file, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd == -1) {
+		config_error(cfg, "cannot read config file '%s': %s", file, strerror(errno));
+		return NULL;
+	}
+	if (fstat(fd, &st) != 0) {
+		config_error(cfg, "cannot read config file '%s': %s", file, strerror(errno));
+		goto out_close;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		config_error(cfg, "cannot read config file '%s': not a regular file", file);
+		goto out_close;
+	}
+	if (st.st_size > TL_CONFIG_MAX_SIZE) {
+		config_error(cfg, "config file '%s' is larger than %d bytes", file,
+			     TL_CONFIG_MAX_SIZE);
+		goto out_close;
+	}
+	f = NULL;
+	if (fcntl(fd, F_SETFL, 0) != -1)
+		f = fdopen(fd, "r");
+	if (!f) {
+		config_error(cfg, "cannot read config file '%s': %s", file, strerror(errno));
+		goto out_close;
+	}
+	return f;
+
+out_close:
+	close(fd);
+	return NULL;
+}
+
 static int parse_config_file(struct tl_config *cfg, const char *file, struct parse_ctx *ctx)
 {
 	struct fuse_args fargs = FUSE_ARGS_INIT(0, NULL);
 	char *line = NULL;
-	size_t cap = 0;
+	size_t cap = 0, total = 0;
 	unsigned lineno = 0;
+	ssize_t n;
 	FILE *f;
 	int err = 0;
 
-	f = fopen(file, "re");
-	if (!f) {
-		config_error(cfg, "cannot read config file '%s': %s", file, strerror(errno));
+	f = config_file_open(cfg, file);
+	if (!f)
 		return 0;
-	}
 	fuse_opt_add_arg(&fargs, "config");
-	while (getline(&line, &cap, f) > 0) {
-		char *s = trim(line), *eq, *opt, *val;
+	for (;;) {
+		char *s, *eq, *opt, *val;
 
+		errno = 0;
+		n = getline(&line, &cap, f);
+		if (n < 0) {
+			if (ferror(f))
+				config_error(cfg, "cannot read config file '%s': %s", file,
+					     strerror(errno ? errno : EIO));
+			break;
+		}
 		lineno++;
+		total += (size_t)n;
+		if (total > TL_CONFIG_MAX_SIZE) {
+			config_error(cfg, "config file '%s' is larger than %d bytes", file,
+				     TL_CONFIG_MAX_SIZE);
+			break;
+		}
+		if ((size_t)n > TL_CONFIG_MAX_LINE) {
+			config_error(cfg, "config file '%s' line %u: longer than %d bytes", file,
+				     lineno, TL_CONFIG_MAX_LINE);
+			continue;
+		}
+		s = trim(line);
 		if (*s == '\0' || *s == '#' || *s == ';')
 			continue;
 		eq = strchr(s, '=');

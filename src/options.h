@@ -136,6 +136,16 @@ void config_error(struct tl_config *cfg, const char *fmt, ...) __attribute__((fo
  * string (caller frees) or NULL when out of memory. */
 char *config_opt_escape(const char *s);
 
+/* Limits of a config file: its size and the length of one line, in bytes
+ * (the man page names them). */
+#define TL_CONFIG_MAX_SIZE (256 * 1024)
+#define TL_CONFIG_MAX_LINE 4096
+
+/* Whether ARGS, as libfuse will read them, ask for allow_other or
+ * allow_root by any route (a -o list, an escaped value is not one). Errs
+ * on the side of true when out of memory. ARGS is not changed. */
+bool config_args_allow_other(const struct fuse_args *args);
+
 /* Prints the options of ours (for --help), for the mount or for treelockctl. */
 void config_print_help(bool for_ctl);
 

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -40,6 +41,10 @@ static int add_mount_options(struct tl_config *cfg, struct fuse_args *args)
 	char *esc, *opt;
 	int err = 0;
 
+	/* allow_other by whatever route always comes with the kernel's
+	 * permission checks and, as root, the caller's credentials */
+	if (config_args_allow_other(args))
+		cfg->allow_other = 1;
 	if (cfg->allow_other)
 		err |= fuse_opt_add_arg(args, "-oallow_other,default_permissions");
 	esc = config_opt_escape(cfg->backing);
@@ -54,6 +59,68 @@ static int add_mount_options(struct tl_config *cfg, struct fuse_args *args)
 	free(opt);
 	err |= fuse_opt_insert_arg(args, 1, "-osubtype=treelockfs");
 	return err ? -ENOMEM : 0;
+}
+
+/* Whether MNT (a real path, as libfuse gives it) lies strictly below
+ * BACKING: then the mount would serve itself, and a rename that moves a
+ * directory through MNT's own backing entry waits on itself for good.
+ * Compares the real paths, then walks up from MNT by ".." comparing
+ * st_dev/st_ino with BACKING's, which also catches bind mounts and other
+ * aliases of BACKING. MOUNTPOINT == BACKING is fine: the daemon reaches
+ * BACKING by an fd opened before the mount. This function can't fail: what
+ * cannot be checked is left to the mount to report. */
+static bool mountpoint_below_backing(const char *backing, const char *mnt)
+{
+	struct stat b, cur, up;
+	char *rb = realpath(backing, NULL);
+	bool below = false;
+	int fd, upfd;
+
+	if (rb) {
+		size_t n = strcmp(rb, "/") == 0 ? 0 : strlen(rb);
+
+		below = strncmp(mnt, rb, n) == 0 && mnt[n] == '/' && mnt[n + 1] != '\0';
+		free(rb);
+	}
+	if (below || stat(backing, &b) != 0)
+		return below;
+	fd = open(mnt, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	while (fd != -1 && fstat(fd, &cur) == 0) {
+		upfd = openat(fd, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
+		close(fd);
+		fd = upfd;
+		if (fd == -1 || fstat(fd, &up) != 0 ||
+		    (up.st_dev == cur.st_dev && up.st_ino == cur.st_ino))
+			break; /* the root */
+		if (up.st_dev == b.st_dev && up.st_ino == b.st_ino) {
+			below = true;
+			break;
+		}
+	}
+	if (fd != -1)
+		close(fd);
+	return below;
+}
+
+/* Raises the soft RLIMIT_NOFILE to the hard limit: every inode the kernel
+ * remembers holds an O_PATH fd, so the usual 1024 runs out at the first
+ * "ls -l" of a large directory. This function can't fail: if the limit
+ * cannot be raised the mount runs with what it has (and says so). */
+static void raise_nofile_limit(void)
+{
+	struct rlimit rl;
+	rlim_t old;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == rl.rlim_max)
+		return;
+	old = rl.rlim_cur;
+	rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+		tl_log(LOG_NOTICE, "cannot raise the open-file limit from %llu: %s",
+		       (unsigned long long)old, strerror(errno));
+	else
+		tl_log(LOG_DEBUG, "raised the open-file limit from %llu to %llu",
+		       (unsigned long long)old, (unsigned long long)rl.rlim_max);
 }
 
 int main(int argc, char *argv[])
@@ -105,6 +172,11 @@ int main(int argc, char *argv[])
 		config_error(&cfg, "out of memory");
 	if (fuse_parse_cmdline(&args, &opts) != 0)
 		config_error(&cfg, "cannot parse the libfuse options");
+	else if (cfg.backing && opts.mountpoint &&
+		 mountpoint_below_backing(cfg.backing, opts.mountpoint))
+		config_error(&cfg, "cannot mount '%s' inside BACKING '%s': the mount would serve "
+				   "itself and a rename through it could hang it", opts.mountpoint,
+			     cfg.backing);
 	if (!cfg.errors) {
 		/* also reports libfuse options it does not know, on stderr */
 		se = fuse_session_new(&args, &tlfs_ops, sizeof(tlfs_ops), &fs);
@@ -125,6 +197,7 @@ int main(int argc, char *argv[])
 	}
 
 	fs.cfg = &cfg;
+	raise_nofile_limit();
 	fs.backing_fd = open(cfg.backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fs.backing_fd == -1) {
 		tl_log(LOG_ERR, "cannot open BACKING '%s': %s", cfg.backing, strerror(errno));
@@ -181,6 +254,7 @@ out_signals:
 out_unmount:
 	fuse_session_unmount(se);
 out_close_store:
+	tlfs_release(&fs);
 	lockstore_close(fs.store);
 out_close_backing:
 	close(fs.backing_fd);
