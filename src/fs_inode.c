@@ -197,6 +197,18 @@ int tlfs_prepare(struct tlfs *fs)
 
 void tlfs_release(struct tlfs *fs)
 {
+	/* the kernel need not forget every inode before the session ends */
+	for (size_t h = 0; h < TLFS_ITAB_SIZE; h++) {
+		while (fs->itab[h]) {
+			struct ll_inode *in = fs->itab[h];
+
+			fs->itab[h] = in->next;
+			if (in != fs->root) {
+				close(in->fd);
+				free(in);
+			}
+		}
+	}
 	if (fs->root) {
 		if (fs->root->fd >= 0)
 			close(fs->root->fd);
