@@ -68,7 +68,7 @@ FLAVORS = {
     "opensearch1": {"number": "1.3.14", "lucene": "8.10.1", "wire": "6.8.0", "index": "6.0.0-beta1",
                     "hash": "25e14e1b9ab26c5fd2e9a5fbd5b1c85d7fbd4b8d", "date": "2023-12-12T19:17:26.071178Z",
                     "types": True, "product": False},
-    "opensearch2": {"number": "2.11.0", "lucene": "9.7.0", "wire": "7.10.0", "index": "7.0.0",
+    "opensearch2": {"number": "2.19.1", "lucene": "9.12.1", "wire": "7.10.0", "index": "7.0.0",
                     "hash": "4dcad6dd1fd45b6bd91f041a041829c8687278fa", "date": "2023-10-13T02:55:55.511945994Z",
                     "types": False, "product": False},
 }
@@ -895,7 +895,7 @@ class Emulator(object):
         idxs = self.store.resolve(req.pp["index"], ignore_unavailable=ignore)
         out = {}
         for i in idxs:
-            out[i.name] = {"aliases": {}, "mappings": i.mappings, "settings": self._settings_body(i)}
+            out[i.name] = {"aliases": {}, "mappings": st.rendered_mapping(i.mappings), "settings": self._settings_body(i)}
         return 200, out
 
     def h_indices_get_settings(self, req):
@@ -930,10 +930,12 @@ class Emulator(object):
         req.bool_param("allow_no_indices")
         ignore = req.bool_param("ignore_unavailable")
         req.prepared()
-        idxs = self.store.resolve(req.pp.get("index"), ignore_unavailable=ignore)
+        idxs = self.store.resolve(req.pp.get("index"), ignore_unavailable=ignore,
+                                  kind="index_or_alias")
         out = {}
         for i in idxs:
-            out[i.name] = {"mappings": ({"_doc": i.mappings} if itn and i.mappings else i.mappings)}
+            m = st.rendered_mapping(i.mappings)
+            out[i.name] = {"mappings": ({"_doc": m} if itn and m else m)}
         return 200, out
 
     def h_indices_put_mapping(self, req):
@@ -1207,9 +1209,11 @@ class Emulator(object):
             self.store.persist()
         return self.update_response(req, idx, doc_id, result, doc, forced, want_get and fetch, inc, exc)
 
-    def update_response(self, req, idx, doc_id, result, doc, forced, want_get=False, inc=None, exc=None):
+    def update_response(self, req, idx, doc_id, result, doc, forced, want_get=False, inc=None, exc=None,
+                        in_bulk=False):
         if result == "noop":
-            shards = {"total": 0, "successful": 0, "failed": 0}
+            # a bulk item reports the shard copies even for a noop
+            shards = None if in_bulk else {"total": 0, "successful": 0, "failed": 0}
             if doc is None:
                 body = self.write_body(req, idx, doc_id, "noop", -1, None, False, shards)
             else:
@@ -1448,7 +1452,7 @@ class Emulator(object):
         self.claim_type(idx, type_name)
         u["_type"] = type_name
         result, doc, _ = self.store.update(idx, doc_id, u, self.run_script)
-        status, body, _h = self.update_response(sub, idx, doc_id, result, doc, False)
+        status, body, _h = self.update_response(sub, idx, doc_id, result, doc, False, in_bulk=True)
         body["status"] = status
         return body
 
@@ -1943,6 +1947,8 @@ def validation_source_missing():
 
 
 def script_error(src, reason, stack, pos, exc_type, message):
+    if len(src) > 256:  # the engine quotes a long script cut at 256 characters
+        src = src[:256] + " ..."
     se = {"type": "script_exception", "reason": reason, "script_stack": stack, "script": src, "lang": "painless"}
     if pos is not None:
         se["position"] = pos

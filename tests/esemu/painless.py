@@ -1803,7 +1803,9 @@ class Throw(Node):
         if not isinstance(v, JavaException):
             raise ScriptRuntimeError("class_cast_exception",
                                      "Cannot cast %s to java.lang.Throwable" % java_class(v), self.pos)
-        raise ScriptRuntimeError(v.type_name, v.message, self.pos)
+        # a Java exception's stack is taken where it was made: the 'new'
+        where = self.expr.pos if isinstance(self.expr, New) else self.pos
+        raise ScriptRuntimeError(v.type_name, v.message, where)
 
 
 class BreakStmt(Node):

@@ -112,9 +112,9 @@ def validation_error(*messages):
     return EsError(400, "action_request_validation_exception", reason)
 
 
-def index_not_found(name):
+def index_not_found(name, kind="index_expression"):
     return EsError(404, "index_not_found_exception", "no such index [%s]" % name,
-                   {"resource.type": "index_expression", "resource.id": name,
+                   {"resource.type": kind, "resource.id": name,
                     "index_uuid": "_na_", "index": name})
 
 
@@ -222,6 +222,30 @@ def _validate_props(props):
                           root=[{"type": "mapper_parsing_exception", "reason": reason}])
         if "properties" in spec:
             _validate_props(spec["properties"])
+
+
+def rendered_mapping(m):
+    """A mapping as the engine gives it back: "dynamic" as a string, an
+    object field's "type" spelled out when it has parameters of its own."""
+    if not isinstance(m, dict):
+        return m
+    out = {}
+    for k, v in m.items():
+        if k == "dynamic" and isinstance(v, bool):
+            v = "true" if v else "false"
+        elif k == "properties" and isinstance(v, dict):
+            v = {f: _rendered_field(spec) for f, spec in v.items()}
+        out[k] = v
+    return out
+
+
+def _rendered_field(spec):
+    if not isinstance(spec, dict):
+        return spec
+    spec = rendered_mapping(spec)
+    if "type" not in spec and "properties" not in spec and spec:
+        spec = dict([("type", "object")] + list(spec.items()))
+    return spec
 
 
 def merge_mapping(old, new):
@@ -1021,7 +1045,7 @@ class Index(object):
                        {"index_uuid": self.uuid, "shard": str(self.shard_of(doc_id)), "index": self.name})
 
     def doc_missing(self, doc_id, flavor, type_name=None):
-        reason = "[%s]: document missing" % doc_id if flavor == "es8" else \
+        reason = "[%s]: document missing" % doc_id if flavor in ("es8", "opensearch2") else \
             "[%s][%s]: document missing" % (type_name or "_doc", doc_id)
         return EsError(404, "document_missing_exception", reason,
                        {"index_uuid": self.uuid, "shard": str(self.shard_of(doc_id)), "index": self.name})
@@ -1162,8 +1186,10 @@ class Store(object):
             raise index_not_found(name)
         return idx
 
-    def resolve(self, expr, allow_no_indices=True, ignore_unavailable=False):
-        """Resolve a comma-separated index expression with wildcards."""
+    def resolve(self, expr, allow_no_indices=True, ignore_unavailable=False,
+                kind="index_expression"):
+        """Resolve a comma-separated index expression with wildcards.
+        KIND: the "resource.type" of the error for a missing index."""
         if expr in (None, "", "_all", "*"):
             return sorted(self.indices.values(), key=lambda i: i.name)
         out = []
@@ -1177,7 +1203,7 @@ class Store(object):
                 if i is None:
                     if ignore_unavailable:
                         continue
-                    raise index_not_found(part)
+                    raise index_not_found(part, kind)
                 out.append(i)
         seen = set()
         res = []
