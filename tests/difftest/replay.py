@@ -12,7 +12,11 @@ Standard library only.
 """
 import http.client
 import json
+import re
 import urllib.parse
+
+# "[index/uuid]" in a reason: the uuid is the node's
+_INDEX_UUID = re.compile(r"\[([^/\[\]]+)/[A-Za-z0-9_-]{22}\]")
 
 # Keys whose values differ between any two nodes or any two runs.
 IGNORED_KEYS = {"took", "index_uuid", "uuid", "creation_date", "cluster_uuid",
@@ -118,6 +122,8 @@ def _norm(v, root, in_settings=False):
         return out
     if isinstance(v, list):
         return [_norm(x, root, in_settings) for x in v]
+    if isinstance(v, str):
+        return _INDEX_UUID.sub(r"[\1/(uuid)]", v)
     return v
 
 

@@ -986,8 +986,9 @@ class Emulator(object):
         if_seq_no, if_term, msgs = (None, None, []) if create else self.check_cas_params(req, "index")
         version, vt = self.version_params(req)
         policy = self.refresh_policy(req)
-        for p in ("wait_for_active_shards", "timeout", "routing"):
-            req.param(p)
+        req.param("routing")
+        check_active_shards(req.param("wait_for_active_shards"))
+        check_time("timeout", req.param("timeout"))
         pipeline = req.param("pipeline")
         req.bool_param("require_alias")
         if not req.body:
@@ -1079,8 +1080,9 @@ class Emulator(object):
         if_seq_no, if_term, msgs = self.check_cas_params(req, "delete")
         version, vt = self.version_params(req)
         policy = self.refresh_policy(req)
-        for p in ("wait_for_active_shards", "timeout", "routing"):
-            req.param(p)
+        req.param("routing")
+        check_active_shards(req.param("wait_for_active_shards"))
+        check_time("timeout", req.param("timeout"))
         req.prepared()
         msgs += cas_validation(version, vt, if_seq_no, if_term) + id_length(doc_id)
         if msgs:
@@ -1172,8 +1174,9 @@ class Emulator(object):
         lang = req.param("lang")
         fetch, inc, exc = self.source_filter(req)
         want_get = req.has("_source") or req.has("_source_includes") or req.has("_source_excludes")
-        for p in ("wait_for_active_shards", "timeout", "routing"):
-            req.param(p)
+        req.param("routing")
+        check_active_shards(req.param("wait_for_active_shards"))
+        check_time("timeout", req.param("timeout"))
         require_alias = req.bool_param("require_alias")
         if req.body:
             text = req.body.decode("utf-8", errors="replace")
@@ -1241,9 +1244,10 @@ class Emulator(object):
         started = time.monotonic()
         policy = self.refresh_policy(req)
         default_index = req.pp.get("index")
-        for p in ("wait_for_active_shards", "timeout", "routing", "_source", "_source_includes",
-                  "_source_excludes", "type"):
+        for p in ("routing", "_source", "_source_includes", "_source_excludes", "type"):
             req.param(p)
+        check_active_shards(req.param("wait_for_active_shards"))
+        check_time("timeout", req.param("timeout"))
         pipeline = req.param("pipeline")
         default_require_alias = req.bool_param("require_alias")
         for p in ("require_data_stream", "list_executed_pipelines"):
@@ -1926,6 +1930,38 @@ def _as_list(v):
 
 def is_number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def check_time(name, v):
+    """TimeValue.parseTimeValue's refusals for the parameter NAME."""
+    if v is None:
+        return
+    t = v.strip().lower()
+    if t in ("0", "-1"):
+        return
+    m = re.match(r"^(-?\d+)(nanos|micros|ms|s|m|h|d)$", t)
+    if not m:
+        raise EsError(400, "illegal_argument_exception",
+                      "failed to parse setting [%s] with value [%s] as a time value: unit is missing "
+                      "or unrecognized" % (name, v))
+    if int(m.group(1)) < 0:
+        raise EsError(400, "illegal_argument_exception",
+                      "failed to parse setting [%s] with value [%s] as a time value: negative durations "
+                      "are not supported" % (name, v))
+
+
+def check_active_shards(v):
+    """ActiveShardCount.parseString's refusals."""
+    if v is None or v in ("all", "default"):
+        return
+    try:
+        n = int(v)
+    except ValueError:
+        raise EsError(400, "illegal_argument_exception", "cannot parse ActiveShardCount[%s]" % v,
+                      caused_by={"type": "number_format_exception",
+                                 "reason": 'For input string: "%s"' % v})
+    if n < 0:
+        raise EsError(400, "illegal_argument_exception", "shard count cannot be a negative value")
 
 
 def parse_time(v, default):

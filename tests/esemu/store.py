@@ -248,6 +248,13 @@ def _rendered_field(spec):
     return spec
 
 
+def source_of_script(ctx):
+    try:
+        return painless.to_json(ctx.get("_source"))
+    except painless.NotJson as e:
+        raise EsError(400, "illegal_argument_exception", str(e))
+
+
 def merge_mapping(old, new):
     out = copy.deepcopy(old)
     for k, v in new.items():
@@ -283,8 +290,10 @@ def _check_value(field, ftype, doc_id, v):
         if isinstance(v, bool):
             return _parse_failure(field, ftype, doc_id, v, {"type": "json_parse_exception",
                                                             "reason": "Current token (VALUE_%s) not numeric, can not use numeric value accessors" % ("TRUE" if v else "FALSE")})
+        if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+            v = painless.fmt_double(v)  # the engine parses it back as text
         if isinstance(v, (int, float)):
-            iv = int(v) if not (isinstance(v, float) and (math.isnan(v) or math.isinf(v))) else None
+            iv = int(v)
         else:
             try:
                 iv = int(float(v)) if re.match(r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$", v) else None
@@ -341,9 +350,25 @@ def dynamic_type(v, mapping_root):
     return None
 
 
+# metadata fields that a document's source may not carry
+SOURCE_META_FIELDS = {"_id", "_index", "_routing", "_seq_no", "_version", "_primary_term",
+                      "_source", "_ignored", "_field_names"}
+
+
 def apply_mapping(mapping, source, doc_id):
     """Validate ``source`` against ``mapping`` and return the mapping with
     dynamic additions (or the same object when nothing was added)."""
+    for k in source:
+        if k in SOURCE_META_FIELDS:
+            why = ("Field [%s] is a metadata field and cannot be added inside a document. "
+                   "Use the index API request parameters." % k)
+            v = source[k]
+            preview = v if isinstance(v, str) else painless.to_str(painless.from_json(v))
+            raise EsError(400, "mapper_parsing_exception",
+                          "failed to parse field [%s] of type [%s] in document with id '%s'. "
+                          "Preview of field's value: '%s'" % (k, k, doc_id, preview),
+                          caused_by={"type": "mapper_parsing_exception", "reason": why},
+                          root=[{"type": "mapper_parsing_exception", "reason": why}])
     new = copy.deepcopy(mapping)
     changed = [False]
 
@@ -677,6 +702,8 @@ def _term_query(body, ctx):
             hit = [t for t in terms if t == qv]
         if not hit:
             return None
+        if isinstance(parts, MetaField):
+            return boost  # _id is not scored: a term on it is a constant-score query
         if is_text:
             return boost * ctx.bm25(field, qv, spec, len(hit), max(1, len(terms)), max(1, len(terms)))
         return boost * ctx.bm25(field, qv, spec)
@@ -1423,7 +1450,7 @@ class Store(object):
                 op = ctx.get("op")
                 if op != "create":
                     return "noop", None, {}
-                source = painless.to_json(ctx.get("_source"))
+                source = source_of_script(ctx)
                 if not isinstance(source, dict):
                     source = {}
             result, doc = self.write_index(idx, doc_id, source, op_type="create")
@@ -1442,7 +1469,7 @@ class Store(object):
             run_script(req["script"], ctx, idx, doc_id)
             op = ctx.get("op")
             if op == "index":
-                source = painless.to_json(ctx.get("_source"))
+                source = source_of_script(ctx)
                 if not isinstance(source, dict):
                     source = {}
                 result, doc = self.write_index(idx, doc_id, source, if_seq_no=cur.seq_no,
