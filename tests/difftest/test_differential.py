@@ -12,22 +12,15 @@ emulator's.
 """
 import glob
 import os
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
-import time
 
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(TOP, "tests", "esemu"))
 
 import replay  # noqa: E402
-from emuproc import Emulator  # noqa: E402
 
 CORPUS = sorted(glob.glob(os.path.join(HERE, "corpus", "*.jsonl")))
 ENGINES = sorted({replay.load(p)[0]["engine"] for p in CORPUS})
@@ -55,20 +48,6 @@ def test_corpus_is_there():
     assert total > 100
 
 
-@pytest.fixture(scope="module")
-def emulators(tmp_path_factory):
-    started = {}
-
-    def get(flavor):
-        if flavor not in started:
-            started[flavor] = Emulator(
-                flavor=flavor, workdir=str(tmp_path_factory.mktemp("emu-" + flavor))).start()
-        return started[flavor]
-    yield get
-    for e in started.values():
-        e.stop()
-
-
 @pytest.mark.parametrize("path", CORPUS, ids=_ids(CORPUS))
 def test_emulator_answers_as_recorded(path, emulators):
     header, exchanges = replay.load(path)
@@ -84,48 +63,9 @@ def test_emulator_answers_as_recorded(path, emulators):
     assert diffs == []
 
 
-def _real_reason():
-    if os.environ.get("DIFFTEST_REAL", "1") == "0":
-        return "DIFFTEST_REAL=0"
-    for tool in (os.environ.get("JAVA", "java"), os.environ.get("MVN", "mvn")):
-        if shutil.which(tool) is None:
-            return "no %s on PATH: the real engines cannot run here" % tool
-    return None
-
-
-@pytest.fixture(scope="module", params=ENGINES)
-def real_node(request, tmp_path_factory):
-    reason = _real_reason()
-    if reason:
-        print("\nreal-engine replay skipped: " + reason)
-        pytest.skip(reason)
-    data = str(tmp_path_factory.mktemp("node-" + request.param))
-    pf = os.path.join(data, "port")
-    log = open(os.path.join(data, "start.log"), "wb")
-    proc = subprocess.Popen([os.path.join(TOP, "tests", "engines", "start"), request.param,
-                             "--port-file", pf, "--data", os.path.join(data, "d")],
-                            stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 400
-    try:
-        while not os.path.exists(pf):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                with open(os.path.join(data, "start.log"), "rb") as f:
-                    tail = f.read()[-2000:].decode("utf-8", "replace")
-                pytest.fail("the %s node did not start:\n%s" % (request.param, tail))
-            time.sleep(0.5)
-        yield request.param, int(open(pf).read().split()[0])
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-
-
-def test_real_engine_and_emulator_agree(real_node, emulators):
-    engine, port = real_node
+@pytest.mark.parametrize("engine", sorted(ENGINES, reverse=True))
+def test_real_engine_and_emulator_agree(engine, real_nodes, emulators):
+    port = real_nodes(engine).port
     total = 0
     all_diffs = []
     for path in CORPUS:
