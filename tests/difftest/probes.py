@@ -78,8 +78,6 @@ def sequence(engine):
             json.dumps({"create": {"_index": IDX[1:], "_id": "k1"}}),
             json.dumps({"owner": "b", "n": 2}),
             json.dumps({"delete": {"_index": IDX[1:], "_id": "k9"}})]) + "\n", "bulk"),
-        _x("POST", IDX + "/_delete_by_query?refresh=true",
-           {"query": {"term": {"owner": "b"}}}, "delete by query"),
         _x("GET", IDX + "/_mapping"),
         _x("DELETE", IDX),
     ]

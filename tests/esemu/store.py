@@ -583,9 +583,8 @@ class Query(object):
         self.scoring = scoring
 
 
-QUERY_NAMES = {"match_all", "match_none", "term", "terms", "prefix", "bool", "ids", "exists", "range", "match",
-               "constant_score"}
-KNOWN_UNSUPPORTED = {"match_phrase", "match_phrase_prefix", "multi_match", "query_string",
+QUERY_NAMES = {"match_all", "term", "terms", "prefix", "bool", "ids", "exists", "range"}
+KNOWN_UNSUPPORTED = {"match", "match_none", "constant_score", "match_phrase", "match_phrase_prefix", "multi_match", "query_string",
                      "simple_query_string", "wildcard", "regexp", "fuzzy", "nested", "has_child", "has_parent",
                      "function_score", "script", "script_score", "geo_distance", "geo_bounding_box",
                      "more_like_this", "dis_max", "boosting", "terms_set", "intervals", "span_term",
@@ -625,7 +624,7 @@ class QueryContext(object):
         else:
             norm = k1
         tf = freq / (freq + norm)
-        if self.flavor in ("es7", "opensearch1", "opensearch2"):
+        if self.flavor in ("es7", "opensearch2"):
             tf *= (k1 + 1)
         return float("%.7g" % (idf * tf))
 
@@ -764,10 +763,6 @@ def _match_all(body, ctx):
     return Query(lambda d: boost)
 
 
-def _match_none(body, ctx):
-    return Query(lambda d: None)
-
-
 def _ids_query(body, ctx):
     if not isinstance(body, dict) or "values" not in body or not isinstance(body["values"], list):
         raise parsing_error("[ids] query malformed, no values")
@@ -825,34 +820,6 @@ def _range_query(body, ctx):
 
     def match(d):
         return boost if any(ok(t) for t in indexed_terms(spec, field_values(d, parts))) else None
-    return Query(match)
-
-
-def _match_query(body, ctx):
-    field, v = _single_field("match", body)
-    op = "or"
-    boost = 1.0
-    if isinstance(v, dict):
-        if "query" not in v:
-            raise parsing_error("[match] query malformed, no query")
-        op = str(v.get("operator", "or")).lower()
-        boost = float(v.get("boost", 1.0))
-        v = v["query"]
-    spec, parts = field_spec(ctx.index.mappings, field)
-    if spec is None:
-        return Query(lambda d: None)
-    if spec.get("type") in ("text", "match_only_text"):
-        qterms = analyze(_keyword_str(v))
-    else:
-        qterms = [query_value(spec, v)]
-
-    def match(d):
-        terms = indexed_terms(spec, field_values(d, parts))
-        hits = [q for q in qterms if q in terms]
-        if not hits or (op == "and" and len(hits) < len(qterms)):
-            return None
-        return boost * sum(ctx.bm25(field, q, spec, terms.count(q), max(1, len(terms)), max(1, len(terms)))
-                           for q in hits)
     return Query(match)
 
 
@@ -923,17 +890,8 @@ def _bool_query(body, ctx):
     return Query(match)
 
 
-def _constant_score(body, ctx):
-    if not isinstance(body, dict) or "filter" not in body:
-        raise parsing_error("[constant_score] requires a 'filter' element")
-    q = parse_query(body["filter"], ctx)
-    boost = _boost(body)
-    return Query(lambda d: boost if q.fn(d) is not None else None)
-
-
 QUERY_PARSERS = {"term": _term_query, "terms": _terms_query, "prefix": _prefix_query, "match_all": _match_all,
-                 "match_none": _match_none, "bool": _bool_query, "ids": _ids_query, "exists": _exists_query,
-                 "range": _range_query, "match": _match_query, "constant_score": _constant_score}
+                 "bool": _bool_query, "ids": _ids_query, "exists": _exists_query, "range": _range_query}
 
 
 def lite_query(q):
@@ -1464,7 +1422,7 @@ class Store(object):
             ctx = {"_index": idx.name, "_id": doc_id, "_version": cur.version, "_routing": None,
                    "op": "index", "_now": painless.JLong(int(time.time() * 1000)),
                    "_source": painless.from_json(copy.deepcopy(cur.source))}
-            if self.flavor in ("es7", "opensearch1", "es8"):
+            if self.flavor in ("es7", "es8"):
                 ctx["_type"] = "_doc"  # 8.x UpdateCtxMap still carries _type: _doc
             run_script(req["script"], ctx, idx, doc_id)
             op = ctx.get("op")
