@@ -65,10 +65,7 @@ FLAVORS = {
     "es8": {"number": "8.15.0", "lucene": "9.11.1", "wire": "7.17.0", "index": "7.0.0",
             "hash": "1a77947f34deddb41af25e6f0ddb8e830159c179", "date": "2024-08-05T10:05:34.233336849Z",
             "types": False, "product": True},
-    "opensearch1": {"number": "1.3.14", "lucene": "8.10.1", "wire": "6.8.0", "index": "6.0.0-beta1",
-                    "hash": "25e14e1b9ab26c5fd2e9a5fbd5b1c85d7fbd4b8d", "date": "2023-12-12T19:17:26.071178Z",
-                    "types": True, "product": False},
-    "opensearch2": {"number": "2.11.0", "lucene": "9.7.0", "wire": "7.10.0", "index": "7.0.0",
+    "opensearch2": {"number": "2.19.1", "lucene": "9.12.1", "wire": "7.10.0", "index": "7.0.0",
                     "hash": "4dcad6dd1fd45b6bd91f041a041829c8687278fa", "date": "2023-10-13T02:55:55.511945994Z",
                     "types": False, "product": False},
 }
@@ -88,31 +85,15 @@ SEARCH_PARAMS = {
     "allow_partial_search_results", "typed_keys", "version", "seq_no_primary_term", "request_cache",
     "batched_reduce_size", "max_concurrent_shard_requests", "pre_filter_shard_size", "rest_total_hits_as_int",
     "min_compatible_shard_node"}
-DBQ_PARAMS = {
-    "analyzer", "analyze_wildcard", "default_operator", "df", "from", "ignore_unavailable", "allow_no_indices",
-    "conflicts", "expand_wildcards", "lenient", "preference", "q", "routing", "scroll", "search_type",
-    "search_timeout", "size", "max_docs", "sort", "terminate_after", "stats", "version", "request_cache",
-    "refresh", "timeout", "wait_for_active_shards", "scroll_size", "wait_for_completion", "requests_per_second",
-    "slices"}
-
 API_PARAMS = {
     "info": set(),
     "ping": set(),
-    "cluster.health": {"expand_wildcards", "level", "local", "master_timeout", "timeout", "wait_for_active_shards",
-                       "wait_for_nodes", "wait_for_events", "wait_for_no_relocating_shards",
-                       "wait_for_no_initializing_shards", "wait_for_status", "return_200_for_cluster_health_timeout"},
     "indices.create": {"wait_for_active_shards", "timeout", "master_timeout"},
     "indices.exists": {"local", "ignore_unavailable", "allow_no_indices", "expand_wildcards", "flat_settings",
                        "include_defaults"},
     "indices.delete": {"timeout", "master_timeout", "ignore_unavailable", "allow_no_indices", "expand_wildcards"},
-    "indices.get": {"local", "ignore_unavailable", "allow_no_indices", "expand_wildcards", "flat_settings",
-                    "include_defaults", "master_timeout"},
     "indices.get_mapping": {"ignore_unavailable", "allow_no_indices", "expand_wildcards", "master_timeout", "local"},
-    "indices.put_mapping": {"timeout", "master_timeout", "ignore_unavailable", "allow_no_indices",
-                            "expand_wildcards", "write_index_only"},
     "indices.refresh": {"ignore_unavailable", "allow_no_indices", "expand_wildcards"},
-    "indices.get_settings": {"master_timeout", "ignore_unavailable", "allow_no_indices", "expand_wildcards",
-                             "flat_settings", "local", "include_defaults"},
     "index": WRITE_COMMON | {"op_type", "version", "version_type", "if_seq_no", "if_primary_term", "pipeline",
                              "require_alias"},
     "create": WRITE_COMMON | {"version", "version_type", "pipeline"},
@@ -121,57 +102,41 @@ API_PARAMS = {
     "delete": WRITE_COMMON | {"if_seq_no", "if_primary_term", "version", "version_type"},
     "get": GET_PARAMS,
     "exists": GET_PARAMS,
-    "get_source": GET_PARAMS - {"stored_fields"},
     "bulk": WRITE_COMMON | {"_source", "_source_excludes", "_source_includes", "pipeline", "require_alias"},
     "mget": {"stored_fields", "preference", "realtime", "refresh", "routing", "_source", "_source_excludes",
              "_source_includes"},
     "search": SEARCH_PARAMS,
-    "count": {"ignore_unavailable", "ignore_throttled", "allow_no_indices", "expand_wildcards", "min_score",
-              "preference", "routing", "q", "analyzer", "analyze_wildcard", "default_operator", "df", "lenient",
-              "terminate_after"},
-    "delete_by_query": DBQ_PARAMS,
 }
 # parameters that only Elasticsearch 8.x knows (rest-api-spec of 8.15)
 ES8_EXTRA_PARAMS = {"index": {"require_data_stream"}, "bulk": {"require_data_stream", "list_executed_pipelines"},
                     "get": {"force_synthetic_source"}, "mget": {"force_synthetic_source"},
                     "search": {"force_synthetic_source", "include_named_queries_score"}}
-ES7_EXTRA_PARAMS = {"indices.create": {"include_type_name"}, "indices.get": {"include_type_name"},
-                    "indices.get_mapping": {"include_type_name"}, "indices.put_mapping": {"include_type_name"},
+ES7_EXTRA_PARAMS = {"indices.create": {"include_type_name"},
+                    "indices.get_mapping": {"include_type_name"},
                     "bulk": {"type"}, "mget": set(), "search": set()}
 
 # apis that take a body; others refuse one (400 "does not support having a body")
-BODY_APIS = {"indices.create", "indices.put_mapping", "index", "create", "update", "bulk", "mget", "search",
-             "count", "delete_by_query"}
+BODY_APIS = {"indices.create", "index", "create", "update", "bulk", "mget", "search"}
 
 # routes: (segments, {method: api}); "{x}" is a path parameter
 ROUTES = [
     ([], {"GET": "info", "HEAD": "ping"}),
-    (["_cluster", "health"], {"GET": "cluster.health"}),
-    (["_cluster", "health", "{index}"], {"GET": "cluster.health"}),
     (["_refresh"], {"POST": "indices.refresh", "GET": "indices.refresh"}),
     (["_bulk"], {"POST": "bulk", "PUT": "bulk"}),
     (["_mget"], {"GET": "mget", "POST": "mget"}),
     (["_search"], {"GET": "search", "POST": "search"}),
-    (["_count"], {"GET": "count", "POST": "count"}),
     (["_mapping"], {"GET": "indices.get_mapping"}),
-    (["{index}"], {"PUT": "indices.create", "HEAD": "indices.exists", "DELETE": "indices.delete",
-                   "GET": "indices.get"}),
-    (["{index}", "_mapping"], {"GET": "indices.get_mapping", "PUT": "indices.put_mapping",
-                               "POST": "indices.put_mapping"}),
+    (["{index}"], {"PUT": "indices.create", "HEAD": "indices.exists", "DELETE": "indices.delete"}),
+    (["{index}", "_mapping"], {"GET": "indices.get_mapping"}),
     (["{index}", "_refresh"], {"POST": "indices.refresh", "GET": "indices.refresh"}),
-    (["{index}", "_settings"], {"GET": "indices.get_settings"}),
-    (["_settings"], {"GET": "indices.get_settings"}),
     (["{index}", "_doc"], {"POST": "index"}),
     (["{index}", "_doc", "{id}"], {"PUT": "index", "POST": "index", "GET": "get", "HEAD": "exists",
                                    "DELETE": "delete"}),
     (["{index}", "_create", "{id}"], {"PUT": "create", "POST": "create"}),
     (["{index}", "_update", "{id}"], {"POST": "update"}),
-    (["{index}", "_source", "{id}"], {"GET": "get_source", "HEAD": "exists_source"}),
     (["{index}", "_bulk"], {"POST": "bulk", "PUT": "bulk"}),
     (["{index}", "_mget"], {"GET": "mget", "POST": "mget"}),
     (["{index}", "_search"], {"GET": "search", "POST": "search"}),
-    (["{index}", "_count"], {"GET": "count", "POST": "count"}),
-    (["{index}", "_delete_by_query"], {"POST": "delete_by_query"}),
 ]
 # typed (deprecated) endpoints of Elasticsearch 7 / OpenSearch 1, as used by the Definitive Guide
 TYPED_ROUTES = [
@@ -184,7 +149,6 @@ TYPED_ROUTES = [
     (["{index}", "{type}", "_search"], {"GET": "search", "POST": "search"}),
     (["{index}", "{type}", "_mget"], {"GET": "mget", "POST": "mget"}),
 ]
-API_PARAMS["exists_source"] = API_PARAMS["get_source"]
 # names under which /_esemu/stats counts requests (the REST spec name otherwise)
 STATS_NAMES = {"indices.refresh": "refresh"}
 
@@ -791,40 +755,6 @@ class Emulator(object):
         req.prepared()
         return 200, None
 
-    def h_cluster_health(self, req):
-        for p in ("level", "local", "master_timeout", "wait_for_active_shards", "wait_for_nodes", "wait_for_events",
-                  "wait_for_no_relocating_shards", "wait_for_no_initializing_shards", "expand_wildcards"):
-            req.param(p)
-        want = req.param("wait_for_status")
-        if want is not None and want not in ("green", "yellow", "red"):
-            raise EsError(400, "illegal_argument_exception", "unknown cluster health status [%s]" % want)
-        timeout = parse_time(req.param("timeout"), 30.0)
-        r200 = req.bool_param("return_200_for_cluster_health_timeout")
-        req.prepared()
-        expr = req.pp.get("index")
-        missing = False
-        try:
-            idxs = self.store.resolve(expr) if expr else list(self.store.indices.values())
-        except EsError:
-            idxs = []
-            missing = True
-        primaries = sum(i.num_shards for i in idxs)
-        unassigned = sum(i.replicas * i.num_shards for i in idxs)
-        status = "red" if missing else ("yellow" if unassigned else "green")
-        rank = {"green": 0, "yellow": 1, "red": 2}
-        timed_out = False
-        if missing or (want is not None and rank[status] > rank[want]):
-            time.sleep(min(timeout, 30.0))
-            timed_out = True
-        total = primaries + unassigned
-        body = {"cluster_name": "esemu", "status": status, "timed_out": timed_out, "number_of_nodes": 1,
-                "number_of_data_nodes": 1, "active_primary_shards": primaries, "active_shards": primaries,
-                "relocating_shards": 0, "initializing_shards": 0, "unassigned_shards": unassigned,
-                "delayed_unassigned_shards": 0, "number_of_pending_tasks": 0, "number_of_in_flight_fetch": 0,
-                "task_max_waiting_in_queue_millis": 0,
-                "active_shards_percent_as_number": 100.0 if total == 0 else 100.0 * primaries / total}
-        return (408 if timed_out and not r200 else 200), body
-
     def h_indices_create(self, req):
         name = req.pp["index"]
         for p in ("wait_for_active_shards", "timeout", "master_timeout"):
@@ -870,59 +800,6 @@ class Emulator(object):
         self.store.persist()
         return 200, {"acknowledged": True}
 
-    def _settings_body(self, idx):
-        s = {"index": {}}
-        ix = s["index"]
-        ix["creation_date"] = str(idx.created)
-        ix["number_of_shards"] = str(idx.num_shards)
-        ix["number_of_replicas"] = str(idx.replicas)
-        ix["uuid"] = idx.uuid
-        ix["version"] = {"created": {"es7": "7171899", "es8": "8512000", "opensearch1": "135238227",
-                                     "opensearch2": "136327827"}[self.flavor]}
-        ix["provided_name"] = idx.name
-        for k, v in idx.settings.items():
-            if k not in ("number_of_shards", "number_of_replicas"):
-                ix[k] = v if isinstance(v, (dict, list)) else str(v).lower() if isinstance(v, bool) else str(v)
-        return s
-
-    def h_indices_get(self, req):
-        for p in ("local", "flat_settings", "include_defaults", "expand_wildcards", "master_timeout",
-                  "include_type_name"):
-            req.param(p)
-        req.bool_param("allow_no_indices")
-        ignore = req.bool_param("ignore_unavailable")
-        req.prepared()
-        idxs = self.store.resolve(req.pp["index"], ignore_unavailable=ignore)
-        out = {}
-        for i in idxs:
-            out[i.name] = {"aliases": {}, "mappings": i.mappings, "settings": self._settings_body(i)}
-        return 200, out
-
-    def h_indices_get_settings(self, req):
-        for p in ("master_timeout", "expand_wildcards", "local", "include_defaults"):
-            req.param(p)
-        flat = req.bool_param("flat_settings")
-        req.bool_param("allow_no_indices")
-        ignore = req.bool_param("ignore_unavailable")
-        req.prepared()
-        idxs = self.store.resolve(req.pp.get("index"), ignore_unavailable=ignore)
-        out = {}
-        for i in idxs:
-            s = self._settings_body(i)
-            if flat:
-                flat_s = {}
-
-                def walk(d, prefix):
-                    for k, v in d.items():
-                        if isinstance(v, dict):
-                            walk(v, prefix + k + ".")
-                        else:
-                            flat_s[prefix + k] = v
-                walk(s, "")
-                s = flat_s
-            out[i.name] = {"settings": s}
-        return 200, out
-
     def h_indices_get_mapping(self, req):
         for p in ("expand_wildcards", "master_timeout", "local"):
             req.param(p)
@@ -930,33 +807,13 @@ class Emulator(object):
         req.bool_param("allow_no_indices")
         ignore = req.bool_param("ignore_unavailable")
         req.prepared()
-        idxs = self.store.resolve(req.pp.get("index"), ignore_unavailable=ignore)
+        idxs = self.store.resolve(req.pp.get("index"), ignore_unavailable=ignore,
+                                  kind="index_or_alias")
         out = {}
         for i in idxs:
-            out[i.name] = {"mappings": ({"_doc": i.mappings} if itn and i.mappings else i.mappings)}
+            m = st.rendered_mapping(i.mappings)
+            out[i.name] = {"mappings": ({"_doc": m} if itn and m else m)}
         return 200, out
-
-    def h_indices_put_mapping(self, req):
-        for p in ("timeout", "master_timeout", "expand_wildcards", "write_index_only", "include_type_name"):
-            req.param(p)
-        body = self.json_body(req, required=True)
-        req.bool_param("allow_no_indices")
-        ignore = req.bool_param("ignore_unavailable")
-        req.prepared()
-        st.validate_mapping(body)
-        idxs = self.store.resolve(req.pp["index"], ignore_unavailable=ignore)
-        for i in idxs:
-            for f, spec in (body.get("properties") or {}).items():
-                old = (i.mappings.get("properties") or {}).get(f)
-                if old is not None and old.get("type", "object") != spec.get("type", "object"):
-                    raise EsError(400, "illegal_argument_exception",
-                                  "mapper [%s] cannot be changed from type [%s] to [%s]"
-                                  % (f, old.get("type", "object"), spec.get("type", "object")))
-            with i.lock:
-                i.mappings = st.merge_mapping(i.mappings, body)
-        self.store._dirty()
-        self.store.persist()
-        return 200, {"acknowledged": True}
 
     def h_indices_refresh(self, req):
         req.param("expand_wildcards")
@@ -984,8 +841,9 @@ class Emulator(object):
         if_seq_no, if_term, msgs = (None, None, []) if create else self.check_cas_params(req, "index")
         version, vt = self.version_params(req)
         policy = self.refresh_policy(req)
-        for p in ("wait_for_active_shards", "timeout", "routing"):
-            req.param(p)
+        req.param("routing")
+        check_active_shards(req.param("wait_for_active_shards"))
+        check_time("timeout", req.param("timeout"))
         pipeline = req.param("pipeline")
         req.bool_param("require_alias")
         if not req.body:
@@ -1017,7 +875,7 @@ class Emulator(object):
     def h_create(self, req):
         return self.h_index(req, create=True)
 
-    def h_get(self, req, head=False, source_only=False):
+    def h_get(self, req, head=False):
         name = req.pp["index"]
         doc_id = req.pp["id"]
         realtime = req.bool_param("realtime", True)
@@ -1044,12 +902,6 @@ class Emulator(object):
                           % (doc.version, version))
         if head:
             return (200 if doc is not None else 404), None
-        if source_only:
-            if doc is None:
-                raise EsError(404, "resource_not_found_exception",
-                              "Document not found [%s]/[%s]" % (name, doc_id) if self.flavor != "es7" else
-                              "Document not found [%s]/[_doc]/[%s]" % (name, doc_id))
-            return 200, self.source_value(doc, inc, exc)
         body = self.meta(name, doc_id, self.doc_type(idx, req.pp.get("type")))
         if doc is None:
             body["found"] = False
@@ -1065,20 +917,15 @@ class Emulator(object):
     def h_exists(self, req):
         return self.h_get(req, head=True)
 
-    def h_get_source(self, req):
-        return self.h_get(req, source_only=True)
-
-    def h_exists_source(self, req):
-        return self.h_get(req, head=True)
-
     def h_delete(self, req):
         name = req.pp["index"]
         doc_id = req.pp["id"]
         if_seq_no, if_term, msgs = self.check_cas_params(req, "delete")
         version, vt = self.version_params(req)
         policy = self.refresh_policy(req)
-        for p in ("wait_for_active_shards", "timeout", "routing"):
-            req.param(p)
+        req.param("routing")
+        check_active_shards(req.param("wait_for_active_shards"))
+        check_time("timeout", req.param("timeout"))
         req.prepared()
         msgs += cas_validation(version, vt, if_seq_no, if_term) + id_length(doc_id)
         if msgs:
@@ -1170,8 +1017,9 @@ class Emulator(object):
         lang = req.param("lang")
         fetch, inc, exc = self.source_filter(req)
         want_get = req.has("_source") or req.has("_source_includes") or req.has("_source_excludes")
-        for p in ("wait_for_active_shards", "timeout", "routing"):
-            req.param(p)
+        req.param("routing")
+        check_active_shards(req.param("wait_for_active_shards"))
+        check_time("timeout", req.param("timeout"))
         require_alias = req.bool_param("require_alias")
         if req.body:
             text = req.body.decode("utf-8", errors="replace")
@@ -1207,9 +1055,11 @@ class Emulator(object):
             self.store.persist()
         return self.update_response(req, idx, doc_id, result, doc, forced, want_get and fetch, inc, exc)
 
-    def update_response(self, req, idx, doc_id, result, doc, forced, want_get=False, inc=None, exc=None):
+    def update_response(self, req, idx, doc_id, result, doc, forced, want_get=False, inc=None, exc=None,
+                        in_bulk=False):
         if result == "noop":
-            shards = {"total": 0, "successful": 0, "failed": 0}
+            # a bulk item reports the shard copies even for a noop
+            shards = None if in_bulk else {"total": 0, "successful": 0, "failed": 0}
             if doc is None:
                 body = self.write_body(req, idx, doc_id, "noop", -1, None, False, shards)
             else:
@@ -1237,9 +1087,10 @@ class Emulator(object):
         started = time.monotonic()
         policy = self.refresh_policy(req)
         default_index = req.pp.get("index")
-        for p in ("wait_for_active_shards", "timeout", "routing", "_source", "_source_includes",
-                  "_source_excludes", "type"):
+        for p in ("routing", "_source", "_source_includes", "_source_excludes", "type"):
             req.param(p)
+        check_active_shards(req.param("wait_for_active_shards"))
+        check_time("timeout", req.param("timeout"))
         pipeline = req.param("pipeline")
         default_require_alias = req.bool_param("require_alias")
         for p in ("require_data_stream", "list_executed_pipelines"):
@@ -1448,7 +1299,7 @@ class Emulator(object):
         self.claim_type(idx, type_name)
         u["_type"] = type_name
         result, doc, _ = self.store.update(idx, doc_id, u, self.run_script)
-        status, body, _h = self.update_response(sub, idx, doc_id, result, doc, False)
+        status, body, _h = self.update_response(sub, idx, doc_id, result, doc, False, in_bulk=True)
         body["status"] = status
         return body
 
@@ -1773,97 +1624,6 @@ class Emulator(object):
             out_vals.append(sv)
         return [r[0] for r in rows], out_vals
 
-    def h_count(self, req):
-        body, query = self.search_request(req, count=True)
-        for p in ("ignore_throttled", "expand_wildcards", "min_score", "preference", "routing", "analyzer",
-                  "analyze_wildcard", "default_operator", "df", "lenient", "terminate_after"):
-            req.param(p)
-        self.store.check_query([], query)
-        req.prepared()
-        idxs = self.store.resolve(req.pp.get("index"), ignore_unavailable=req.bool_param("ignore_unavailable"),
-                                  allow_no_indices=req.bool_param("allow_no_indices", True))
-        self.store.check_query(idxs, query)
-        n = len(self.store.search(idxs, query))
-        shards = sum(i.num_shards for i in idxs)
-        return 200, {"count": n, "_shards": {"total": shards, "successful": shards, "skipped": 0, "failed": 0}}
-
-    def h_delete_by_query(self, req):
-        started = time.monotonic()
-        conflicts = req.param("conflicts", "abort")
-        if conflicts not in ("abort", "proceed"):
-            raise EsError(400, "illegal_argument_exception",
-                          "conflicts may only be \"proceed\" or \"abort\" but was [%s]" % conflicts)
-        policy = req.param("refresh")
-        if policy not in (None, "", "true", "false"):
-            raise EsError(400, "illegal_argument_exception",
-                          "Failed to parse value [%s] as only [true] or [false] are allowed." % policy)
-        refresh = policy in ("", "true")
-        wfc = req.bool_param("wait_for_completion", True)
-        for p in ("analyzer", "analyze_wildcard", "default_operator", "df", "lenient", "preference", "routing",
-                  "scroll", "search_type", "search_timeout", "sort", "terminate_after", "stats", "version",
-                  "request_cache", "timeout", "wait_for_active_shards", "scroll_size", "requests_per_second",
-                  "slices", "expand_wildcards", "from", "size"):
-            req.param(p)
-        max_docs = req.int_param("max_docs")
-        body = self.json_body(req) or {}
-        if not isinstance(body, dict):
-            raise EsError(400, "parsing_exception", "Expected [START_OBJECT] but found [START_ARRAY]")
-        for k in body:
-            if k not in ("query", "max_docs", "size", "conflicts", "slice", "sort"):
-                raise EsError(400, "parsing_exception", "Unknown key for a %s in [%s]." % (
-                    "START_OBJECT" if isinstance(body[k], dict) else "VALUE_STRING", k))
-        if "conflicts" in body:
-            conflicts = body["conflicts"]
-        if "max_docs" in body:
-            max_docs = int(body["max_docs"])
-        q = req.param("q")
-        query = body.get("query")
-        if q is not None:
-            query = st.lite_query(q)
-        if query is not None:
-            self.store.check_query([], query)
-        req.prepared()
-        if query is None:
-            raise st.validation_error("query is missing")
-        idxs = self.store.resolve(req.pp.get("index"), ignore_unavailable=req.bool_param("ignore_unavailable"),
-                                  allow_no_indices=req.bool_param("allow_no_indices", True))
-        self.store.check_query(idxs, query)
-        hits = self.store.search(idxs, query)
-        if max_docs is not None:
-            hits = hits[:max_docs]
-        deleted = 0
-        vc = 0
-        failures = []
-        for idx, d, _ in hits:
-            try:
-                res, ver, seq = self.store.write_delete(idx, d.id, d.seq_no, d.term)
-                deleted += 1
-            except EsError as e:
-                vc += 1
-                if conflicts == "abort":
-                    f = {"index": idx.name}
-                    if self.types:
-                        f["type"] = "_doc"
-                    f["id"] = d.id
-                    f["cause"] = e.inner()
-                    f["status"] = 409
-                    failures.append(f)
-        touched = {i.name: i for i, _, _ in hits}
-        if refresh:
-            for i in idxs:
-                i.refresh()
-        if hits:
-            self.store.persist()
-        body = {"took": int((time.monotonic() - started) * 1000), "timed_out": False, "total": len(hits),
-                "deleted": deleted, "batches": (len(hits) + 999) // 1000, "version_conflicts": vc, "noops": 0,
-                "retries": {"bulk": 0, "search": 0}, "throttled_millis": 0, "requests_per_second": -1.0,
-                "throttled_until_millis": 0, "failures": failures}
-        if not wfc:
-            self.tasks = getattr(self, "tasks", 0) + 1
-            return 200, {"task": "esemu-node:%d" % self.tasks}
-        return (409 if failures else 200), body
-
-
 def java_urlencode(s):
     """java.net.URLEncoder.encode(s, "UTF-8") (used for the Location header)."""
     return urllib.parse.quote_plus(s, safe="*").replace("~", "%7E")
@@ -1924,6 +1684,38 @@ def is_number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def check_time(name, v):
+    """TimeValue.parseTimeValue's refusals for the parameter NAME."""
+    if v is None:
+        return
+    t = v.strip().lower()
+    if t in ("0", "-1"):
+        return
+    m = re.match(r"^(-?\d+)(nanos|micros|ms|s|m|h|d)$", t)
+    if not m:
+        raise EsError(400, "illegal_argument_exception",
+                      "failed to parse setting [%s] with value [%s] as a time value: unit is missing "
+                      "or unrecognized" % (name, v))
+    if int(m.group(1)) < 0:
+        raise EsError(400, "illegal_argument_exception",
+                      "failed to parse setting [%s] with value [%s] as a time value: negative durations "
+                      "are not supported" % (name, v))
+
+
+def check_active_shards(v):
+    """ActiveShardCount.parseString's refusals."""
+    if v is None or v in ("all", "default"):
+        return
+    try:
+        n = int(v)
+    except ValueError:
+        raise EsError(400, "illegal_argument_exception", "cannot parse ActiveShardCount[%s]" % v,
+                      caused_by={"type": "number_format_exception",
+                                 "reason": 'For input string: "%s"' % v})
+    if n < 0:
+        raise EsError(400, "illegal_argument_exception", "shard count cannot be a negative value")
+
+
 def parse_time(v, default):
     if v is None:
         return default
@@ -1943,6 +1735,8 @@ def validation_source_missing():
 
 
 def script_error(src, reason, stack, pos, exc_type, message):
+    if len(src) > 256:  # the engine quotes a long script cut at 256 characters
+        src = src[:256] + " ..."
     se = {"type": "script_exception", "reason": reason, "script_stack": stack, "script": src, "lang": "painless"}
     if pos is not None:
         se["position"] = pos

@@ -192,25 +192,37 @@ class JTreeMap(dict):
         return [dict.__getitem__(self, k) for k in self._order()]
 
 
-def to_json(v):
-    """Convert script values back into JSON-serialisable values."""
+class NotJson(Exception):
+    """A script left a value in _source that XContent cannot write: the
+    engine refuses the request (400 illegal_argument_exception)."""
+
+
+def to_json(v, _seen=None):
+    """Convert script values back into JSON values, as XContent writes
+    them: NaN and infinities stay doubles; a map or list that contains
+    itself, an exception or any other object is refused (NotJson)."""
     if isinstance(v, bool) or v is None or isinstance(v, str):
         return v
     if isinstance(v, int):
         return int(v)
     if isinstance(v, float):
-        if math.isnan(v) or math.isinf(v):
-            return str(v)
         return v
-    if isinstance(v, dict):
-        return {str(k) if not isinstance(k, str) else k: to_json(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple, KeySet)):
-        return [to_json(x) for x in v]
+    if isinstance(v, (dict, list, tuple, KeySet)):
+        _seen = _seen or set()
+        if id(v) in _seen:
+            raise NotJson("Iterable object is self-referencing itself")
+        _seen.add(id(v))
+        try:
+            if isinstance(v, dict):
+                return {str(k) if not isinstance(k, str) else k: to_json(x, _seen)
+                        for k, x in v.items()}
+            return [to_json(x, _seen) for x in v]
+        finally:
+            _seen.discard(id(v))
     if isinstance(v, Entry):
-        return {to_str(v.key): to_json(v.value)}
-    if isinstance(v, JavaException):
-        return to_str(v)
-    return str(v)
+        return {to_str(v.key): to_json(v.value, _seen)}
+    cls = "java.lang." + v.cls if isinstance(v, JavaException) else java_class(v)
+    raise NotJson("cannot write xcontent for unknown value of type class " + cls)
 
 
 # --------------------------------------------------------------------------
@@ -1803,7 +1815,9 @@ class Throw(Node):
         if not isinstance(v, JavaException):
             raise ScriptRuntimeError("class_cast_exception",
                                      "Cannot cast %s to java.lang.Throwable" % java_class(v), self.pos)
-        raise ScriptRuntimeError(v.type_name, v.message, self.pos)
+        # a Java exception's stack is taken where it was made: the 'new'
+        where = self.expr.pos if isinstance(self.expr, New) else self.pos
+        raise ScriptRuntimeError(v.type_name, v.message, where)
 
 
 class BreakStmt(Node):

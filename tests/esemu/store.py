@@ -112,9 +112,9 @@ def validation_error(*messages):
     return EsError(400, "action_request_validation_exception", reason)
 
 
-def index_not_found(name):
+def index_not_found(name, kind="index_expression"):
     return EsError(404, "index_not_found_exception", "no such index [%s]" % name,
-                   {"resource.type": "index_expression", "resource.id": name,
+                   {"resource.type": kind, "resource.id": name,
                     "index_uuid": "_na_", "index": name})
 
 
@@ -224,6 +224,37 @@ def _validate_props(props):
             _validate_props(spec["properties"])
 
 
+def rendered_mapping(m):
+    """A mapping as the engine gives it back: "dynamic" as a string, an
+    object field's "type" spelled out when it has parameters of its own."""
+    if not isinstance(m, dict):
+        return m
+    out = {}
+    for k, v in m.items():
+        if k == "dynamic" and isinstance(v, bool):
+            v = "true" if v else "false"
+        elif k == "properties" and isinstance(v, dict):
+            v = {f: _rendered_field(spec) for f, spec in v.items()}
+        out[k] = v
+    return out
+
+
+def _rendered_field(spec):
+    if not isinstance(spec, dict):
+        return spec
+    spec = rendered_mapping(spec)
+    if "type" not in spec and "properties" not in spec and spec:
+        spec = dict([("type", "object")] + list(spec.items()))
+    return spec
+
+
+def source_of_script(ctx):
+    try:
+        return painless.to_json(ctx.get("_source"))
+    except painless.NotJson as e:
+        raise EsError(400, "illegal_argument_exception", str(e))
+
+
 def merge_mapping(old, new):
     out = copy.deepcopy(old)
     for k, v in new.items():
@@ -259,8 +290,10 @@ def _check_value(field, ftype, doc_id, v):
         if isinstance(v, bool):
             return _parse_failure(field, ftype, doc_id, v, {"type": "json_parse_exception",
                                                             "reason": "Current token (VALUE_%s) not numeric, can not use numeric value accessors" % ("TRUE" if v else "FALSE")})
+        if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+            v = painless.fmt_double(v)  # the engine parses it back as text
         if isinstance(v, (int, float)):
-            iv = int(v) if not (isinstance(v, float) and (math.isnan(v) or math.isinf(v))) else None
+            iv = int(v)
         else:
             try:
                 iv = int(float(v)) if re.match(r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$", v) else None
@@ -317,9 +350,25 @@ def dynamic_type(v, mapping_root):
     return None
 
 
+# metadata fields that a document's source may not carry
+SOURCE_META_FIELDS = {"_id", "_index", "_routing", "_seq_no", "_version", "_primary_term",
+                      "_source", "_ignored", "_field_names"}
+
+
 def apply_mapping(mapping, source, doc_id):
     """Validate ``source`` against ``mapping`` and return the mapping with
     dynamic additions (or the same object when nothing was added)."""
+    for k in source:
+        if k in SOURCE_META_FIELDS:
+            why = ("Field [%s] is a metadata field and cannot be added inside a document. "
+                   "Use the index API request parameters." % k)
+            v = source[k]
+            preview = v if isinstance(v, str) else painless.to_str(painless.from_json(v))
+            raise EsError(400, "mapper_parsing_exception",
+                          "failed to parse field [%s] of type [%s] in document with id '%s'. "
+                          "Preview of field's value: '%s'" % (k, k, doc_id, preview),
+                          caused_by={"type": "mapper_parsing_exception", "reason": why},
+                          root=[{"type": "mapper_parsing_exception", "reason": why}])
     new = copy.deepcopy(mapping)
     changed = [False]
 
@@ -534,9 +583,8 @@ class Query(object):
         self.scoring = scoring
 
 
-QUERY_NAMES = {"match_all", "match_none", "term", "terms", "prefix", "bool", "ids", "exists", "range", "match",
-               "constant_score"}
-KNOWN_UNSUPPORTED = {"match_phrase", "match_phrase_prefix", "multi_match", "query_string",
+QUERY_NAMES = {"match_all", "term", "terms", "prefix", "bool", "ids", "exists", "range"}
+KNOWN_UNSUPPORTED = {"match", "match_none", "constant_score", "match_phrase", "match_phrase_prefix", "multi_match", "query_string",
                      "simple_query_string", "wildcard", "regexp", "fuzzy", "nested", "has_child", "has_parent",
                      "function_score", "script", "script_score", "geo_distance", "geo_bounding_box",
                      "more_like_this", "dis_max", "boosting", "terms_set", "intervals", "span_term",
@@ -576,7 +624,7 @@ class QueryContext(object):
         else:
             norm = k1
         tf = freq / (freq + norm)
-        if self.flavor in ("es7", "opensearch1", "opensearch2"):
+        if self.flavor in ("es7", "opensearch2"):
             tf *= (k1 + 1)
         return float("%.7g" % (idf * tf))
 
@@ -653,6 +701,8 @@ def _term_query(body, ctx):
             hit = [t for t in terms if t == qv]
         if not hit:
             return None
+        if isinstance(parts, MetaField):
+            return boost  # _id is not scored: a term on it is a constant-score query
         if is_text:
             return boost * ctx.bm25(field, qv, spec, len(hit), max(1, len(terms)), max(1, len(terms)))
         return boost * ctx.bm25(field, qv, spec)
@@ -713,10 +763,6 @@ def _match_all(body, ctx):
     return Query(lambda d: boost)
 
 
-def _match_none(body, ctx):
-    return Query(lambda d: None)
-
-
 def _ids_query(body, ctx):
     if not isinstance(body, dict) or "values" not in body or not isinstance(body["values"], list):
         raise parsing_error("[ids] query malformed, no values")
@@ -774,34 +820,6 @@ def _range_query(body, ctx):
 
     def match(d):
         return boost if any(ok(t) for t in indexed_terms(spec, field_values(d, parts))) else None
-    return Query(match)
-
-
-def _match_query(body, ctx):
-    field, v = _single_field("match", body)
-    op = "or"
-    boost = 1.0
-    if isinstance(v, dict):
-        if "query" not in v:
-            raise parsing_error("[match] query malformed, no query")
-        op = str(v.get("operator", "or")).lower()
-        boost = float(v.get("boost", 1.0))
-        v = v["query"]
-    spec, parts = field_spec(ctx.index.mappings, field)
-    if spec is None:
-        return Query(lambda d: None)
-    if spec.get("type") in ("text", "match_only_text"):
-        qterms = analyze(_keyword_str(v))
-    else:
-        qterms = [query_value(spec, v)]
-
-    def match(d):
-        terms = indexed_terms(spec, field_values(d, parts))
-        hits = [q for q in qterms if q in terms]
-        if not hits or (op == "and" and len(hits) < len(qterms)):
-            return None
-        return boost * sum(ctx.bm25(field, q, spec, terms.count(q), max(1, len(terms)), max(1, len(terms)))
-                           for q in hits)
     return Query(match)
 
 
@@ -872,17 +890,8 @@ def _bool_query(body, ctx):
     return Query(match)
 
 
-def _constant_score(body, ctx):
-    if not isinstance(body, dict) or "filter" not in body:
-        raise parsing_error("[constant_score] requires a 'filter' element")
-    q = parse_query(body["filter"], ctx)
-    boost = _boost(body)
-    return Query(lambda d: boost if q.fn(d) is not None else None)
-
-
 QUERY_PARSERS = {"term": _term_query, "terms": _terms_query, "prefix": _prefix_query, "match_all": _match_all,
-                 "match_none": _match_none, "bool": _bool_query, "ids": _ids_query, "exists": _exists_query,
-                 "range": _range_query, "match": _match_query, "constant_score": _constant_score}
+                 "bool": _bool_query, "ids": _ids_query, "exists": _exists_query, "range": _range_query}
 
 
 def lite_query(q):
@@ -1021,7 +1030,7 @@ class Index(object):
                        {"index_uuid": self.uuid, "shard": str(self.shard_of(doc_id)), "index": self.name})
 
     def doc_missing(self, doc_id, flavor, type_name=None):
-        reason = "[%s]: document missing" % doc_id if flavor == "es8" else \
+        reason = "[%s]: document missing" % doc_id if flavor in ("es8", "opensearch2") else \
             "[%s][%s]: document missing" % (type_name or "_doc", doc_id)
         return EsError(404, "document_missing_exception", reason,
                        {"index_uuid": self.uuid, "shard": str(self.shard_of(doc_id)), "index": self.name})
@@ -1162,8 +1171,10 @@ class Store(object):
             raise index_not_found(name)
         return idx
 
-    def resolve(self, expr, allow_no_indices=True, ignore_unavailable=False):
-        """Resolve a comma-separated index expression with wildcards."""
+    def resolve(self, expr, allow_no_indices=True, ignore_unavailable=False,
+                kind="index_expression"):
+        """Resolve a comma-separated index expression with wildcards.
+        KIND: the "resource.type" of the error for a missing index."""
         if expr in (None, "", "_all", "*"):
             return sorted(self.indices.values(), key=lambda i: i.name)
         out = []
@@ -1177,7 +1188,7 @@ class Store(object):
                 if i is None:
                     if ignore_unavailable:
                         continue
-                    raise index_not_found(part)
+                    raise index_not_found(part, kind)
                 out.append(i)
         seen = set()
         res = []
@@ -1397,7 +1408,7 @@ class Store(object):
                 op = ctx.get("op")
                 if op != "create":
                     return "noop", None, {}
-                source = painless.to_json(ctx.get("_source"))
+                source = source_of_script(ctx)
                 if not isinstance(source, dict):
                     source = {}
             result, doc = self.write_index(idx, doc_id, source, op_type="create")
@@ -1411,12 +1422,12 @@ class Store(object):
             ctx = {"_index": idx.name, "_id": doc_id, "_version": cur.version, "_routing": None,
                    "op": "index", "_now": painless.JLong(int(time.time() * 1000)),
                    "_source": painless.from_json(copy.deepcopy(cur.source))}
-            if self.flavor in ("es7", "opensearch1", "es8"):
+            if self.flavor in ("es7", "es8"):
                 ctx["_type"] = "_doc"  # 8.x UpdateCtxMap still carries _type: _doc
             run_script(req["script"], ctx, idx, doc_id)
             op = ctx.get("op")
             if op == "index":
-                source = painless.to_json(ctx.get("_source"))
+                source = source_of_script(ctx)
                 if not isinstance(source, dict):
                     source = {}
                 result, doc = self.write_index(idx, doc_id, source, if_seq_no=cur.seq_no,

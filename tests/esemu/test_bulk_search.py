@@ -1,4 +1,4 @@
-"""_bulk, _mget, _search, _count and _delete_by_query."""
+"""_bulk, _mget and _search."""
 
 import json
 
@@ -169,62 +169,6 @@ def test_search_errors(es):
     assert st == 400 and b["error"]["type"] == "parsing_exception"
     st, _, b = es.post("/nope/_search", {})
     assert st == 404
-
-
-def test_count(es):
-    setup_docs(es)
-    st, _, b = es.post("/locks/_count", {"query": {"term": {"owner": "o2"}}})
-    assert st == 200 and b["count"] == 2
-
-
-def test_delete_by_query(es):
-    setup_docs(es)
-    st, _, b = es.post("/locks/_delete_by_query?refresh=true&conflicts=proceed",
-                       {"query": {"term": {"owner": "o1"}}})
-    assert st == 200
-    assert b["deleted"] == 2 and b["total"] == 2 and b["version_conflicts"] == 0 and b["failures"] == []
-    for k in ("took", "timed_out", "batches", "noops", "retries", "throttled_millis", "requests_per_second",
-              "throttled_until_millis"):
-        assert k in b
-    assert es.get("/locks/_doc/%2Fa")[0] == 404
-    assert es.post("/locks/_search")[2]["hits"]["total"]["value"] == 3
-
-
-def test_delete_by_query_sees_only_refreshed(es):
-    es.put("/locks", {"settings": {"refresh_interval": "-1"},
-                      "mappings": {"properties": {"owner": {"type": "keyword"}}}})
-    es.put("/locks/_doc/1", {"owner": "x"})
-    st, _, b = es.post("/locks/_delete_by_query", {"query": {"term": {"owner": "x"}}})
-    assert b["deleted"] == 0
-    es.post("/locks/_refresh")
-    st, _, b = es.post("/locks/_delete_by_query", {"query": {"term": {"owner": "x"}}})
-    assert b["deleted"] == 1
-
-
-def test_delete_by_query_conflicts(es):
-    es.put("/locks", {"settings": {"refresh_interval": "-1"},
-                      "mappings": {"properties": {"owner": {"type": "keyword"}}}})
-    es.put("/locks/_doc/1", {"owner": "x"})
-    es.put("/locks/_doc/2", {"owner": "x"})
-    es.post("/locks/_refresh")
-    es.put("/locks/_doc/1", {"owner": "x", "changed": True})  # changed after the snapshot
-    st, _, b = es.post("/locks/_delete_by_query", {"query": {"term": {"owner": "x"}}})
-    assert st == 409 and b["version_conflicts"] == 1
-    assert b["failures"][0]["cause"]["type"] == "version_conflict_engine_exception"
-    assert b["failures"][0]["status"] == 409 and b["failures"][0]["id"] == "1"
-    es.put("/locks/_doc/3", {"owner": "x"})
-    es.post("/locks/_refresh")
-    es.put("/locks/_doc/3", {"owner": "x", "changed": True})
-    st, _, b = es.post("/locks/_delete_by_query?conflicts=proceed", {"query": {"term": {"owner": "x"}}})
-    assert st == 200 and b["version_conflicts"] == 1 and b["failures"] == []
-
-
-def test_delete_by_query_requires_query(es):
-    es.put("/locks")
-    st, _, b = es.post("/locks/_delete_by_query", {})
-    assert st == 400 and "query is missing" in b["error"]["reason"]
-    st, _, b = es.post("/locks/_delete_by_query?conflicts=maybe", {"query": {"match_all": {}}})
-    assert st == 400
 
 
 def test_search_shard_failures(es):

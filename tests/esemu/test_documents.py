@@ -112,20 +112,6 @@ def test_external_versioning(es):
     assert es.put("/idx/_doc/1?version=5&version_type=external_gte", {"a": 1})[0] == 200
 
 
-def test_get_source_filtering_and_head(es):
-    es.put("/idx/_doc/1", {"a": 1, "b": {"c": 2, "d": 3}})
-    assert es.get("/idx/_doc/1?_source=false")[2].get("_source") is None
-    assert es.get("/idx/_doc/1?_source=b.c")[2]["_source"] == {"b": {"c": 2}}
-    assert es.get("/idx/_doc/1?_source_excludes=b")[2]["_source"] == {"a": 1}
-    assert es.get("/idx/_source/1")[2] == {"a": 1, "b": {"c": 2, "d": 3}}
-    st, _, raw = es.request("HEAD", "/idx/_doc/1", raw=True)
-    assert st == 200 and raw == b""
-    st, _, raw = es.request("HEAD", "/idx/_doc/2", raw=True)
-    assert st == 404 and raw == b""
-    st, _, raw = es.request("HEAD", "/nope/_doc/2", raw=True)
-    assert st == 404 and raw == b""
-
-
 def test_get_is_realtime_search_is_not(es):
     es.put("/idx", {"settings": {"refresh_interval": "-1"}})
     es.put("/idx/_doc/1", {"k": "v"})
@@ -170,13 +156,3 @@ def test_multiple_shards_have_their_own_seq_no(es):
     assert b["_shards"] == {"total": 3, "successful": 3, "failed": 0}
     st, _, b = es.post("/ms/_search", {"size": 0})
     assert b["_shards"]["total"] == 3 and b["hits"]["total"]["value"] == 30
-    assert es.get("/_cluster/health/ms")[2]["active_primary_shards"] == 3
-
-
-def test_get_settings(es):
-    es.put("/s1", {"settings": {"number_of_replicas": 0}})
-    st, _, b = es.get("/s1/_settings")
-    assert st == 200 and b["s1"]["settings"]["index"]["number_of_replicas"] == "0"
-    assert b["s1"]["settings"]["index"]["number_of_shards"] == "1"
-    st, _, b = es.get("/s1/_settings?flat_settings=true")
-    assert b["s1"]["settings"]["index.number_of_replicas"] == "0"

@@ -1,0 +1,99 @@
+"""Fixtures of the differential tests: emulators by flavour, and real nodes
+(one JVM at a time) where Java and Maven are installed."""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(TOP, "tests", "esemu"))
+
+from emuproc import Emulator  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def emulators(tmp_path_factory):
+    """emulators(flavor) -> a running emulator of FLAVOR (one per flavour)."""
+    started = {}
+
+    def get(flavor):
+        if flavor not in started:
+            started[flavor] = Emulator(
+                flavor=flavor, workdir=str(tmp_path_factory.mktemp("emu-" + flavor))).start()
+        return started[flavor]
+    yield get
+    for e in started.values():
+        e.stop()
+
+
+def real_engine_reason():
+    """Why real nodes cannot run here, or None."""
+    if os.environ.get("DIFFTEST_REAL", "1") == "0":
+        return "DIFFTEST_REAL=0"
+    for tool in (os.environ.get("JAVA", "java"), os.environ.get("MVN", "mvn")):
+        if shutil.which(tool) is None:
+            return "no %s on PATH: the real engines cannot run here" % tool
+    return None
+
+
+class _Node:
+    def __init__(self, engine, data):
+        self.engine = engine
+        pf = os.path.join(data, "port")
+        self.log_path = os.path.join(data, "start.log")
+        self.log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [os.path.join(TOP, "tests", "engines", "start"), engine, "--port-file", pf,
+             "--data", os.path.join(data, "d")], stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + float(os.environ.get("DIFFTEST_START_TIMEOUT", "400"))
+        while not os.path.exists(pf):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                with open(self.log_path, "rb") as f:
+                    tail = f.read()[-2000:].decode("utf-8", "replace")
+                pytest.fail("the %s node did not start:\n%s" % (engine, tail))
+            time.sleep(0.5)
+        with open(pf) as f:
+            self.port = int(f.read().split()[0])
+        self.url = "http://127.0.0.1:%d" % self.port
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+@pytest.fixture(scope="session")
+def real_nodes(tmp_path_factory):
+    """real_nodes(engine) -> a running real node of ENGINE ("opensearch" or
+    "elasticsearch"); skips with the reason where none can run.  At most one
+    JVM at a time: asking for the other engine stops the running one."""
+    current = {}
+
+    def get(engine):
+        reason = real_engine_reason()
+        if reason:
+            print("\nreal-engine part skipped: " + reason)
+            pytest.skip(reason)
+        node = current.get("node")
+        if node is not None and node.engine == engine:
+            return node
+        if node is not None:
+            node.stop()
+            current.pop("node")
+        current["node"] = _Node(engine, str(tmp_path_factory.mktemp("node-" + engine)))
+        return current["node"]
+    yield get
+    if current.get("node") is not None:
+        current["node"].stop()
