@@ -160,6 +160,11 @@ void plock_drop_owner(struct tlfs *fs, int fd, uint64_t owner);
 /* True when NAME in PARENT is a control entry or inside one. */
 bool ctl_is_name(struct tlfs *fs, struct ll_inode *parent, const char *name);
 
+/* The error for creating NAME in PARENT (ctl_is_name() is true): -EEXIST
+ * for a control entry that exists, -EPERM for any other name inside the
+ * control directory. */
+int ctl_create_err(struct tlfs *fs, struct ll_inode *parent, const char *name);
+
 /* Looks a control NAME up in PARENT (ctl_is_name() is true) into E.
  * Returns 0 or -ENOENT. */
 int ctl_lookup(struct tlfs *fs, struct ll_inode *parent, const char *name,

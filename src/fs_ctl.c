@@ -143,6 +143,13 @@ bool ctl_is_name(struct tlfs *fs, struct ll_inode *parent, const char *name)
 	return (parent == fs->root && strcmp(name, TLFS_CTL_NAME) == 0) || parent->ctl;
 }
 
+int ctl_create_err(struct tlfs *fs, struct ll_inode *parent, const char *name)
+{
+	struct fuse_entry_param e;
+
+	return ctl_lookup(fs, parent, name, &e) == 0 ? -EEXIST : -EPERM;
+}
+
 int ctl_lookup(struct tlfs *fs, struct ll_inode *parent, const char *name,
 	       struct fuse_entry_param *e)
 {

@@ -322,7 +322,7 @@ static void ns_run(fuse_req_t req, struct ns_req *r)
 	int res;
 
 	if (ctl_is_name(fs, r->parent, r->name)) {
-		fuse_reply_err(req, creates ? EEXIST : EPERM);
+		fuse_reply_err(req, creates ? -ctl_create_err(fs, r->parent, r->name) : EPERM);
 		return;
 	}
 	if (r->src && r->src->ctl) {
@@ -432,7 +432,7 @@ static void ll_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	int fd = -1, res;
 
 	if (ctl_is_name(fs, p, name)) {
-		fuse_reply_err(req, EEXIST);
+		fuse_reply_err(req, -ctl_create_err(fs, p, name));
 		return;
 	}
 	res = entry_lock(fs, req, p, name, &l);
