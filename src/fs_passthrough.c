@@ -422,6 +422,84 @@ static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fuse_reply_open(req, fi);
 }
 
+/* Fills E with a new lookup reference to the file open as FD (any open
+ * fd, the name it was opened by may have changed since). Returns 0 or
+ * -errno. */
+static int entry_of_fd(struct tlfs *fs, int fd, struct fuse_entry_param *e)
+{
+	struct ll_inode *in;
+	char proc[64];
+	int pfd;
+
+	memset(e, 0, sizeof(*e));
+	e->attr_timeout = fs->cfg->attr_timeout;
+	e->entry_timeout = fs->cfg->entry_timeout;
+	proc_name(fd, proc);
+	pfd = open(proc, O_PATH | O_CLOEXEC);
+	if (pfd == -1)
+		return -errno;
+	if (fstat(pfd, &e->attr) == -1) {
+		int err = -errno;
+
+		close(pfd);
+		return err;
+	}
+	in = inode_ref(fs, pfd, &e->attr);
+	if (!in)
+		return -ENOMEM;
+	e->ino = ino_id(fs, in);
+	return 0;
+}
+
+/* Opens NAME in P for a create request with the caller's open FLAGS.
+ *
+ * The kernel sends a create only after it found NAME negative, so the
+ * backing create is exclusive and never follows a symlink at NAME
+ * (O_CREAT | O_EXCL): one planted since (by another host, or in BACKING)
+ * is not followed out of the tree. When NAME appeared meanwhile and the
+ * caller did not ask for O_EXCL, it gets what open(2) would give: a
+ * regular file is opened (without O_CREAT); a symlink is ELOOP for
+ * O_NOFOLLOW; anything else, and a symlink to follow, is ESTALE, on which
+ * the kernel looks the name up again and opens what it finds itself.
+ * Returns the open fd or -errno. */
+static int create_backing(struct ll_inode *p, const char *name, int flags, mode_t mode)
+{
+	int base = (flags | O_CLOEXEC) & ~(O_CREAT | O_EXCL | O_NOFOLLOW);
+	char proc[64];
+	struct stat st;
+	int tries, pfd, fd;
+
+	for (tries = 0; tries < 4; tries++) {
+		fd = openat(p->fd, name, base | O_CREAT | O_EXCL | O_NOFOLLOW, mode);
+		if (fd >= 0)
+			return fd;
+		if (errno != EEXIST)
+			return -errno;
+		if (flags & O_EXCL)
+			return -EEXIST;
+		pfd = openat(p->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		if (pfd == -1) {
+			if (errno == ENOENT)
+				continue; /* gone again: create it */
+			return -errno;
+		}
+		if (fstat(pfd, &st) == -1) {
+			fd = -errno;
+			close(pfd);
+			return fd;
+		}
+		if (!S_ISREG(st.st_mode)) {
+			close(pfd);
+			return S_ISLNK(st.st_mode) && (flags & O_NOFOLLOW) ? -ELOOP : -ESTALE;
+		}
+		proc_name(pfd, proc);
+		fd = open(proc, base);
+		close(pfd);
+		return fd == -1 ? -errno : fd;
+	}
+	return -ESTALE;
+}
+
 static void ll_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 		      struct fuse_file_info *fi)
 {
@@ -442,11 +520,11 @@ static void ll_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	}
 	res = creds_enter(fs, req);
 	if (!res) {
-		fd = openat(p->fd, name, (fi->flags | O_CREAT | O_CLOEXEC) & ~O_NOFOLLOW, mode);
-		res = fd == -1 ? -errno : 0;
+		fd = create_backing(p, name, fi->flags, mode);
+		res = fd < 0 ? fd : 0;
 	}
 	if (!res)
-		res = do_lookup(fs, p, name, &e);
+		res = entry_of_fd(fs, fd, &e);
 	entry_unlock(fs, &l);
 	if (res) {
 		if (fd >= 0)
