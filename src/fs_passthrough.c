@@ -561,9 +561,14 @@ static void ll_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in_
 		fuse_reply_err(req, EBADF);
 		return;
 	}
-	/* as the daemon: the kernel checked permissions when the file was
-	 * opened, and killing set-user-ID bits is its business */
-	creds_daemon(req_fs(req));
+	/* as the caller: the kernel checked permissions when the file was
+	 * opened, but the blocks the write allocates must be the caller's to
+	 * take (root's reserve, quotas) */
+	res = creds_enter(req_fs(req), req);
+	if (res) {
+		fuse_reply_err(req, (int)-res);
+		return;
+	}
 	out.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
 	out.buf[0].fd = (int)fi->fh;
 	out.buf[0].pos = off;
@@ -620,11 +625,18 @@ static void ll_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 static void ll_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
 			 struct fuse_file_info *fi)
 {
+	int err;
+
 	if (fi->fh & CTL_TAG) {
 		fuse_reply_err(req, EBADF);
 		return;
 	}
-	creds_daemon(req_fs(req));
+	/* as the caller, who allocates the blocks (see ll_write_buf) */
+	err = creds_enter(req_fs(req), req);
+	if (err) {
+		fuse_reply_err(req, -err);
+		return;
+	}
 	fuse_reply_err(req, fallocate((int)fi->fh, mode, off, len) == -1 ? errno : 0);
 }
 
@@ -638,7 +650,12 @@ static void ll_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 		fuse_reply_err(req, EXDEV); /* the kernel falls back to read and write */
 		return;
 	}
-	creds_daemon(req_fs(req));
+	/* as the caller, who allocates the blocks (see ll_write_buf) */
+	res = creds_enter(req_fs(req), req);
+	if (res) {
+		fuse_reply_err(req, (int)-res);
+		return;
+	}
 	res = copy_file_range((int)fi_in->fh, &off_in, (int)fi_out->fh, &off_out, len,
 			      (unsigned)flags);
 	if (res == -1)

@@ -123,3 +123,144 @@ def test_hardening__create_does_not_follow_planted_symlink(tmp_path, mount_facto
     # the plain create still works and still creates a regular file
     write_file(m.path("plain"), b"x")
     assert os.path.isfile(m.bpath("plain")) and not os.path.islink(m.bpath("plain"))
+
+
+# ---- the blocks ext4 reserves for root ------------------------------------------------
+
+USER, GROUP = 4242, 4242
+
+
+def open_tree(tmp_path):
+    """Lets other users reach tmp_path (pytest makes its parents 0700)."""
+    p = tmp_path
+    for _ in range(3):
+        os.chmod(p, os.stat(p).st_mode | 0o755)
+        p = p.parent
+
+
+@pytest.fixture
+def small_ext4(tmp_path):
+    """A 32 MiB ext4 with half its blocks reserved for root (-m 50),
+    loop-mounted at tmp_path/disk; unmounted after the test (after the
+    treelockfs mounts on it, which are set up later)."""
+    import shutil
+    import subprocess
+    if not shutil.which("mkfs.ext4") or not os.path.exists("/dev/loop-control"):
+        pytest.skip("needs mkfs.ext4 and loop devices")
+    img = tmp_path / "ext4.img"
+    with open(img, "wb") as f:
+        f.truncate(32 << 20)
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "50", str(img)], check=True)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    r = subprocess.run(["mount", "-o", "loop", str(img), str(disk)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip("cannot loop-mount an ext4 image: %s" % r.stderr.decode().strip())
+    try:
+        yield str(disk)
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
+
+
+def fill(path):
+    """Child body: writes 64 KiB blocks to PATH until ENOSPC; returns bytes
+    written, fsync included."""
+    block = b"\xa5" * 65536
+    total = 0
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        while True:
+            try:
+                total += os.write(fd, block)
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    raise
+                break
+        try:
+            os.fsync(fd)
+        except OSError as e:
+            if e.errno != errno.ENOSPC:
+                raise
+    finally:
+        os.close(fd)
+    return total
+
+
+def fallocate_until_full(path):
+    """Child body: posix_fallocate()s 1 MiB more until ENOSPC; returns the
+    bytes reserved."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    total = 0
+    try:
+        while True:
+            try:
+                os.posix_fallocate(fd, total, 1 << 20)
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    raise
+                break
+            total += 1 << 20
+    finally:
+        os.close(fd)
+    return total
+
+
+def copy_until_full(path):
+    """Child body: copy_file_range()s a 1 MiB file onto the end of PATH
+    until ENOSPC; returns the bytes copied."""
+    src = os.open(path + ".src", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    dst = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    total = 0
+    try:
+        os.write(src, b"\x5a" * (1 << 20))
+        os.fsync(src)
+        while True:
+            try:
+                n = os.copy_file_range(src, dst, 1 << 20, 0, total)
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    raise
+                break
+            if n == 0:
+                break
+            total += n
+        try:
+            os.fsync(dst)
+        except OSError as e:
+            if e.errno != errno.ENOSPC:
+                raise
+    finally:
+        os.close(src)
+        os.close(dst)
+    return total
+
+
+@pytest.mark.parametrize("how", [fill, fallocate_until_full, copy_until_full],
+                         ids=["write", "fallocate", "copy_file_range"])
+def test_hardening__user_cannot_use_root_reserve(tmp_path, small_ext4, mount_factory, how):
+    """A user stops where ext4 stops it natively (the -m reserve is root's);
+    through an allow_other mount it must not get further."""
+    from conftest import run_as
+    open_tree(tmp_path)
+    native = os.path.join(small_ext4, "native")
+    os.mkdir(native)
+    os.chown(native, USER, GROUP)
+    want = run_as(USER, GROUP, lambda: how(os.path.join(native, "big")))
+    os.unlink(os.path.join(native, "big"))
+    os.sync()
+    backing = os.path.join(small_ext4, "backing")
+    os.mkdir(backing)
+    os.chmod(backing, 0o755)
+    m = mount_factory(opts=["allow_other"], backing=backing)
+    os.chmod(m.mnt, 0o755)
+    os.mkdir(m.path("pub"))
+    os.chown(m.path("pub"), USER, GROUP)
+    got = run_as(USER, GROUP, lambda: how(m.path("pub", "big")))
+    assert want > 0
+    slack = 1 << 20
+    assert got <= want + slack, "native stops the user at %d bytes, the mount at %d" % (
+        want, got)
+    # root still has its reserve through the mount
+    os.unlink(m.path("pub", "big"))
+    os.sync()
+    assert how(m.path("root_big")) > want + slack
