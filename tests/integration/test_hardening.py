@@ -264,3 +264,53 @@ def test_hardening__user_cannot_use_root_reserve(tmp_path, small_ext4, mount_fac
     os.unlink(m.path("pub", "big"))
     os.sync()
     assert how(m.path("root_big")) > want + slack
+
+
+# ---- .treelockfs/locks shows a user only what the user may look up -----------------------
+
+OTHER_USER = 4243
+
+
+def test_hardening__locks_file_hides_keys_in_private_dirs(tmp_path, mount_factory):
+    """A rename inside a 0700 directory holds locks whose keys name its
+    entries; another user reading .treelockfs/locks must not learn them,
+    while the owner and root do."""
+    import threading
+    import time
+    from conftest import run_as
+    open_tree(tmp_path)
+    m = mount_factory(opts=["allow_other", "rename_delay_ms=1500"])
+    os.chmod(m.mnt, 0o755)
+    os.mkdir(m.path("priv"))
+    os.chmod(m.path("priv"), 0o700)
+    os.mkdir(m.path("priv", "inner"))
+    write_file(m.path("priv", "inner", "secret-name"), b"x")
+    os.chown(m.path("priv"), USER, GROUP)
+    os.mkdir(m.path("pub"))
+    os.chmod(m.path("pub"), 0o755)
+    write_file(m.path("pub", "open-name"), b"x")
+
+    def rename(a, b):
+        os.rename(m.path(*a), m.path(*b))
+
+    ts = [threading.Thread(target=rename, args=(("priv", "inner", "secret-name"),
+                                                ("priv", "inner", "secret-new"))),
+          threading.Thread(target=rename, args=(("pub", "open-name"), ("pub", "open-new")))]
+    for t in ts:
+        t.start()
+    try:
+        deadline = time.monotonic() + 1.2
+        while time.monotonic() < deadline and len(m.locks()) < 4:
+            time.sleep(0.02)
+        as_root = m.ctl("locks")
+        as_owner = run_as(USER, GROUP, lambda: m.ctl("locks"))
+        as_other = run_as(OTHER_USER, OTHER_USER, lambda: m.ctl("locks"))
+    finally:
+        for t in ts:
+            t.join()
+    assert "/priv/inner/secret-name" in as_root and "/pub/open-name" in as_root
+    assert "/priv/inner/secret-name" in as_owner and "/priv/inner/secret-new" in as_owner
+    assert "secret" not in as_other and "/priv/inner" not in as_other, as_other
+    # keys the other user may look up stay visible to it
+    assert "/pub/open-name" in as_other and "/pub/open-new" in as_other, as_other
+    assert as_other.startswith("# mode")
