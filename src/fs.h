@@ -27,6 +27,7 @@
 #ifndef TREELOCKFS_FS_H
 #define TREELOCKFS_FS_H
 
+#include <errno.h>
 #include <fuse_lowlevel.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -115,6 +116,16 @@ void inode_unref(struct tlfs *fs, struct ll_inode *in, uint64_t n);
 
 /* "/proc/self/fd/FD" into BUF: the file itself, through the magic link. */
 void proc_name(int fd, char buf[64]);
+
+/* The errno to give a caller for a call of ours that failed to allocate a
+ * descriptor with ERR (positive). EMFILE is the daemon's own table being
+ * full, which the caller must not take for its own: the caller sees
+ * ENFILE (the system's table, as far as it can tell). This function can't
+ * fail. */
+static inline int fd_errno(int err)
+{
+	return err == EMFILE ? ENFILE : err;
+}
 
 /* Acts as the requesting user on this thread, when we serve other users as
  * root. Returns 0 or -errno. */

@@ -49,7 +49,7 @@ static int do_lookup(struct tlfs *fs, struct ll_inode *parent, const char *name,
 		return ctl_lookup(fs, parent, name, e);
 	fd = openat(parent->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 	if (fd == -1)
-		return -errno;
+		return -fd_errno(errno);
 	if (fstatat(fd, "", &e->attr, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == -1) {
 		int err = -errno;
 
@@ -63,6 +63,15 @@ static int do_lookup(struct tlfs *fs, struct ll_inode *parent, const char *name,
 	return 0;
 }
 
+/* Replies entry E (holding a lookup reference, if E->ino); when the reply
+ * cannot be sent (the request was interrupted), the kernel never learns
+ * the inode and will never forget it, so the reference is dropped here. */
+static void reply_entry(struct tlfs *fs, fuse_req_t req, struct fuse_entry_param *e)
+{
+	if (fuse_reply_entry(req, e) != 0 && e->ino)
+		inode_unref(fs, ino_get(fs, e->ino), 1);
+}
+
 static void reply_entry_or_err(struct tlfs *fs, fuse_req_t req, int err,
 			       struct fuse_entry_param *e)
 {
@@ -73,7 +82,7 @@ static void reply_entry_or_err(struct tlfs *fs, fuse_req_t req, int err,
 	} else if (err) {
 		fuse_reply_err(req, -err);
 	} else {
-		fuse_reply_entry(req, e);
+		reply_entry(fs, req, e);
 	}
 }
 
@@ -343,7 +352,7 @@ static void ns_run(fuse_req_t req, struct ns_req *r)
 	if (res)
 		fuse_reply_err(req, -res);
 	else if (creates)
-		fuse_reply_entry(req, &e);
+		reply_entry(fs, req, &e);
 	else
 		fuse_reply_err(req, 0);
 }
@@ -415,11 +424,12 @@ static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	proc_name(in->fd, proc);
 	fd = open(proc, (fi->flags | O_CLOEXEC) & ~O_NOFOLLOW);
 	if (fd == -1) {
-		fuse_reply_err(req, errno);
+		fuse_reply_err(req, fd_errno(errno));
 		return;
 	}
 	fi->fh = (uint64_t)fd;
-	fuse_reply_open(req, fi);
+	if (fuse_reply_open(req, fi) != 0)
+		close(fd); /* interrupted: there will be no release */
 }
 
 /* Fills E with a new lookup reference to the file open as FD (any open
@@ -437,7 +447,7 @@ static int entry_of_fd(struct tlfs *fs, int fd, struct fuse_entry_param *e)
 	proc_name(fd, proc);
 	pfd = open(proc, O_PATH | O_CLOEXEC);
 	if (pfd == -1)
-		return -errno;
+		return -fd_errno(errno);
 	if (fstat(pfd, &e->attr) == -1) {
 		int err = -errno;
 
@@ -474,14 +484,14 @@ static int create_backing(struct ll_inode *p, const char *name, int flags, mode_
 		if (fd >= 0)
 			return fd;
 		if (errno != EEXIST)
-			return -errno;
+			return -fd_errno(errno);
 		if (flags & O_EXCL)
 			return -EEXIST;
 		pfd = openat(p->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 		if (pfd == -1) {
 			if (errno == ENOENT)
 				continue; /* gone again: create it */
-			return -errno;
+			return -fd_errno(errno);
 		}
 		if (fstat(pfd, &st) == -1) {
 			fd = -errno;
@@ -495,7 +505,7 @@ static int create_backing(struct ll_inode *p, const char *name, int flags, mode_
 		proc_name(pfd, proc);
 		fd = open(proc, base);
 		close(pfd);
-		return fd == -1 ? -errno : fd;
+		return fd == -1 ? -fd_errno(errno) : fd;
 	}
 	return -ESTALE;
 }
@@ -533,7 +543,11 @@ static void ll_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		return;
 	}
 	fi->fh = (uint64_t)fd;
-	fuse_reply_create(req, &e, fi);
+	if (fuse_reply_create(req, &e, fi) != 0) {
+		/* interrupted: nobody will forget the inode or release the file */
+		inode_unref(fs, ino_get(fs, e.ino), 1);
+		close(fd);
+	}
 }
 
 static void ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -592,7 +606,8 @@ static void ll_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	 * filesystem (NFS write-back) happen now */
 	fd = dup((int)fi->fh);
 	if (fd == -1) {
-		fuse_reply_err(req, errno);
+		/* out of descriptors: the last close (release) does it */
+		fuse_reply_err(req, errno == EMFILE || errno == ENFILE ? 0 : errno);
 		return;
 	}
 	fuse_reply_err(req, close(fd) == -1 ? errno : 0);
@@ -727,12 +742,12 @@ static void ll_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		fd = open(proc, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	}
 	if (fd == -1) {
-		err = -errno;
+		err = -fd_errno(errno);
 		goto out_free;
 	}
 	d->dp = fdopendir(fd);
 	if (!d->dp) {
-		err = -errno;
+		err = -fd_errno(errno);
 		close(fd);
 		goto out_free;
 	}

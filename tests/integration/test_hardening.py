@@ -314,3 +314,90 @@ def test_hardening__locks_file_hides_keys_in_private_dirs(tmp_path, mount_factor
     # keys the other user may look up stay visible to it
     assert "/pub/open-name" in as_other and "/pub/open-new" in as_other, as_other
     assert as_other.startswith("# mode")
+
+
+# ---- file descriptors: forgotten inodes give theirs back; running out is an error ------
+
+
+def daemon_fds(m):
+    """The daemon's descriptors on files below BACKING (its inodes and open
+    files; not libfuse's splice pipes, one pair per worker thread)."""
+    n = 0
+    for f in os.listdir("/proc/%d/fd" % m.proc.pid):
+        try:
+            target = os.readlink("/proc/%d/fd/%s" % (m.proc.pid, f))
+        except OSError:
+            continue
+        n += target.startswith(m.backing + "/")
+    return n
+
+
+def forget_all():
+    """Makes the kernel forget the inodes it holds unused (FORGET requests)."""
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("2\n")
+
+
+def test_hardening__forgotten_inodes_close_their_fds(mnt):
+    os.mkdir(mnt.bpath("many"))
+    for i in range(300):
+        write_file(mnt.bpath("many", "f%d" % i))
+    forget_all()
+    before = daemon_fds(mnt)
+    for i in range(300):
+        os.stat(mnt.path("many", "f%d" % i))
+    assert daemon_fds(mnt) >= before + 300
+    import time
+    deadline = time.monotonic() + 10
+    while True:
+        forget_all()  # FORGETs are queued: they reach the daemon later
+        now = daemon_fds(mnt)
+        if now <= before + 5 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert now <= before + 5, "%d fds before the lookups, %d after the forgets" % (before, now)
+
+
+def test_hardening__out_of_fds_is_an_orderly_error(mnt):
+    """With its descriptor limit reached the daemon fails what needs a new
+    descriptor with ENFILE (the system's table, as far as the caller can
+    tell; EMFILE would blame the caller's own table), keeps serving what
+    does not, and recovers once the kernel forgets inodes."""
+    import subprocess
+    os.mkdir(mnt.bpath("many"))
+    for i in range(200):
+        write_file(mnt.bpath("many", "f%d" % i), b"data")
+    write_file(mnt.path("held"), b"held")
+    forget_all()
+    held = os.open(mnt.path("held"), os.O_RDONLY)
+    limit = len(os.listdir("/proc/%d/fd" % mnt.proc.pid)) + 40
+    subprocess.run(["prlimit", "--pid", str(mnt.proc.pid), "--nofile=%d:%d" % (limit, limit)],
+                   check=True)
+    errs = {}
+    ok = 0
+    try:
+        for i in range(200):
+            p = mnt.path("many", "f%d" % i)
+            for fn in (os.stat, lambda p: open(p, "rb").close()):
+                try:
+                    fn(p)
+                    ok += 1
+                except OSError as e:
+                    errs[e.errno] = errs.get(e.errno, 0) + 1
+        assert ok > 0 and errs, "the limit was never reached (%d ok)" % ok
+        assert set(errs) == {errno.ENFILE}, {errno.errorcode[k]: v for k, v in errs.items()}
+        # what needs no new descriptor still works, close included
+        assert os.read(held, 10) == b"held"
+        os.close(held)
+        held = -1
+        assert sorted(os.listdir(mnt.path(".treelockfs"))) == ["locks", "stats"]
+        forget_all()
+        with open(mnt.path("many", "f199"), "rb") as f:
+            assert f.read() == b"data"
+        assert mnt.proc.poll() is None
+    finally:
+        if held >= 0:
+            os.close(held)
+        subprocess.run(["prlimit", "--pid", str(mnt.proc.pid), "--nofile=4096:4096"],
+                       check=False)
