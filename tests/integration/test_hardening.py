@@ -131,7 +131,9 @@ USER, GROUP = 4242, 4242
 
 
 def open_tree(tmp_path):
-    """Lets other users reach tmp_path (pytest makes its parents 0700)."""
+    """Lets other users reach tmp_path (pytest makes its parents 0700, and
+    another pytest session of root's starting on this machine makes them so
+    again: call it again just before acting as a user)."""
     p = tmp_path
     for _ in range(3):
         os.chmod(p, os.stat(p).st_mode | 0o755)
@@ -245,6 +247,7 @@ def test_hardening__user_cannot_use_root_reserve(tmp_path, small_ext4, mount_fac
     native = os.path.join(small_ext4, "native")
     os.mkdir(native)
     os.chown(native, USER, GROUP)
+    open_tree(tmp_path)
     want = run_as(USER, GROUP, lambda: how(os.path.join(native, "big")))
     os.unlink(os.path.join(native, "big"))
     os.sync()
@@ -255,6 +258,7 @@ def test_hardening__user_cannot_use_root_reserve(tmp_path, small_ext4, mount_fac
     os.chmod(m.mnt, 0o755)
     os.mkdir(m.path("pub"))
     os.chown(m.path("pub"), USER, GROUP)
+    open_tree(tmp_path)
     got = run_as(USER, GROUP, lambda: how(m.path("pub", "big")))
     assert want > 0
     slack = 1 << 20
@@ -303,6 +307,7 @@ def test_hardening__locks_file_hides_keys_in_private_dirs(tmp_path, mount_factor
         while time.monotonic() < deadline and len(m.locks()) < 4:
             time.sleep(0.02)
         as_root = m.ctl("locks")
+        open_tree(tmp_path)
         as_owner = run_as(USER, GROUP, lambda: m.ctl("locks"))
         as_other = run_as(OTHER_USER, OTHER_USER, lambda: m.ctl("locks"))
     finally:
