@@ -27,6 +27,7 @@
 #ifndef TREELOCKFS_FS_H
 #define TREELOCKFS_FS_H
 
+#include <errno.h>
 #include <fuse_lowlevel.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -121,6 +122,16 @@ void inode_unref(struct tlfs *fs, struct ll_inode *in, uint64_t n);
 /* "/proc/self/fd/FD" into BUF: the file itself, through the magic link. */
 void proc_name(int fd, char buf[64]);
 
+/* The errno to give a caller for a call of ours that failed to allocate a
+ * descriptor with ERR (positive). EMFILE is the daemon's own table being
+ * full, which the caller must not take for its own: the caller sees
+ * ENFILE (the system's table, as far as it can tell). The first time the
+ * daemon runs out it says so in the log, once: every inode the kernel
+ * remembers holds an fd, so running out is a limit to raise
+ * (LimitNOFILE=, ulimit -Hn), not a failure of one request. This function
+ * can't fail. */
+int fd_errno(int err);
+
 /* Acts as the requesting user on this thread, when we serve other users as
  * root. Returns 0 or -errno. */
 int creds_enter(struct tlfs *fs, fuse_req_t req);
@@ -164,6 +175,11 @@ void plock_drop_owner(struct tlfs *fs, int fd, uint64_t owner);
 
 /* True when NAME in PARENT is a control entry or inside one. */
 bool ctl_is_name(struct tlfs *fs, struct ll_inode *parent, const char *name);
+
+/* The error for creating NAME in PARENT (ctl_is_name() is true): -EEXIST
+ * for a control entry that exists, -EPERM for any other name inside the
+ * control directory. */
+int ctl_create_err(struct tlfs *fs, struct ll_inode *parent, const char *name);
 
 /* Looks a control NAME up in PARENT (ctl_is_name() is true) into E.
  * Returns 0 or -ENOENT. */

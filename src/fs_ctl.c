@@ -3,7 +3,8 @@
  * ".treelockfs" at the root is never listed, cannot be created, removed or
  * renamed, and holds two read-only files rendered when opened: "stats" (the
  * lock manager's counters) and "locks" (the locks the store holds, one per
- * line). Their inodes are static, without fd; their handles carry CTL_TAG.
+ * line, only those the reader may look up). Their inodes are static,
+ * without fd; their handles carry CTL_TAG.
  */
 #include <config.h>
 
@@ -74,7 +75,34 @@ static void ctl_put_key(FILE *f, const char *key)
 	}
 }
 
-static int ctl_render(struct tlfs *fs, enum ctl_kind kind, struct ctl_buf **out)
+/* True when the caller (whose credentials this thread has) may look up
+ * KEY's entry: search permission on every directory from the backing root
+ * to KEY's parent, which is what reaching the name natively takes. A key
+ * that is not a path (no leading '/') names no entry. A key too long to
+ * check, or whose directory is gone, is not shown. */
+static bool ctl_key_visible(struct tlfs *fs, const char *key)
+{
+	const char *slash = strrchr(key, '/');
+	char *dir;
+	bool ok;
+
+	if (key[0] != '/' || creds_are_root())
+		return true;
+	if (slash == key)
+		return faccessat(fs->backing_fd, ".", X_OK, AT_EACCESS) == 0;
+	dir = strndup(key + 1, (size_t)(slash - key - 1));
+	if (!dir)
+		return false;
+	ok = faccessat(fs->backing_fd, dir, X_OK, AT_EACCESS) == 0;
+	free(dir);
+	return ok;
+}
+
+/* Renders control file KIND into a new buffer. The locks file lists only
+ * the keys the requesting user may look up (ctl_key_visible(), checked
+ * with REQ's credentials); the store is asked as the daemon. */
+static int ctl_render(struct tlfs *fs, fuse_req_t req, enum ctl_kind kind,
+		      struct ctl_buf **out)
 {
 	struct ctl_buf *b = calloc(1, sizeof(*b));
 	FILE *f;
@@ -96,13 +124,19 @@ static int ctl_render(struct tlfs *fs, enum ctl_kind kind, struct ctl_buf **out)
 	} else {
 		struct tl_lock_info *v = NULL;
 		size_t n = 0, i;
-		int err = lockmgr_list(&fs->mgr, "/", &v, &n);
+		int err;
 
+		creds_daemon(fs);
+		err = lockmgr_list(&fs->mgr, "/", &v, &n);
+		if (!err)
+			err = creds_enter(fs, req);
 		if (err) {
 			fprintf(f, "error %s\n", strerror(-err));
 		} else {
 			fputs("# mode count age_ms waiters holder key\n", f);
 			for (i = 0; i < n; i++) {
+				if (!ctl_key_visible(fs, v[i].key))
+					continue;
 				fprintf(f, "%s %u %" PRId64 " %u %s ",
 					v[i].mode == TL_EXCLUSIVE ? "exclusive" : "shared",
 					v[i].count, v[i].age_ms, v[i].waiters,
@@ -143,6 +177,13 @@ bool ctl_is_name(struct tlfs *fs, struct ll_inode *parent, const char *name)
 	return (parent == fs->root && strcmp(name, TLFS_CTL_NAME) == 0) || parent->ctl;
 }
 
+int ctl_create_err(struct tlfs *fs, struct ll_inode *parent, const char *name)
+{
+	struct fuse_entry_param e;
+
+	return ctl_lookup(fs, parent, name, &e) == 0 ? -EEXIST : -EPERM;
+}
+
 int ctl_lookup(struct tlfs *fs, struct ll_inode *parent, const char *name,
 	       struct fuse_entry_param *e)
 {
@@ -179,8 +220,16 @@ void ctl_open(struct tlfs *fs, fuse_req_t req, struct ll_inode *in, struct fuse_
 		fuse_reply_err(req, EACCES);
 		return;
 	}
+	/* a non-root daemon cannot check other users' permissions: its
+	 * locks file is for itself and root only */
+	if (in->ctl == CTL_LOCKS && !fs->switch_creds && fuse_req_ctx(req)->uid != 0 &&
+	    fuse_req_ctx(req)->uid != geteuid()) {
+		fuse_reply_err(req, EACCES);
+		return;
+	}
 	creds_daemon(fs);
-	res = ctl_render(fs, in->ctl, &b);
+	res = ctl_render(fs, req, in->ctl, &b);
+	creds_daemon(fs);
 	if (res) {
 		fuse_reply_err(req, -res);
 		return;

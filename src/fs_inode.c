@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 #include "fs.h"
+#include "log.h"
 
 
 struct ll_inode *ino_get(struct tlfs *fs, fuse_ino_t ino)
@@ -48,6 +50,30 @@ static __thread struct {
 	gid_t gid;
 } thread_creds;
 
+/* Raises (ON) or drops CAP_SYS_RESOURCE in this thread's effective set
+ * (capset acts on the calling thread only). setfsuid() drops the file
+ * capabilities but not this one, with which ext4 hands out the blocks it
+ * reserves for root (mkfs -m) and quotas let a write past the hard limit;
+ * a user's request must meet both as the user would. Returns 0 or -errno
+ * (a daemon without the capability has nothing to drop). */
+static int creds_sys_resource(bool on)
+{
+	struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+	struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3];
+	uint32_t bit = UINT32_C(1) << (CAP_SYS_RESOURCE % 32);
+	int w = CAP_SYS_RESOURCE / 32;
+
+	if (syscall(SYS_capget, &hdr, data) == -1)
+		return -errno;
+	if (!(data[w].permitted & bit) || !!(data[w].effective & bit) == on)
+		return 0;
+	if (on)
+		data[w].effective |= bit;
+	else
+		data[w].effective &= ~bit;
+	return syscall(SYS_capset, &hdr, data) == -1 ? -errno : 0;
+}
+
 /* Acts as UID/GID with GROUPS from here on, on this thread only (the raw
  * setgroups syscall is per thread; glibc's would change every thread). */
 static int creds_switch(pid_t pid, uid_t uid, gid_t gid, fuse_req_t req)
@@ -70,6 +96,14 @@ static int creds_switch(pid_t pid, uid_t uid, gid_t gid, fuse_req_t req)
 		return -errno;
 	setfsgid(gid);
 	setfsuid(uid);
+	if (!thread_creds.set || (thread_creds.uid == 0) != (uid == 0)) {
+		int err = creds_sys_resource(uid == 0);
+
+		if (err) {
+			thread_creds.set = false;
+			return err;
+		}
+	}
 	thread_creds.set = true;
 	thread_creds.pid = pid;
 	thread_creds.uid = uid;
@@ -159,6 +193,20 @@ void inode_unref(struct tlfs *fs, struct ll_inode *in, uint64_t n)
 		close(in->fd);
 		free(in);
 	}
+}
+
+int fd_errno(int err)
+{
+	static bool warned;
+
+	if (err != EMFILE && err != ENFILE)
+		return err;
+	if (!__atomic_exchange_n(&warned, true, __ATOMIC_RELAXED))
+		tl_log(LOG_WARNING,
+		       "out of file descriptors (%s): raise the hard open-file limit "
+		       "(LimitNOFILE=, ulimit -Hn); until then such requests fail with ENFILE",
+		       strerror(err));
+	return ENFILE;
 }
 
 void proc_name(int fd, char buf[64])

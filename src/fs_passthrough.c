@@ -34,22 +34,6 @@
 
 /* ---- replies -------------------------------------------------------------- */
 
-/* Returns ERR; the first EMFILE/ENFILE of the daemon's life is also logged,
- * once: every inode the kernel remembers holds an fd, so running out is a
- * limit to raise (LimitNOFILE=, ulimit -n), not a failure of one request. */
-static int fd_error(int err)
-{
-	static bool warned;
-
-	if ((err == -EMFILE || err == -ENFILE) &&
-	    !__atomic_exchange_n(&warned, true, __ATOMIC_RELAXED))
-		tl_log(LOG_WARNING,
-		       "out of file descriptors (%s): raise the hard open-file limit "
-		       "(LimitNOFILE=, ulimit -Hn); until then such requests fail with it",
-		       strerror(-err));
-	return err;
-}
-
 /* Looks NAME up in PARENT (as the caller's credentials allow) and fills E
  * with a new lookup reference. Returns 0 or -errno. */
 static int do_lookup(struct tlfs *fs, struct ll_inode *parent, const char *name,
@@ -65,7 +49,7 @@ static int do_lookup(struct tlfs *fs, struct ll_inode *parent, const char *name,
 		return ctl_lookup(fs, parent, name, e);
 	fd = openat(parent->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 	if (fd == -1)
-		return fd_error(-errno);
+		return -fd_errno(errno);
 	if (fstatat(fd, "", &e->attr, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == -1) {
 		int err = -errno;
 
@@ -79,6 +63,15 @@ static int do_lookup(struct tlfs *fs, struct ll_inode *parent, const char *name,
 	return 0;
 }
 
+/* Replies entry E (holding a lookup reference, if E->ino); when the reply
+ * cannot be sent (the request was interrupted), the kernel never learns
+ * the inode and will never forget it, so the reference is dropped here. */
+static void reply_entry(struct tlfs *fs, fuse_req_t req, struct fuse_entry_param *e)
+{
+	if (fuse_reply_entry(req, e) != 0 && e->ino)
+		inode_unref(fs, ino_get(fs, e->ino), 1);
+}
+
 static void reply_entry_or_err(struct tlfs *fs, fuse_req_t req, int err,
 			       struct fuse_entry_param *e)
 {
@@ -89,7 +82,7 @@ static void reply_entry_or_err(struct tlfs *fs, fuse_req_t req, int err,
 	} else if (err) {
 		fuse_reply_err(req, -err);
 	} else {
-		fuse_reply_entry(req, e);
+		reply_entry(fs, req, e);
 	}
 }
 
@@ -338,7 +331,7 @@ static void ns_run(fuse_req_t req, struct ns_req *r)
 	int res;
 
 	if (ctl_is_name(fs, r->parent, r->name)) {
-		fuse_reply_err(req, creates ? EEXIST : EPERM);
+		fuse_reply_err(req, creates ? -ctl_create_err(fs, r->parent, r->name) : EPERM);
 		return;
 	}
 	if (r->src && r->src->ctl) {
@@ -359,7 +352,7 @@ static void ns_run(fuse_req_t req, struct ns_req *r)
 	if (res)
 		fuse_reply_err(req, -res);
 	else if (creates)
-		fuse_reply_entry(req, &e);
+		reply_entry(fs, req, &e);
 	else
 		fuse_reply_err(req, 0);
 }
@@ -431,11 +424,90 @@ static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	proc_name(in->fd, proc);
 	fd = open(proc, (fi->flags | O_CLOEXEC) & ~O_NOFOLLOW);
 	if (fd == -1) {
-		fuse_reply_err(req, -fd_error(-errno));
+		fuse_reply_err(req, fd_errno(errno));
 		return;
 	}
 	fi->fh = (uint64_t)fd;
-	fuse_reply_open(req, fi);
+	if (fuse_reply_open(req, fi) != 0)
+		close(fd); /* interrupted: there will be no release */
+}
+
+/* Fills E with a new lookup reference to the file open as FD (any open
+ * fd, the name it was opened by may have changed since). Returns 0 or
+ * -errno. */
+static int entry_of_fd(struct tlfs *fs, int fd, struct fuse_entry_param *e)
+{
+	struct ll_inode *in;
+	char proc[64];
+	int pfd;
+
+	memset(e, 0, sizeof(*e));
+	e->attr_timeout = fs->cfg->attr_timeout;
+	e->entry_timeout = fs->cfg->entry_timeout;
+	proc_name(fd, proc);
+	pfd = open(proc, O_PATH | O_CLOEXEC);
+	if (pfd == -1)
+		return -fd_errno(errno);
+	if (fstat(pfd, &e->attr) == -1) {
+		int err = -errno;
+
+		close(pfd);
+		return err;
+	}
+	in = inode_ref(fs, pfd, &e->attr);
+	if (!in)
+		return -ENOMEM;
+	e->ino = ino_id(fs, in);
+	return 0;
+}
+
+/* Opens NAME in P for a create request with the caller's open FLAGS.
+ *
+ * The kernel sends a create only after it found NAME negative, so the
+ * backing create is exclusive and never follows a symlink at NAME
+ * (O_CREAT | O_EXCL): one planted since (by another host, or in BACKING)
+ * is not followed out of the tree. When NAME appeared meanwhile and the
+ * caller did not ask for O_EXCL, it gets what open(2) would give: a
+ * regular file is opened (without O_CREAT); a symlink is ELOOP for
+ * O_NOFOLLOW; anything else, and a symlink to follow, is ESTALE, on which
+ * the kernel looks the name up again and opens what it finds itself.
+ * Returns the open fd or -errno. */
+static int create_backing(struct ll_inode *p, const char *name, int flags, mode_t mode)
+{
+	int base = (flags | O_CLOEXEC) & ~(O_CREAT | O_EXCL | O_NOFOLLOW);
+	char proc[64];
+	struct stat st;
+	int tries, pfd, fd;
+
+	for (tries = 0; tries < 4; tries++) {
+		fd = openat(p->fd, name, base | O_CREAT | O_EXCL | O_NOFOLLOW, mode);
+		if (fd >= 0)
+			return fd;
+		if (errno != EEXIST)
+			return -fd_errno(errno);
+		if (flags & O_EXCL)
+			return -EEXIST;
+		pfd = openat(p->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		if (pfd == -1) {
+			if (errno == ENOENT)
+				continue; /* gone again: create it */
+			return -fd_errno(errno);
+		}
+		if (fstat(pfd, &st) == -1) {
+			fd = -errno;
+			close(pfd);
+			return fd;
+		}
+		if (!S_ISREG(st.st_mode)) {
+			close(pfd);
+			return S_ISLNK(st.st_mode) && (flags & O_NOFOLLOW) ? -ELOOP : -ESTALE;
+		}
+		proc_name(pfd, proc);
+		fd = open(proc, base);
+		close(pfd);
+		return fd == -1 ? -fd_errno(errno) : fd;
+	}
+	return -ESTALE;
 }
 
 static void ll_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
@@ -448,7 +520,7 @@ static void ll_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	int fd = -1, res;
 
 	if (ctl_is_name(fs, p, name)) {
-		fuse_reply_err(req, EEXIST);
+		fuse_reply_err(req, -ctl_create_err(fs, p, name));
 		return;
 	}
 	res = entry_lock(fs, req, p, name, &l);
@@ -458,11 +530,11 @@ static void ll_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	}
 	res = creds_enter(fs, req);
 	if (!res) {
-		fd = openat(p->fd, name, (fi->flags | O_CREAT | O_CLOEXEC) & ~O_NOFOLLOW, mode);
-		res = fd == -1 ? fd_error(-errno) : 0;
+		fd = create_backing(p, name, fi->flags, mode);
+		res = fd < 0 ? fd : 0;
 	}
 	if (!res)
-		res = do_lookup(fs, p, name, &e);
+		res = entry_of_fd(fs, fd, &e);
 	entry_unlock(fs, &l);
 	if (res) {
 		if (fd >= 0)
@@ -471,7 +543,11 @@ static void ll_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		return;
 	}
 	fi->fh = (uint64_t)fd;
-	fuse_reply_create(req, &e, fi);
+	if (fuse_reply_create(req, &e, fi) != 0) {
+		/* interrupted: nobody will forget the inode or release the file */
+		inode_unref(fs, ino_get(fs, e.ino), 1);
+		close(fd);
+	}
 }
 
 static void ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -499,9 +575,14 @@ static void ll_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in_
 		fuse_reply_err(req, EBADF);
 		return;
 	}
-	/* as the daemon: the kernel checked permissions when the file was
-	 * opened, and killing set-user-ID bits is its business */
-	creds_daemon(req_fs(req));
+	/* as the caller: the kernel checked permissions when the file was
+	 * opened, but the blocks the write allocates must be the caller's to
+	 * take (root's reserve, quotas) */
+	res = creds_enter(req_fs(req), req);
+	if (res) {
+		fuse_reply_err(req, (int)-res);
+		return;
+	}
 	out.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
 	out.buf[0].fd = (int)fi->fh;
 	out.buf[0].pos = off;
@@ -525,7 +606,8 @@ static void ll_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	 * filesystem (NFS write-back) happen now */
 	fd = dup((int)fi->fh);
 	if (fd == -1) {
-		fuse_reply_err(req, errno);
+		/* out of descriptors: the last close (release) does it */
+		fuse_reply_err(req, errno == EMFILE || errno == ENFILE ? 0 : errno);
 		return;
 	}
 	fuse_reply_err(req, close(fd) == -1 ? errno : 0);
@@ -558,11 +640,18 @@ static void ll_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 static void ll_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
 			 struct fuse_file_info *fi)
 {
+	int err;
+
 	if (fi->fh & CTL_TAG) {
 		fuse_reply_err(req, EBADF);
 		return;
 	}
-	creds_daemon(req_fs(req));
+	/* as the caller, who allocates the blocks (see ll_write_buf) */
+	err = creds_enter(req_fs(req), req);
+	if (err) {
+		fuse_reply_err(req, -err);
+		return;
+	}
 	fuse_reply_err(req, fallocate((int)fi->fh, mode, off, len) == -1 ? errno : 0);
 }
 
@@ -576,7 +665,12 @@ static void ll_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 		fuse_reply_err(req, EXDEV); /* the kernel falls back to read and write */
 		return;
 	}
-	creds_daemon(req_fs(req));
+	/* as the caller, who allocates the blocks (see ll_write_buf) */
+	res = creds_enter(req_fs(req), req);
+	if (res) {
+		fuse_reply_err(req, (int)-res);
+		return;
+	}
 	res = copy_file_range((int)fi_in->fh, &off_in, (int)fi_out->fh, &off_out, len,
 			      (unsigned)flags);
 	if (res == -1)
@@ -648,12 +742,12 @@ static void ll_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		fd = open(proc, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	}
 	if (fd == -1) {
-		err = fd_error(-errno);
+		err = -fd_errno(errno);
 		goto out_free;
 	}
 	d->dp = fdopendir(fd);
 	if (!d->dp) {
-		err = -errno;
+		err = -fd_errno(errno);
 		close(fd);
 		goto out_free;
 	}
