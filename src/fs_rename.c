@@ -10,9 +10,12 @@
  * A key is the path of an entry below the backing root, of any length: the
  * parent's path as the kernel names its fd (one readlink() of
  * /proc/self/fd/N) when that fits in a page, else found by walking up
- * through ".." to the backing root; either follows renames made by
- * anyone. With lock_scope=namespace the operations that create or remove
- * a name take the entry's plan too (entry_lock()).
+ * through ".." to the backing root. That is this host's view; once the
+ * locks are held, the check looks each key's parent up again from the
+ * backing root, which asks the shared storage (a cached entry that expired
+ * is revalidated), and refuses with ENOENT unless it reaches the very
+ * directory the rename acts on. With lock_scope=namespace the operations
+ * that create or remove a name take the entry's plan too (entry_lock()).
  */
 #include <config.h>
 
@@ -368,15 +371,14 @@ static int walk_below(struct tlfs *fs, const char *key, struct key_list *out)
 	return err;
 }
 
-/* True when NAME in DIR still has the key KEY: no rename (here or on
- * another host) moved one of its directories since KEY was computed. */
-static bool key_still(struct tlfs *fs, struct ll_inode *dir, const char *name, const char *key)
+/* True when KEY, the key of an entry of DIR, still names an entry of DIR
+ * as the shared storage sees it now: its parent, looked up again from the
+ * backing root component by component, is DIR itself. A readlink() of
+ * DIR's fd would not do: it is this host's cached view, which another
+ * host's rename of an ancestor leaves as it was. */
+static bool key_still(struct tlfs *fs, struct ll_inode *dir, const char *key)
 {
-	char *now = NULL;
-	bool same = key_of(fs, dir, name, &now) == 0 && strcmp(now, key) == 0;
-
-	free(now);
-	return same;
+	return key_reaches(fs, key, path_parent_len(key, strlen(key)), dir);
 }
 
 void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
@@ -446,10 +448,11 @@ void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 	 * would act on a path nobody locked. When the store has no other
 	 * writers only renames through this mount can have moved them, and
 	 * none completed since the keys were computed when the generation is
-	 * unchanged. */
+	 * unchanged. One parent's check serves both keys when the directories
+	 * are one inode: the two keys then share their parent part. */
 	if ((lockmgr_other_writers_possible(&fs->mgr) ||
 	     __atomic_load_n(&fs->rename_gen, __ATOMIC_ACQUIRE) != gen) &&
-	    (!key_still(fs, p1, name, from) || !key_still(fs, p2, newname, to))) {
+	    (!key_still(fs, p1, from) || (p2 != p1 && !key_still(fs, p2, to)))) {
 		tl_log(LOG_INFO, "rename '%s' -> '%s': moved while it waited", from, to);
 		res = -ENOENT;
 		goto out_release_locks;
