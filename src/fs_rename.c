@@ -381,6 +381,73 @@ static bool key_still(struct tlfs *fs, struct ll_inode *dir, const char *key)
 	return key_reaches(fs, key, path_parent_len(key, strlen(key)), dir);
 }
 
+/* The slot of fs->flag_refused_on for rename FLAGS (one of them set). */
+static unsigned int flag_slot(unsigned int flags)
+{
+	return (flags & RENAME_EXCHANGE) ? 1 : 0;
+}
+
+/* True when the filesystem of DIR already refused FLAGS with EINVAL: the
+ * rename is refused the same way without taking locks for nothing (mv
+ * tries RENAME_NOREPLACE first and falls back on EINVAL). */
+static bool flag_refused(struct tlfs *fs, struct ll_inode *dir, unsigned int flags)
+{
+	return flags && __atomic_load_n(&fs->flag_refused_on[flag_slot(flags)],
+					 __ATOMIC_RELAXED) == (uint64_t)dir->dev + 1;
+}
+
+/* A hash of the rename FROM -> TO in directory DIR's filesystem
+ * (FNV-1a), never 0. This function can't fail. */
+static uint64_t flag_suspect_hash(struct ll_inode *dir, const char *from, const char *to)
+{
+	uint64_t h = 14695981039346656037ULL ^ (uint64_t)dir->dev;
+	const char *s;
+
+	for (s = from; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+	h = (h ^ 0xff) * 1099511628211ULL; /* no byte of a key */
+	for (s = to; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+	return h ? h : 1;
+}
+
+/* Notes that DIR's filesystem refuses the flag of slot SLOT. */
+static void flag_refuse(struct tlfs *fs, struct ll_inode *dir, unsigned int slot)
+{
+	__atomic_store_n(&fs->flag_refused_on[slot], (uint64_t)dir->dev + 1, __ATOMIC_RELAXED);
+	tl_log(LOG_INFO, "the backing refuses %s: such renames are refused before locking",
+	       slot ? "RENAME_EXCHANGE" : "RENAME_NOREPLACE");
+}
+
+/* After renameat2() FROM -> TO in DIR's filesystem gave RES with FLAGS.
+ * EINVAL with RENAME_EXCHANGE, both names existing, is the filesystem
+ * refusing the flag unless one path is inside the other. EINVAL with
+ * RENAME_NOREPLACE may also be a name the filesystem does not allow or a
+ * directory into its own subtree: it is a suspect only, until the same
+ * rename without flags succeeds (as mv retries). From then on the flag
+ * is refused before locking. */
+static void flag_learn(struct tlfs *fs, struct ll_inode *dir, unsigned int flags, int res,
+		       const char *from, const char *to)
+{
+	if ((flags & RENAME_EXCHANGE) && res == -EINVAL) {
+		if (!path_is_ancestor(from, to) && !path_is_ancestor(to, from))
+			flag_refuse(fs, dir, 1);
+		return;
+	}
+	if (flags && res == -EINVAL) {
+		__atomic_store_n(&fs->flag_suspect, flag_suspect_hash(dir, from, to),
+				 __ATOMIC_RELAXED);
+		return;
+	}
+	if (flags || res || !__atomic_load_n(&fs->flag_suspect, __ATOMIC_RELAXED))
+		return;
+	if (__atomic_load_n(&fs->flag_suspect, __ATOMIC_RELAXED) ==
+	    flag_suspect_hash(dir, from, to)) {
+		__atomic_store_n(&fs->flag_suspect, 0, __ATOMIC_RELAXED);
+		flag_refuse(fs, dir, 0);
+	}
+}
+
 void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
 		      const char *newname, unsigned int flags)
 {
@@ -401,6 +468,11 @@ void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 	}
 	if (ctl_is_name(fs, p1, name) || ctl_is_name(fs, p2, newname)) {
 		fuse_reply_err(req, EPERM);
+		return;
+	}
+	if (flag_refused(fs, p1, flags)) {
+		lockmgr_count_unlocked(&fs->mgr, false);
+		fuse_reply_err(req, EINVAL);
 		return;
 	}
 	creds_daemon(fs);
@@ -466,6 +538,7 @@ void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 	res = res == -1 ? -errno : 0;
 	if (!res)
 		__atomic_add_fetch(&fs->rename_gen, 1, __ATOMIC_RELEASE);
+	flag_learn(fs, p1, flags, res, from, to);
 
 out_release_locks:
 	creds_daemon(fs);
