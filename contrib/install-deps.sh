@@ -13,5 +13,5 @@ $SUDO apt-get install -y -q --no-install-recommends \
 	build-essential autoconf automake pkg-config \
 	libfuse3-dev fuse3 libcurl4-openssl-dev libcjson-dev check \
 	python3 python3-pytest python3-elasticsearch \
-	curl openssl iproute2 attr util-linux procps fio \
+	curl openssl iproute2 attr util-linux procps fio bindfs \
 	default-jdk-headless maven

@@ -71,6 +71,13 @@ struct tlfs {
 	struct ll_inode *root;   /* the backing root's inode */
 	char *root_path;         /* BACKING as the kernel names it ("" for /) */
 	uint64_t rename_gen;     /* atomic: renames done through this mount */
+	/* atomic: st_dev + 1 of a backing filesystem that refused
+	 * RENAME_NOREPLACE ([0]) or RENAME_EXCHANGE ([1]) with EINVAL, 0 for
+	 * none; such renames are then refused before taking any lock. A
+	 * refusal is a suspect (a hash of the rename) until the same rename
+	 * without the flag succeeds (fs_rename.c). */
+	uint64_t flag_refused_on[2];
+	uint64_t flag_suspect;
 
 	/* the inode table (fs_inode.c); itab_mutex is a leaf lock, never
 	 * held across a syscall */

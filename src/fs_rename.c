@@ -7,10 +7,15 @@
  *   renameat2() by the directories' fds
  *   lockmgr_release(plan)                      on every path
  *
- * A key is the path of an entry below the backing root as the kernel
- * resolves the parent's fd now (/proc/self/fd/N), which follows renames
- * made by anyone. With lock_scope=namespace the operations that create or
- * remove a name take the entry's plan too (entry_lock()).
+ * A key is the path of an entry below the backing root, of any length: the
+ * parent's path as the kernel names its fd (one readlink() of
+ * /proc/self/fd/N) when that fits in a page, else found by walking up
+ * through ".." to the backing root. That is this host's view; once the
+ * locks are held, the check looks each key's parent up again from the
+ * backing root, which asks the shared storage (a cached entry that expired
+ * is revalidated), and refuses with ENOENT unless it reaches the very
+ * directory the rename acts on. With lock_scope=namespace the operations
+ * that create or remove a name take the entry's plan too (entry_lock()).
  */
 #include <config.h>
 
@@ -22,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,45 +37,211 @@
 #include "path.h"
 #include "tlclock.h"
 
-/* The key of NAME in directory DIR (or of DIR itself when NAME is NULL):
- * the directory's current path below the backing root, as the kernel
- * resolves its fd. Writes a new string to *OUT. Returns 0, -ENOENT (the
- * directory is gone or outside the backing tree), -ENAMETOOLONG, -ENOMEM. */
-static int key_of(struct tlfs *fs, struct ll_inode *dir, const char *name, char **out)
+/* The path of directory DIR below the backing root, without readlink():
+ * from DIR up through "..", finding each directory's name in its parent
+ * by st_dev/st_ino, until the backing root. Used when the kernel cannot
+ * name DIR in one readlink() (deeper than a page), and to tell a
+ * directory really named "x (deleted)" from a removed one. Writes a new
+ * string ("" for the root, else "/a/b") to *OUT. Returns 0, -ENOENT (DIR
+ * was removed, is outside the backing tree or moved while we looked),
+ * -ENOMEM, or another -errno of openat()/readdir(). */
+static int path_by_walk(struct tlfs *fs, struct ll_inode *dir, char **out)
 {
-	char proc[64], buf[PATH_MAX + 1], *key;
-	size_t rootlen = strlen(fs->root_path), len;
-	ssize_t n;
-	const char *rel;
+	char *rel = NULL, *tmp;
+	size_t len = 0;
+	struct stat st;
+	int cur, err = 0;
 
 	*out = NULL;
-	if (dir == fs->root) {
-		rel = "";
-	} else {
-		proc_name(dir->fd, proc);
-		n = readlink(proc, buf, PATH_MAX);
-		if (n < 0 || n >= PATH_MAX)
-			return n < 0 ? -ENOENT : -ENAMETOOLONG;
-		buf[n] = '\0';
-		if (n > 10 && strcmp(buf + n - 10, " (deleted)") == 0)
-			return -ENOENT;
-		if (strncmp(buf, fs->root_path, rootlen) != 0 ||
-		    (buf[rootlen] != '/' && buf[rootlen] != '\0'))
-			return -ENOENT; /* moved out of the backing tree */
-		rel = buf + rootlen;
+	cur = fcntl(dir->fd, F_DUPFD_CLOEXEC, 0);
+	if (cur == -1)
+		return -errno;
+	if (fstat(cur, &st) == -1) {
+		err = -errno;
+		goto out_close;
 	}
-	len = strlen(rel) + (name ? strlen(name) + 1 : 0) + 2;
-	if (len >= PATH_MAX)
-		return -ENAMETOOLONG;
-	key = malloc(len);
-	if (!key)
-		return -ENOMEM;
+	while (st.st_dev != fs->root->dev || st.st_ino != fs->root->ino) {
+		struct stat pst, cst;
+		struct dirent *d;
+		DIR *dp;
+		int parent, rd;
+		size_t nlen = 0;
+		bool found = false;
+
+		/* ".." of a removed directory is ENOENT */
+		parent = openat(cur, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (parent == -1) {
+			err = -errno;
+			goto out_close;
+		}
+		if (fstat(parent, &pst) == -1) {
+			err = -errno;
+			close(parent);
+			goto out_close;
+		}
+		if (pst.st_dev == st.st_dev && pst.st_ino == st.st_ino) {
+			close(parent);
+			err = -ENOENT; /* reached "/": not below the backing root */
+			goto out_close;
+		}
+		rd = fcntl(parent, F_DUPFD_CLOEXEC, 0);
+		dp = rd == -1 ? NULL : fdopendir(rd);
+		if (!dp) {
+			err = -errno;
+			if (rd != -1)
+				close(rd);
+			close(parent);
+			goto out_close;
+		}
+		/* d_ino names the child unless it is a mount point: confirm with
+		 * fstatat(), which also sees through d_ino on such entries */
+		while (!found && (d = readdir(dp)) != NULL) {
+			if (strcmp(d->d_name, ".") == 0 || strcmp(d->d_name, "..") == 0 ||
+			    (d->d_type != DT_DIR && d->d_type != DT_UNKNOWN))
+				continue;
+			if (d->d_ino != st.st_ino && st.st_dev == pst.st_dev)
+				continue;
+			if (fstatat(parent, d->d_name, &cst, AT_SYMLINK_NOFOLLOW) == 0 &&
+			    cst.st_dev == st.st_dev && cst.st_ino == st.st_ino) {
+				found = true;
+				nlen = strlen(d->d_name);
+				err = -ENOMEM;
+				tmp = malloc(nlen + 1 + len + 1);
+				if (tmp) {
+					tmp[0] = '/';
+					memcpy(tmp + 1, d->d_name, nlen);
+					if (len)
+						memcpy(tmp + 1 + nlen, rel, len);
+					tmp[1 + nlen + len] = '\0';
+					free(rel);
+					rel = tmp;
+					len += 1 + nlen;
+					err = 0;
+				}
+			}
+		}
+		closedir(dp);
+		close(cur);
+		cur = parent;
+		if (!found && !err)
+			err = -ENOENT; /* renamed away while we looked */
+		if (err)
+			goto out_close;
+		st = pst;
+	}
+	if (!rel)
+		rel = strdup("");
+	err = rel ? 0 : -ENOMEM;
+	*out = rel;
+	rel = NULL;
+out_close:
+	free(rel);
+	close(cur);
+	return err;
+}
+
+/* Opens the directory at the first LEN bytes of KEY from the backing root,
+ * one component at a time with O_NOFOLLOW, as O_PATH (so each lookup is
+ * the kernel's own, which revalidates a cached entry that expired, and no
+ * symlink is followed). Returns the fd or -errno (-ENOENT, -ENOTDIR,
+ * -ELOOP for a symlink, ...). */
+static int open_key_dir(struct tlfs *fs, const char *key, size_t len)
+{
+	char name[NAME_MAX + 1];
+	size_t i = 1;
+	int fd = fcntl(fs->backing_fd, F_DUPFD_CLOEXEC, 0);
+
+	if (fd == -1)
+		return -errno;
+	while (i < len) {
+		size_t j = i;
+		int next;
+
+		while (j < len && key[j] != '/')
+			j++;
+		if (j - i > NAME_MAX) {
+			close(fd);
+			return -ENAMETOOLONG;
+		}
+		memcpy(name, key + i, j - i);
+		name[j - i] = '\0';
+		next = openat(fd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		close(fd);
+		if (next == -1)
+			return -errno;
+		fd = next;
+		i = j + 1;
+	}
+	return fd;
+}
+
+/* True when the directory at the first LEN bytes of KEY, looked up now
+ * from the backing root, is DIR itself (same st_dev and st_ino). */
+static bool key_reaches(struct tlfs *fs, const char *key, size_t len, struct ll_inode *dir)
+{
+	struct stat st;
+	int fd = open_key_dir(fs, key, len);
+	bool same;
+
+	if (fd < 0)
+		return false;
+	same = fstat(fd, &st) == 0 && st.st_dev == dir->dev && st.st_ino == dir->ino;
+	close(fd);
+	return same;
+}
+
+/* The path of DIR below the backing root ("" for the root, else "/a/b")
+ * into a new string *OUT. The fast path is one readlink() of its fd; when
+ * the kernel cannot name it in PATH_MAX bytes, or the name it gives ends
+ * in " (deleted)" (a removed directory, or one really named so: only a
+ * lookup tells), path_by_walk() finds it. Returns 0, -ENOENT (removed or
+ * outside the backing tree), -ENOMEM. */
+static int dir_path(struct tlfs *fs, struct ll_inode *dir, char **out)
+{
+	static const char deleted[] = " (deleted)";
+	const size_t dlen = sizeof(deleted) - 1;
+	char proc[64], buf[PATH_MAX + 1];
+	size_t rootlen = strlen(fs->root_path);
+	ssize_t n;
+
+	*out = NULL;
+	if (dir == fs->root)
+		return (*out = strdup("")) ? 0 : -ENOMEM;
+	proc_name(dir->fd, proc);
+	n = readlink(proc, buf, sizeof(buf) - 1);
+	if (n < 0 || (size_t)n >= sizeof(buf) - 1)
+		return path_by_walk(fs, dir, out); /* ENAMETOOLONG: deeper than a page */
+	buf[n] = '\0';
+	if (strncmp(buf, fs->root_path, rootlen) != 0 ||
+	    (buf[rootlen] != '/' && buf[rootlen] != '\0'))
+		return -ENOENT; /* moved out of the backing tree */
+	if ((size_t)n >= dlen && memcmp(buf + n - dlen, deleted, dlen) == 0 &&
+	    !key_reaches(fs, buf + rootlen, (size_t)n - rootlen, dir))
+		return path_by_walk(fs, dir, out);
+	return (*out = strdup(buf + rootlen)) ? 0 : -ENOMEM;
+}
+
+/* The key of NAME in directory DIR (or of DIR itself when NAME is NULL):
+ * the directory's current path below the backing root (dir_path()) and
+ * NAME, of any length. Writes a new string to *OUT. Returns 0, -ENOENT
+ * (the directory is gone or outside the backing tree), -ENOMEM. */
+static int key_of(struct tlfs *fs, struct ll_inode *dir, const char *name, char **out)
+{
+	char *rel;
+	int err;
+
+	*out = NULL;
+	err = dir_path(fs, dir, &rel);
+	if (err)
+		return err;
 	if (name)
-		snprintf(key, len, "%s/%s", rel, name);
+		err = asprintf(out, "%s/%s", rel, name) < 0 ? -ENOMEM : 0;
 	else
-		snprintf(key, len, "%s", *rel ? rel : "/");
-	*out = key;
-	return 0;
+		err = (*out = strdup(*rel ? rel : "/")) ? 0 : -ENOMEM;
+	free(rel);
+	if (err)
+		*out = NULL;
+	return err;
 }
 
 /* Takes the entry plan of NAME in PARENT when lock_scope=namespace. */
@@ -89,7 +261,7 @@ int entry_lock(struct tlfs *fs, fuse_req_t req, struct ll_inode *parent, const c
 	err = lockplan_entry(fs->cfg->lock_strategy, key, &l->plan);
 	free(key);
 	if (err)
-		return err == -EINVAL ? -ENAMETOOLONG : err;
+		return err;
 	err = lockmgr_acquire(&fs->mgr, l->plan, (uint32_t)fuse_req_ctx(req)->pid, &l->holder);
 	if (err) {
 		lockplan_free(l->plan);
@@ -160,6 +332,15 @@ static int walk_below(struct tlfs *fs, const char *key, struct key_list *out)
 
 		fd = openat(fs->backing_fd, path_rel(dirkey),
 			    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd == -1 && errno == ENAMETOOLONG) {
+			/* deeper than one syscall's path: one component at a time */
+			int pfd = open_key_dir(fs, dirkey, strlen(dirkey));
+
+			if (pfd >= 0) {
+				fd = openat(pfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+				close(pfd);
+			}
+		}
 		if (fd == -1)
 			continue;
 		dp = fdopendir(fd);
@@ -190,15 +371,81 @@ static int walk_below(struct tlfs *fs, const char *key, struct key_list *out)
 	return err;
 }
 
-/* True when NAME in DIR still has the key KEY: no rename (here or on
- * another host) moved one of its directories since KEY was computed. */
-static bool key_still(struct tlfs *fs, struct ll_inode *dir, const char *name, const char *key)
+/* True when KEY, the key of an entry of DIR, still names an entry of DIR
+ * as the shared storage sees it now: its parent, looked up again from the
+ * backing root component by component, is DIR itself. A readlink() of
+ * DIR's fd would not do: it is this host's cached view, which another
+ * host's rename of an ancestor leaves as it was. */
+static bool key_still(struct tlfs *fs, struct ll_inode *dir, const char *key)
 {
-	char *now = NULL;
-	bool same = key_of(fs, dir, name, &now) == 0 && strcmp(now, key) == 0;
+	return key_reaches(fs, key, path_parent_len(key, strlen(key)), dir);
+}
 
-	free(now);
-	return same;
+/* The slot of fs->flag_refused_on for rename FLAGS (one of them set). */
+static unsigned int flag_slot(unsigned int flags)
+{
+	return (flags & RENAME_EXCHANGE) ? 1 : 0;
+}
+
+/* True when the filesystem of DIR already refused FLAGS with EINVAL: the
+ * rename is refused the same way without taking locks for nothing (mv
+ * tries RENAME_NOREPLACE first and falls back on EINVAL). */
+static bool flag_refused(struct tlfs *fs, struct ll_inode *dir, unsigned int flags)
+{
+	return flags && __atomic_load_n(&fs->flag_refused_on[flag_slot(flags)],
+					 __ATOMIC_RELAXED) == (uint64_t)dir->dev + 1;
+}
+
+/* A hash of the rename FROM -> TO in directory DIR's filesystem
+ * (FNV-1a), never 0. This function can't fail. */
+static uint64_t flag_suspect_hash(struct ll_inode *dir, const char *from, const char *to)
+{
+	uint64_t h = 14695981039346656037ULL ^ (uint64_t)dir->dev;
+	const char *s;
+
+	for (s = from; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+	h = (h ^ 0xff) * 1099511628211ULL; /* no byte of a key */
+	for (s = to; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+	return h ? h : 1;
+}
+
+/* Notes that DIR's filesystem refuses the flag of slot SLOT. */
+static void flag_refuse(struct tlfs *fs, struct ll_inode *dir, unsigned int slot)
+{
+	__atomic_store_n(&fs->flag_refused_on[slot], (uint64_t)dir->dev + 1, __ATOMIC_RELAXED);
+	tl_log(LOG_INFO, "the backing refuses %s: such renames are refused before locking",
+	       slot ? "RENAME_EXCHANGE" : "RENAME_NOREPLACE");
+}
+
+/* After renameat2() FROM -> TO in DIR's filesystem gave RES with FLAGS.
+ * EINVAL with RENAME_EXCHANGE, both names existing, is the filesystem
+ * refusing the flag unless one path is inside the other. EINVAL with
+ * RENAME_NOREPLACE may also be a name the filesystem does not allow or a
+ * directory into its own subtree: it is a suspect only, until the same
+ * rename without flags succeeds (as mv retries). From then on the flag
+ * is refused before locking. */
+static void flag_learn(struct tlfs *fs, struct ll_inode *dir, unsigned int flags, int res,
+		       const char *from, const char *to)
+{
+	if ((flags & RENAME_EXCHANGE) && res == -EINVAL) {
+		if (!path_is_ancestor(from, to) && !path_is_ancestor(to, from))
+			flag_refuse(fs, dir, 1);
+		return;
+	}
+	if (flags && res == -EINVAL) {
+		__atomic_store_n(&fs->flag_suspect, flag_suspect_hash(dir, from, to),
+				 __ATOMIC_RELAXED);
+		return;
+	}
+	if (flags || res || !__atomic_load_n(&fs->flag_suspect, __ATOMIC_RELAXED))
+		return;
+	if (__atomic_load_n(&fs->flag_suspect, __ATOMIC_RELAXED) ==
+	    flag_suspect_hash(dir, from, to)) {
+		__atomic_store_n(&fs->flag_suspect, 0, __ATOMIC_RELAXED);
+		flag_refuse(fs, dir, 0);
+	}
 }
 
 void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
@@ -223,6 +470,11 @@ void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 		fuse_reply_err(req, EPERM);
 		return;
 	}
+	if (flag_refused(fs, p1, flags)) {
+		lockmgr_count_unlocked(&fs->mgr, false);
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
 	creds_daemon(fs);
 	if (fs->cfg->lock_strategy == TL_STRATEGY_NONE) {
 		/* no locks, no keys: the baseline the others are measured by */
@@ -245,11 +497,8 @@ void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 	}
 	res = lockplan_rename(fs->cfg->lock_strategy, from, to, flags,
 			      (const char *const *)below.v, below.n, &plan);
-	if (res) {
-		if (res == -EINVAL)
-			res = -ENAMETOOLONG; /* a key of PATH_MAX bytes or more */
+	if (res)
 		goto out_free_keys;
-	}
 	res = lockmgr_acquire(&fs->mgr, plan, (uint32_t)fuse_req_ctx(req)->pid, &holder);
 	if (res)
 		goto out_free_plan;
@@ -271,10 +520,11 @@ void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 	 * would act on a path nobody locked. When the store has no other
 	 * writers only renames through this mount can have moved them, and
 	 * none completed since the keys were computed when the generation is
-	 * unchanged. */
+	 * unchanged. One parent's check serves both keys when the directories
+	 * are one inode: the two keys then share their parent part. */
 	if ((lockmgr_other_writers_possible(&fs->mgr) ||
 	     __atomic_load_n(&fs->rename_gen, __ATOMIC_ACQUIRE) != gen) &&
-	    (!key_still(fs, p1, name, from) || !key_still(fs, p2, newname, to))) {
+	    (!key_still(fs, p1, from) || (p2 != p1 && !key_still(fs, p2, to)))) {
 		tl_log(LOG_INFO, "rename '%s' -> '%s': moved while it waited", from, to);
 		res = -ENOENT;
 		goto out_release_locks;
@@ -288,6 +538,7 @@ void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 	res = res == -1 ? -errno : 0;
 	if (!res)
 		__atomic_add_fetch(&fs->rename_gen, 1, __ATOMIC_RELEASE);
+	flag_learn(fs, p1, flags, res, from, to);
 
 out_release_locks:
 	creds_daemon(fs);

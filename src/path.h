@@ -17,9 +17,10 @@
 #define PATH_ID_MAX 512
 
 /* Normalises IN into a new string in *OUT (caller frees): collapses
- * repeated slashes and drops a trailing one. Returns 0, -EINVAL when IN is
- * not absolute or has a "." or ".." component, -ENAMETOOLONG when it is
- * PATH_MAX bytes or longer, -ENOMEM. */
+ * repeated slashes and drops a trailing one. IN may be of any length:
+ * PATH_MAX bounds one syscall's path, not how deep an entry sits. Returns
+ * 0, -EINVAL when IN is not absolute or has a "." or ".." component,
+ * -ENOMEM. */
 int path_normalise(const char *in, char **out);
 
 /* True when P is a normalised key (see above). */

@@ -149,11 +149,12 @@ END_TEST
  * paths of many components. */
 START_TEST(test_lockplan__long_paths_sorted_unique)
 {
-	char *from = malloc(PATH_MAX), *to = malloc(PATH_MAX);
+	const size_t max = 3 * PATH_MAX; /* longer than one syscall path */
+	char *from = malloc(max), *to = malloc(max);
 	struct tl_plan *p = NULL;
 	size_t i, n = 0;
 
-	for (i = 0; n + 3 < PATH_MAX - 1; i++) {
+	for (i = 0; n + 3 < max - 1; i++) {
 		from[n] = '/';
 		from[n + 1] = (char)('a' + i % 26);
 		n += 2;
@@ -169,6 +170,10 @@ START_TEST(test_lockplan__long_paths_sorted_unique)
 	ck_assert_int_eq(mode_of(p, to), TL_EXCLUSIVE);
 	ck_assert_int_eq(mode_of(p, "/a"), TL_SHARED);
 	ck_assert_int_eq(mode_of(p, "/nope"), -1);
+	lockplan_free(p);
+	ck_assert_int_eq(lockplan_entry(TL_STRATEGY_TREE, from, &p), 0);
+	ck_assert_uint_eq(p->n, path_depth(from));
+	ck_assert_int_eq(mode_of(p, from), TL_EXCLUSIVE);
 	lockplan_free(p);
 	free(from);
 	free(to);

@@ -3,6 +3,7 @@
 
 #include <check.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -181,6 +182,39 @@ START_TEST(test_lockstore_mem__abandon_clears_marks)
 }
 END_TEST
 
+/* Keys longer than PATH_MAX conflict and release like short ones. */
+START_TEST(test_lockstore_mem__long_keys)
+{
+	char *deep = malloc(3 * 4096 + 1), *a_from, *b_from;
+	struct tl_plan *a, *b;
+	struct tl_holder ha, hb;
+	struct tl_conflict why;
+	size_t i;
+
+	for (i = 0; i < 3 * 4096; i++)
+		deep[i] = (i % 100 == 0) ? '/' : 'd';
+	deep[3 * 4096] = '\0';
+	ck_assert_int_ge(asprintf(&a_from, "%s/x", deep), 0);
+	ck_assert_int_ge(asprintf(&b_from, "%s/x/y", deep), 0);
+	a = rplan(a_from, "/elsewhere");
+	b = rplan(b_from, "/other");
+	holder(&ha, 1);
+	holder(&hb, 2);
+	ck_assert_int_eq(st->ops->try_acquire(st, a, &ha, &why), 0);
+	ck_assert_int_eq(st->ops->try_acquire(st, b, &hb, &why), -EAGAIN); /* X on a_from */
+	st->ops->abandon(st, b, &hb);
+	ck_assert_int_eq(st->ops->release(st, a, &ha), 0);
+	ck_assert_int_eq(st->ops->try_acquire(st, b, &hb, &why), 0);
+	ck_assert_int_eq(st->ops->release(st, b, &hb), 0);
+	ck_assert_uint_eq(nlocks(), 0);
+	lockplan_free(a);
+	lockplan_free(b);
+	free(a_from);
+	free(b_from);
+	free(deep);
+}
+END_TEST
+
 START_TEST(test_lockstore_mem__list)
 {
 	struct tl_plan *a = rplan("/l/m n", "/l/o");
@@ -219,6 +253,7 @@ Suite *make_suite_lockstore_mem(void)
 	tcase_add_test(tc, test_lockstore_mem__waiter_marks);
 	tcase_add_test(tc, test_lockstore_mem__abandon_clears_marks);
 	tcase_add_test(tc, test_lockstore_mem__list);
+	tcase_add_test(tc, test_lockstore_mem__long_keys);
 	suite_add_tcase(s, tc);
 	return s;
 }

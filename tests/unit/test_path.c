@@ -48,23 +48,32 @@ START_TEST(test_path__normalise)
 }
 END_TEST
 
+/* Keys have no length limit: PATH_MAX bounds one syscall's path, not how
+ * deep an entry sits (rm -rf and find reach deeper through directory fds). */
 START_TEST(test_path__long_paths)
 {
-	char *p = malloc(PATH_MAX + 2), *out = NULL;
-	size_t i;
+	const size_t lens[] = {PATH_MAX - 1, PATH_MAX, PATH_MAX + 1, 65536};
+	size_t i, k;
 
-	/* 4095 bytes: the longest a kernel path can be */
-	for (i = 0; i < PATH_MAX - 1; i++)
-		p[i] = (i % 200 == 0) ? '/' : 'x';
-	p[PATH_MAX - 1] = '\0';
-	ck_assert_int_eq(path_normalise(p, &out), 0);
-	ck_assert_uint_eq(strlen(out), PATH_MAX - 1);
-	ck_assert_uint_eq(path_depth(out), (PATH_MAX - 1 + 199) / 200);
-	free(out);
-	p[PATH_MAX - 1] = 'x';
-	p[PATH_MAX] = '\0';
-	ck_assert_int_eq(path_normalise(p, &out), -ENAMETOOLONG);
-	free(p);
+	for (k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+		char *p = malloc(lens[k] + 2), *out = NULL;
+
+		for (i = 0; i < lens[k]; i++)
+			p[i] = (i % 200 == 0) ? '/' : 'x';
+		p[lens[k]] = '\0';
+		ck_assert_int_eq(path_normalise(p, &out), 0);
+		ck_assert_uint_eq(strlen(out), lens[k]);
+		ck_assert_uint_eq(path_depth(out), (lens[k] + 199) / 200);
+		ck_assert(path_is_normal(out));
+		free(out);
+		/* a trailing slash still goes */
+		p[lens[k]] = '/';
+		p[lens[k] + 1] = '\0';
+		ck_assert_int_eq(path_normalise(p, &out), 0);
+		ck_assert_uint_eq(strlen(out), lens[k]);
+		free(out);
+		free(p);
+	}
 }
 END_TEST
 
