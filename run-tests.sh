@@ -2,7 +2,8 @@
 # Builds treelockfs if needed and runs every test:
 #   make check: unit tests (check, TAP), the same unit tests built with
 #   -fsanitize=address,undefined, the Elasticsearch emulator's tests and the
-#   integration tests (pytest, mounting for real).
+#   integration tests (pytest, mounting for real) and, where java and mvn
+#   are installed, the tests against a real OpenSearch cluster.
 # The last line is the sum over all of them: "N passed, N failed[, N skipped]".
 # Exit status 0 only when nothing failed. Needs the packages that
 # quickstart.sh installs; integration tests need root and /dev/fuse (they
@@ -40,7 +41,7 @@ summary=$(
 )
 set -- $summary
 passed=$1 failed=$2 skipped=$3
-for suite in tests/esemu/run.sh tests/integration/run.sh; do
+for suite in tests/esemu/run.sh tests/integration/run.sh tests/engines/run.sh; do
 	logf=${suite%.sh}.log
 	trs=${suite%.sh}.trs
 	if [ -f "$trs" ] && grep -q '^:test-result: SKIP' "$trs"; then
