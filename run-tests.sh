@@ -2,8 +2,9 @@
 # Builds treelockfs if needed and runs every test:
 #   make check: unit tests (check, TAP), the same unit tests built with
 #   -fsanitize=address,undefined, the Elasticsearch emulator's tests, the
-#   differential test (emulator vs real engines) and the
-#   integration tests (pytest, mounting for real).
+#   differential test (emulator vs real engines), the integration tests
+#   (pytest, mounting for real) and, where java and mvn are installed, the
+#   tests against a real OpenSearch cluster.
 # The last line is the sum over all of them: "N passed, N failed[, N skipped]".
 # Exit status 0 only when nothing failed. Needs the packages that
 # quickstart.sh installs; integration tests need root and /dev/fuse (they
@@ -28,7 +29,7 @@ log "build"
 make -j"$(nproc 2>/dev/null || echo 2)" || { echo "0 passed, 1 failed"; exit 1; }
 
 log "make check"
-rm -f tests/esemu/run.xml tests/difftest/run.xml tests/integration/run.xml
+rm -f tests/esemu/run.xml tests/difftest/run.xml tests/integration/run.xml tests/engines/run.xml
 make check || status=1
 
 # Count every test: TAP results of the unit binaries (.trs files), and the
@@ -44,7 +45,7 @@ set -- $summary
 passed=$1 failed=$2 skipped=$3
 # The pytest suites write JUnit XML (run.xml beside run.sh); a suite that
 # left none either was skipped as a whole (exit 77: no pytest) or crashed.
-for suite in tests/esemu/run.sh tests/difftest/run.sh tests/integration/run.sh; do
+for suite in tests/esemu/run.sh tests/difftest/run.sh tests/integration/run.sh tests/engines/run.sh; do
 	xml=${suite%.sh}.xml
 	trs=${suite%.sh}.trs
 	if [ -f "$trs" ] && grep -q '^:test-result: SKIP' "$trs"; then

@@ -269,11 +269,17 @@ cJSON *es_docs_mapping(enum tl_strategy s)
 {
 	static const char *const keywords[] = {"path",   "lock_type", "owner", "holder",
 					       "process_id", "type", "name",  "from", "to"};
-	cJSON *b = cJSON_CreateObject(), *m, *props, *meta, *tl;
+	cJSON *b = cJSON_CreateObject(), *set, *m, *props, *meta, *tl;
 	size_t i;
 
-	cJSON_AddItemToObject(cJSON_AddObjectToObject(b, "settings"), "number_of_shards",
-			      cJSON_CreateNumber(1));
+	set = cJSON_AddObjectToObject(b, "settings");
+	cJSON_AddItemToObject(set, "number_of_shards", cJSON_CreateNumber(1));
+	/* one replica where a second node can hold it (a cluster survives
+	 * the loss of the primary's node: the replica is promoted and no
+	 * acknowledged lock is lost), none on a single node (green, not
+	 * yellow for ever); writes wait for the primary only (the default
+	 * wait_for_active_shards=1), so a lost replica never blocks renames */
+	cJSON_AddStringToObject(set, "auto_expand_replicas", "0-1");
 	m = cJSON_AddObjectToObject(b, "mappings");
 	cJSON_AddFalseToObject(m, "dynamic");
 	meta = cJSON_AddObjectToObject(m, "_meta");

@@ -78,8 +78,9 @@ void es_docs_delete(struct buf *b, const char *id);
 cJSON *es_docs_owner(const char *owner, const char *name, const char *host, int pid,
 		     int64_t now_ms, int64_t ttl_ms);
 
-/* The index creation body: settings, keyword mapping, strategy S in
- * _meta. Returns a new object or NULL. */
+/* The index creation body: settings (one shard; auto_expand_replicas 0-1:
+ * one replica where a second node exists, none on a single node), keyword
+ * mapping, strategy S in _meta. Returns a new object or NULL. */
 cJSON *es_docs_mapping(enum tl_strategy s);
 
 /* {"ids": [PREFIX IDS[0], ...]} for _mget (PREFIX may be NULL). Returns a

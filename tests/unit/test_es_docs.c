@@ -201,6 +201,8 @@ START_TEST(test_es_docs__owner_mapping_ids_search)
 							     j, "mappings"), "_meta"), "treelockfs"),
 				 "strategy"),
 			 "global");
+	ck_assert_str_eq(es_jstr(cJSON_GetObjectItem(j, "settings"), "auto_expand_replicas"),
+			 "0-1");
 	cJSON_Delete(j);
 	j = es_docs_ids(ES_OWNER_PREFIX, ids, 2);
 	t = cJSON_PrintUnformatted(j);
