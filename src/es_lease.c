@@ -602,7 +602,7 @@ int es_reap_owner(struct es_store *es, const char *owner, bool drop_intents, siz
 			/* every key the owner's plan named */
 			cJSON_ArrayForEach(k, cJSON_GetObjectItemCaseSensitive(src, "keys"))
 			{
-				if (!cJSON_IsString(k) || path_lock_id(k->valuestring, &kid) != 0)
+				if (!cJSON_IsString(k) || path_text_lock_id(k->valuestring, &kid) != 0)
 					continue;
 				es_docs_evict(&b, kid, owner);
 				free(kid);

@@ -7,9 +7,11 @@
  * es_options.c (the backend's options), lockstore_es_admin.c (treelockctl).
  *
  * One index (es_index, default treelockfs-locks) holds three kinds of
- * documents. Ids never collide: lock keys start with '/', or are "global"
- * or "sha256:<hex>" (path_lock_id(), for keys over 512 bytes); the others
- * start with "owner:" or "intent:".
+ * documents. Ids never collide: lock keys start with '/', or are "global",
+ * "bytes:/..." (keys that are not UTF-8, escaped: path_key_text()) or
+ * "sha256:<hex>" (path_lock_id(), for ids over 512 bytes); the others
+ * start with "owner:" or "intent:". Every key in a document (path, from,
+ * to, keys) is its text: JSON carries UTF-8 only.
  *
  *   lock  /a/b   {"lock_type":"exclusive", "path":"/a/b", "owner":O,
  *                 "holder":H, "process_id":H, "holders":{H:1}, "since":ms,
@@ -625,18 +627,35 @@ static int es_start(struct lockstore *st)
 
 /* ---- listing --------------------------------------------------------------------- */
 
+/* KEY's path without the PATH_BYTES_PREFIX of a key text (escaping is per
+ * component, so ancestry holds between the escaped paths too). */
+static const char *text_path(const char *key)
+{
+	size_t l = strlen(PATH_BYTES_PREFIX);
+
+	return strncmp(key, PATH_BYTES_PREFIX, l) == 0 ? key + l : key;
+}
+
+/* Keys are listed as their text (path_key_text()), as the documents hold
+ * them; PREFIX is a key and matches the texts below it. */
 static int es_list(struct lockstore *st, const char *prefix, struct tl_lock_info **out, size_t *n)
 {
 	struct es_store *es = es_of(st);
 	struct tl_lock_info *list = NULL;
-	cJSON *root = es_search_all(&es->cl, NULL);
+	cJSON *root = NULL;
 	const cJSON *hit;
 	size_t cnt = 0, cap = 0;
+	char *ptext = NULL;
 
 	*out = NULL;
 	*n = 0;
-	if (!root)
+	if (prefix && path_key_text(prefix, &ptext) != 0)
+		return -ENOMEM;
+	root = es_search_all(&es->cl, NULL);
+	if (!root) {
+		free(ptext);
 		return -ENOLCK;
+	}
 	cJSON_ArrayForEach(hit, es_hits(root))
 	{
 		const char *id = es_jstr(hit, "_id");
@@ -651,8 +670,8 @@ static int es_list(struct lockstore *st, const char *prefix, struct tl_lock_info
 			continue;
 		if (!key)
 			key = id;
-		if (prefix && strcmp(prefix, "/") != 0 && strcmp(key, prefix) != 0 &&
-		    !path_is_ancestor(prefix, key))
+		if (ptext && strcmp(ptext, "/") != 0 && strcmp(key, ptext) != 0 &&
+		    !path_is_ancestor(text_path(ptext), text_path(key)))
 			continue;
 		if (cnt == cap) {
 			struct tl_lock_info *nl;
@@ -687,6 +706,7 @@ static int es_list(struct lockstore *st, const char *prefix, struct tl_lock_info
 		cnt++;
 	}
 	cJSON_Delete(root);
+	free(ptext);
 	*out = list;
 	*n = cnt;
 	return 0;

@@ -238,7 +238,11 @@ int lockstore_es_break(struct lockstore *st, const char *key)
 
 	if (!es)
 		return -EINVAL;
-	err = path_lock_id(key, &id);
+	/* the raw name, or its text as listings print it */
+	if (strncmp(key, PATH_BYTES_PREFIX, strlen(PATH_BYTES_PREFIX)) == 0)
+		err = path_text_lock_id(key, &id);
+	else
+		err = path_lock_id(key, &id);
 	if (err)
 		return err;
 	err = es_delete(&es->cl, id, "refresh=true", false);

@@ -106,10 +106,13 @@ static void fmt_age(int64_t ms, char *buf, size_t size)
 		snprintf(buf, size, "%" PRId64 "s", ms / 1000);
 }
 
-/* Normalises a user-given key: a path, or "global". */
+/* Normalises a user-given key: a path (its bytes, UTF-8 or not), "global",
+ * or a key as listings print one that is not UTF-8 ("bytes:/..."), kept
+ * as given. */
 static int user_key(const char *arg, char **out)
 {
-	if (strcmp(arg, TL_GLOBAL_KEY) == 0) {
+	if (strcmp(arg, TL_GLOBAL_KEY) == 0 ||
+	    strncmp(arg, PATH_BYTES_PREFIX, strlen(PATH_BYTES_PREFIX)) == 0) {
 		*out = strdup(arg);
 		return *out ? 0 : -ENOMEM;
 	}

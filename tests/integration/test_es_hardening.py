@@ -1,0 +1,84 @@
+"""The es lock store against a flaky, lost or paused store and hostile
+names: keys that are not UTF-8, mount start under failures, a lost index,
+lease documents at a clean exit, lock_timeout as a bound on the whole
+rename, reaping dead owners."""
+import errno
+import os
+import subprocess
+import time
+
+import pytest
+
+from es_helpers import (INDEX, ctl, docs, emu, emu_module, es_mounts, es_opts,  # noqa: F401
+                        forget_mount, held_by, intent_docs, lock_docs, owner_id, start_op,
+                        wait_for)
+
+
+def fsname(m, *parts):
+    return os.path.join(os.fsencode(m.mnt), *[os.fsencode(p) if isinstance(p, str) else p
+                                              for p in parts])
+
+
+# ---- D7: names that are not UTF-8 -----------------------------------------------------------
+
+
+def test_es__names_not_utf8_are_distinct_keys(emu, es_mounts):
+    # two mounts: the kernel serialises renames in one directory of one mount
+    a, b = es_mounts(emu, "A", "B", opts={"A": ["rename_delay_ms=1500"],
+                                          "B": ["rename_delay_ms=1500"]})
+    os.mkdir(fsname(a, "d"))
+    for n in (b"\xff", b"\xfe"):
+        open(fsname(a, "d", n), "w").close()
+    # two renames of distinct names proceed side by side: distinct locks
+    op1 = start_op(os.rename, fsname(a, "d", b"\xff"), fsname(a, "d", b"\xff1"))
+    wait_for(lambda: held_by(emu, "bytes:/d/\\xff"), 5, what="the lock on /d/\\xff")
+    src = held_by(emu, "bytes:/d/\\xff")
+    assert src["path"] == "bytes:/d/\\xff"
+    op2 = start_op(os.rename, fsname(b, "d", b"\xfe"), fsname(b, "d", b"\xfe1"))
+    wait_for(lambda: held_by(emu, "bytes:/d/\\xfe"), 1.0,
+             what="a lock on /d/\\xfe while /d/\\xff is held")
+    assert not any("\ufffd" in k for k in lock_docs(emu)), list(lock_docs(emu))
+    # listings print the escaped form
+    r = ctl(emu, "locks")
+    assert "bytes:/d/\\xff" in r.stdout and "\ufffd" not in r.stdout, r.stdout
+    intents = [v["_source"] for v in intent_docs(emu).values()]
+    assert {i["from"] for i in intents} == {"bytes:/d/\\xff", "bytes:/d/\\xfe"}, intents
+    for op in (op1, op2):
+        op.join(10)
+        assert op.error is None, op.error
+    assert sorted(os.listdir(fsname(a, "d"))) == [b"\xfe1", b"\xff1"]
+
+
+def test_es__long_name_not_utf8(emu, es_mounts):
+    (a,) = es_mounts(emu, "A")
+    os.mkdir(fsname(a, "d"))
+    name = b"\xff" * 255
+    open(fsname(a, "d", name), "w").close()
+    os.rename(fsname(a, "d", name), fsname(a, "d", b"\xfe" * 255))
+    assert os.listdir(fsname(a, "d")) == [b"\xfe" * 255]
+
+
+def test_es__ctl_break_name_not_utf8(emu, es_mounts):
+    (a,) = es_mounts(emu, "A", opts={"A": ["rename_delay_ms=3000"]})
+    os.mkdir(fsname(a, "d"))
+    open(fsname(a, "d", b"\xff"), "w").close()
+    op = start_op(os.rename, fsname(a, "d", b"\xff"), fsname(a, "d", b"g"))
+    wait_for(lambda: held_by(emu, "bytes:/d/\\xff"), 5, what="the lock")
+    # the raw name
+    r = subprocess.run([__import__("es_helpers").CTL, "--es_url=" + emu.url, "break",
+                        b"/d/\xff", "--force"], capture_output=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert held_by(emu, "bytes:/d/\\xff") is None
+    # the printed form
+    wait_for(lambda: held_by(emu, "/d/g"), 5, what="the lock on /d/g")
+    op.join(10)
+    assert op.error is None
+    os.mkdir(fsname(a, "e"))
+    open(fsname(a, "e", b"\xfe"), "w").close()
+    op = start_op(os.rename, fsname(a, "e", b"\xfe"), fsname(a, "e", b"g"))
+    wait_for(lambda: held_by(emu, "bytes:/e/\\xfe"), 5, what="the lock")
+    r = ctl(emu, "break", "bytes:/e/\\xfe", "--force")
+    assert r.returncode == 0, r.stderr
+    assert held_by(emu, "bytes:/e/\\xfe") is None
+    op.join(10)
+    assert op.error is None
