@@ -24,6 +24,8 @@
 #define ES_DEFAULT_TIMEOUT_MS 5000
 #define ES_PASSWORD_ENV "TREELOCKFS_ES_PASSWORD"
 
+/* Lease documents of our own former owner ids kept for deletion. */
+#define ES_MAX_ABANDONED 8
 /* Owners remembered by an observer (oldest live ones are forgotten). */
 #define ES_MAX_OBSERVED 256
 
@@ -85,6 +87,12 @@ struct es_store {
 	struct es_observed obs[ES_MAX_OBSERVED];
 	size_t nobs;
 	struct es_pending *pending;
+	/* lease documents of our former owner ids (lapsed, then renewed):
+	 * deleted once no rename can act under them (after due_ms), or at a
+	 * clean exit, so that they do not wait for a reap */
+	char abandoned[ES_MAX_ABANDONED][ES_ID_MAX];
+	int64_t abandoned_due[ES_MAX_ABANDONED]; /* monotonic ms */
+	size_t nabandoned;
 	bool started, stop;
 	pthread_cond_t cond;
 	pthread_t hb;

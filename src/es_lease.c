@@ -269,6 +269,55 @@ int es_send_idempotent(struct es_store *es, struct buf *b)
 	return -ENOLCK;
 }
 
+/* Deletes the lease documents of our former owner ids that are due (all
+ * with ALL: no rename runs any more). Best effort: a document that cannot
+ * be deleted now is tried again later, or left to a reap. */
+static void abandoned_flush(struct es_store *es, bool all)
+{
+	char id[ES_ID_MAX];
+	int64_t now = tl_mono_ms();
+	size_t i;
+	int err;
+
+	for (;;) {
+		pthread_mutex_lock(&es->mutex);
+		for (i = 0; i < es->nabandoned; i++)
+			if (all || es->abandoned_due[i] <= now)
+				break;
+		if (i == es->nabandoned) {
+			pthread_mutex_unlock(&es->mutex);
+			return;
+		}
+		snprintf(id, sizeof(id), "%s", es->abandoned[i]);
+		pthread_mutex_unlock(&es->mutex);
+
+		{
+			char *doc = es_docs_owner_id(id);
+
+			err = doc ? es_delete(&es->cl, doc, NULL, true) : -ENOMEM;
+			free(doc);
+		}
+		pthread_mutex_lock(&es->mutex);
+		if (err == 0 || err == -ENOENT || all) {
+			/* gone, or at exit: tried once */
+			for (i = 0; i < es->nabandoned; i++)
+				if (strcmp(es->abandoned[i], id) == 0)
+					break;
+			if (i < es->nabandoned) {
+				memmove(&es->abandoned[i], &es->abandoned[i + 1],
+					(es->nabandoned - i - 1) * sizeof(es->abandoned[0]));
+				memmove(&es->abandoned_due[i], &es->abandoned_due[i + 1],
+					(es->nabandoned - i - 1) * sizeof(es->abandoned_due[0]));
+				es->nabandoned--;
+			}
+			pthread_mutex_unlock(&es->mutex);
+			continue;
+		}
+		pthread_mutex_unlock(&es->mutex);
+		return; /* the store fails: later */
+	}
+}
+
 /* Takes a new owner id after the lease was lost (ERR -ESTALE: reaped;
  * -ETIME: renewed after it lapsed); renames held under the old one are
  * fenced. */
@@ -278,6 +327,20 @@ static void lease_lost(struct es_store *es, int err)
 
 	pthread_mutex_lock(&es->mutex);
 	snprintf(old, sizeof(old), "%s", es->owner);
+	/* renewed after it lapsed: the old document is still there. A rename
+	 * that passed its lease check may act for up to lease_ttl more, so it
+	 * goes after that (or at exit), not now. */
+	if (err == -ETIME && es->owner_doc) {
+		if (es->nabandoned == ES_MAX_ABANDONED) {
+			memmove(&es->abandoned[0], &es->abandoned[1],
+				(ES_MAX_ABANDONED - 1) * sizeof(es->abandoned[0]));
+			memmove(&es->abandoned_due[0], &es->abandoned_due[1],
+				(ES_MAX_ABANDONED - 1) * sizeof(es->abandoned_due[0]));
+			es->nabandoned--;
+		}
+		snprintf(es->abandoned[es->nabandoned], sizeof(es->abandoned[0]), "%s", old);
+		es->abandoned_due[es->nabandoned++] = tl_mono_ms() + es->ttl_ms;
+	}
 	es_lease_new_owner_id_locked(es);
 	es->epoch++;
 	es->held_old += es->held_cur;
@@ -338,6 +401,7 @@ static void *heartbeat(void *arg)
 			next = tl_mono_ms(); /* create the new document at once */
 		}
 		pending_flush(es);
+		abandoned_flush(es, false);
 	}
 	return NULL;
 }
@@ -378,6 +442,7 @@ void es_lease_stop(struct es_store *es)
 		pthread_join(es->hb, NULL);
 		es->started = false;
 		pending_flush(es);
+		abandoned_flush(es, true);
 		/* a clean unmount ends the lease at once */
 		if (es->owner_doc) {
 			char *id = es_docs_owner_id(es->owner);

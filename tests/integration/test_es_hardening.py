@@ -82,3 +82,51 @@ def test_es__ctl_break_name_not_utf8(emu, es_mounts):
     assert held_by(emu, "bytes:/e/\\xfe") is None
     op.join(10)
     assert op.error is None
+
+
+# ---- lease documents at a clean exit -------------------------------------------------------
+
+
+def test_es__clean_exit_deletes_own_lease(emu, es_mounts):
+    a, b = es_mounts(emu, "A", "B")
+    os.mkdir(a.path("d"))
+    open(a.path("d/f"), "w").close()
+    os.rename(a.path("d/f"), a.path("d/g"))
+    assert owner_id(emu, "A") and owner_id(emu, "B")
+    a.stop()
+    assert owner_id(emu, "A") is None, list(docs(emu))
+    assert owner_id(emu, "B") is not None
+
+
+def lapse(emu, owner):
+    """Cuts OWNER's requests (its X-Opaque-Id) for longer than lease_ttl."""
+    emu.admin("POST", "/_esemu/block", {"opaque_id": owner, "mode": "reset"})
+    time.sleep(2.5)  # lease_ttl 2 s
+    emu.admin("POST", "/_esemu/block", {"opaque_id": owner, "mode": "none"})
+
+
+def test_es__clean_exit_after_new_owner_id(emu, es_mounts):
+    """A mount that lapsed (store paused past lease_ttl) carries on under a
+    new owner id; at a clean exit neither lease document is left."""
+    (a,) = es_mounts(emu, "A")
+    first = owner_id(emu, "A")
+    lapse(emu, first)
+    wait_for(lambda: [o for o in __import__("es_helpers").owner_ids(emu, "A") if o != first],
+             10, what="a new owner id")
+    a.stop()
+    assert __import__("es_helpers").owner_ids(emu, "A") == [], list(docs(emu))
+
+
+def test_es__abandoned_lease_deleted_after_a_lease(emu, es_mounts):
+    """...and while it runs, the old document goes one lease_ttl after the
+    new owner id was taken (not at once: a rename that passed its lease
+    check may still act under it)."""
+    (a,) = es_mounts(emu, "A")
+    first = owner_id(emu, "A")
+    lapse(emu, first)
+    ids = __import__("es_helpers").owner_ids
+    wait_for(lambda: [o for o in ids(emu, "A") if o != first], 10, what="a new owner id")
+    t0 = time.monotonic()
+    wait_for(lambda: first not in ids(emu, "A"), 6, what="the old lease document deleted")
+    assert time.monotonic() - t0 >= 1.0
+    assert len(ids(emu, "A")) == 1
