@@ -22,6 +22,11 @@
 #define ES_RETRY_BASE_MS 50
 #define ES_DEFAULT_INDEX "treelockfs-locks"
 #define ES_DEFAULT_TIMEOUT_MS 5000
+/* How long a mount retries a store that fails at start (seconds). */
+#define ES_DEFAULT_START_TIMEOUT 30
+/* Backoff between start attempts: first and largest step. */
+#define ES_START_BACKOFF_MS 100
+#define ES_START_BACKOFF_MAX_MS 2000
 #define ES_PASSWORD_ENV "TREELOCKFS_ES_PASSWORD"
 
 /* Lease documents of our own former owner ids kept for deletion. */
@@ -38,8 +43,10 @@ struct es_options {
 	char *api_key_file;
 	char *cacert;
 	char *timeout_ms_s;
+	char *start_timeout_s;
 	int insecure;
 	unsigned int timeout_ms;
+	unsigned int start_timeout; /* seconds */
 	/* secrets, loaded by config_load_secrets(); never logged */
 	char *password;
 	char *api_key;
@@ -71,6 +78,7 @@ struct es_store {
 	int64_t ttl_ms;
 	int64_t tmo_ms;        /* lock_timeout + ttl: how long a waiter mark lives */
 	unsigned int timeout_ms;
+	unsigned int start_timeout; /* seconds */
 	enum tl_strategy strategy;
 	char version[64];
 	bool opensearch;
@@ -109,5 +117,10 @@ int es_store_open(const struct tl_config *cfg, struct lockstore **out, bool for_
 struct es_store *es_store_of(struct lockstore *st);
 
 void es_sleep_ms(int64_t ms);
+
+/* Retries STEP(ES, ARG) while it returns -EAGAIN, for up to
+ * es_start_timeout (lockstore_es.c; logs each failure and the last). */
+int es_start_retry(struct es_store *es, const char *what, int (*step)(struct es_store *, bool),
+		   bool arg);
 
 #endif /* TREELOCKFS_ES_I_H */

@@ -19,18 +19,21 @@
 
 /* GET /: reachable, credentials accepted, which product. Writes
  * "Elasticsearch 8.x" or "OpenSearch 2.x" to VERSION and sets *OPENSEARCH.
- * Returns 0 or -ENOLCK (logged). */
+ * Returns 0, -EAGAIN (unreachable, 429, 5xx: worth retrying; the reason is
+ * recorded in C, es_client_last_error()), -ENOLCK (refused, logged),
+ * -ENOMEM. */
 int es_index_check_cluster(struct es_client *c, char *version, size_t size, bool *opensearch);
 
 /* Reads the index mapping. Returns 0 with *STRATEGY (NULL when the index
  * has no _meta of ours; caller frees) and, when KEYWORD_PATH is not NULL,
- * whether "path" is a keyword; -ENOENT (no index), -ENOLCK, -EACCES
- * (refused, logged). */
+ * whether "path" is a keyword; -ENOENT (no index), -EAGAIN (worth
+ * retrying), -EACCES (refused, logged). */
 int es_index_read_mapping(struct es_client *c, char **strategy, bool *keyword_path);
 
 /* Creates the index if missing (unless FOR_CTL; two mounts may race:
  * "already exists" is fine) and checks that it records strategy S.
- * Returns 0, -EINVAL (another strategy, logged), -ENOLCK, -ENOMEM. */
+ * Returns 0, -EINVAL (another strategy, logged), -EAGAIN (worth retrying),
+ * -ENOLCK, -ENOMEM. */
 int es_index_bootstrap(struct es_client *c, enum tl_strategy s, bool for_ctl);
 
 #endif /* TREELOCKFS_ES_INDEX_H */

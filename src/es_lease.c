@@ -406,6 +406,30 @@ static void *heartbeat(void *arg)
 	return NULL;
 }
 
+/* One attempt at creating our lease document (es_start_retry()). When an
+ * earlier attempt turns out to have created it (its answer was lost: a 409
+ * and a read adopt the document), the next attempt renews it, which makes
+ * the lease fresh. */
+static int lease_create_step(struct es_store *es, bool unused)
+{
+	bool have;
+	int err;
+
+	(void)unused;
+	pthread_mutex_lock(&es->mutex);
+	have = es->owner_doc;
+	pthread_mutex_unlock(&es->mutex);
+	err = lease_write(es, !have);
+	if (err == -ESTALE) {
+		/* gone after all: create it again */
+		pthread_mutex_lock(&es->mutex);
+		es->owner_doc = false;
+		pthread_mutex_unlock(&es->mutex);
+		err = -EAGAIN;
+	}
+	return err;
+}
+
 int es_lease_start(struct es_store *es)
 {
 	int err;
@@ -416,7 +440,7 @@ int es_lease_start(struct es_store *es)
 	err = httpc_set_opaque_id(es->cl.http, es->owner);
 	if (err)
 		return err;
-	err = lease_write(es, true);
+	err = es_start_retry(es, "create the lease in the lock store", lease_create_step, false);
 	if (err) {
 		tl_log(LOG_ERR, "cannot create the lease of owner '%s' in the lock store", es->owner);
 		return -ENOLCK;

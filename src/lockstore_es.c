@@ -714,6 +714,58 @@ static int es_list(struct lockstore *st, const char *prefix, struct tl_lock_info
 
 /* ---- open, close ---------------------------------------------------------------- */
 
+/* Runs STEP until it returns anything but -EAGAIN, with a doubling backoff
+ * (ES_START_BACKOFF_MS .. ES_START_BACKOFF_MAX_MS, jittered) for up to
+ * es_start_timeout seconds: a store that is starting, overloaded or
+ * flaky does not fail a mount at once. WHAT names the step in messages.
+ * Each failed attempt is logged with its reason; when time runs out the
+ * last reason is. Returns what STEP returned, -EAGAIN turned into -ENOLCK.
+ * The URLs in messages never carry credentials (httpc_node_name()). */
+int es_start_retry(struct es_store *es, const char *what, int (*step)(struct es_store *, bool),
+		   bool arg)
+{
+	int64_t t0 = tl_mono_ms(), deadline = t0 + (int64_t)es->start_timeout * 1000;
+	int64_t delay = ES_START_BACKOFF_MS, now;
+	char why[256];
+	unsigned int attempts = 0;
+	int err;
+
+	for (;;) {
+		attempts++;
+		err = step(es, arg);
+		if (err != -EAGAIN)
+			break;
+		es_client_last_error(&es->cl, why, sizeof(why));
+		now = tl_mono_ms();
+		if (now + delay >= deadline)
+			break;
+		tl_log(LOG_WARNING, "cannot %s yet (attempt %u): %s; retrying in %" PRId64 " ms",
+		       what, attempts, *why ? why : "lock store unavailable", delay);
+		es_sleep_ms(delay - delay / 4 + (int64_t)(random() % (delay / 2 + 1)));
+		delay = delay * 2 > ES_START_BACKOFF_MAX_MS ? ES_START_BACKOFF_MAX_MS : delay * 2;
+	}
+	if (err == -EAGAIN) {
+		tl_log(LOG_ERR,
+		       "cannot %s at '%s' (es_start_timeout %u s, %u attempts in %.1f s); "
+		       "last error: %s",
+		       what, httpc_node_name(es->cl.http, 0), es->start_timeout, attempts,
+		       (double)(tl_mono_ms() - t0) / 1000, *why ? why : "lock store unavailable");
+		err = -ENOLCK;
+	}
+	return err;
+}
+
+/* Cluster check and index bootstrap: one start attempt. */
+static int open_step(struct es_store *es, bool for_ctl)
+{
+	int err;
+
+	err = es_index_check_cluster(&es->cl, es->version, sizeof(es->version), &es->opensearch);
+	if (err)
+		return err;
+	return es_index_bootstrap(&es->cl, es->strategy, for_ctl);
+}
+
 static void es_close(struct lockstore *st)
 {
 	struct es_store *es = es_of(st);
@@ -759,6 +811,7 @@ int es_store_open(const struct tl_config *cfg, struct lockstore **out, bool for_
 	es->ttl_ms = (int64_t)((cfg->lease_ttl > 0 ? cfg->lease_ttl : TL_DEFAULT_LEASE_TTL) * 1000);
 	es->tmo_ms = (int64_t)(cfg->lock_timeout * 1000) + es->ttl_ms;
 	es->timeout_ms = eo->timeout_ms ? eo->timeout_ms : ES_DEFAULT_TIMEOUT_MS;
+	es->start_timeout = eo->start_timeout;
 	if (cfg->owner && *cfg->owner) {
 		snprintf(es->name, sizeof(es->name), "%s", cfg->owner);
 	} else {
@@ -782,10 +835,7 @@ int es_store_open(const struct tl_config *cfg, struct lockstore **out, bool for_
 		goto out_close;
 	if (eo->insecure)
 		tl_log(LOG_WARNING, "es_insecure: TLS certificates of the lock store are not verified");
-	err = es_index_check_cluster(&es->cl, es->version, sizeof(es->version), &es->opensearch);
-	if (err)
-		goto out_close;
-	err = es_index_bootstrap(&es->cl, es->strategy, for_ctl);
+	err = es_start_retry(es, "open the lock store", open_step, for_ctl);
 	if (err)
 		goto out_close;
 	*out = &es->base;

@@ -130,3 +130,52 @@ def test_es__abandoned_lease_deleted_after_a_lease(emu, es_mounts):
     wait_for(lambda: first not in ids(emu, "A"), 6, what="the old lease document deleted")
     assert time.monotonic() - t0 >= 1.0
     assert len(ids(emu, "A")) == 1
+
+
+# ---- D13: mount start against a flaky store ----------------------------------------------
+
+
+def test_es__mount_start_retries_flaky_store(emu, mount_factory, tmp_path):
+    """With 40% of the store's answers failing (503, 429, resets), every
+    mount comes up; before, most exited with ENOLCK."""
+    backing = tmp_path / "backing"
+    backing.mkdir()
+    for i in range(6):
+        emu.admin("POST", "/_esemu/reset")
+        emu.admin("POST", "/_esemu/fail_rate", {"rate": 0.4, "seed": 100 + i})
+        m = mount_factory(opts=es_opts(emu, "F%d" % i), backing=backing, name="mntF%d" % i,
+                          start=False)
+        try:
+            m.start(timeout=20)
+        finally:
+            emu.admin("POST", "/_esemu/fail_rate", {"rate": 0.0, "seed": 1})
+        assert "retrying" in m.log() or "cannot" not in m.log()
+        m.stop()
+
+
+def test_es__mount_start_gives_up_with_reason(mount_factory, tmp_path):
+    url = "http://user:secret@127.0.0.1:1"
+    m = mount_factory(opts=["lock_store=es", "es_url=" + url, "owner=A",
+                            "es_start_timeout=2"], start=False)
+    t0 = time.monotonic()
+    r = subprocess.run(m.cmd(), capture_output=True, text=True, timeout=30)
+    elapsed = time.monotonic() - t0
+    err = r.stdout + r.stderr
+    assert r.returncode == 1, err
+    assert 1.5 <= elapsed < 6, elapsed
+    assert "secret" not in err
+    assert "retrying" in err
+    last = [line for line in err.splitlines() if "last error" in line]
+    assert last, err
+    assert "http://127.0.0.1:1" in last[0] and "cannot reach the lock store" in last[0], last
+
+
+def test_es__mount_start_waits_for_store_paused_at_start(emu, mount_factory, tmp_path):
+    emu.admin("POST", "/_esemu/pause")
+    m = mount_factory(opts=es_opts(emu, "P"), start=False)
+    op = start_op(m.start, 20)
+    time.sleep(2.5)
+    emu.admin("POST", "/_esemu/resume")
+    op.join(25)
+    assert op.error is None and op.result is m, m.log()
+    assert "retrying" in m.log()
