@@ -105,6 +105,9 @@ struct es_store {
 	pthread_cond_t cond;
 	pthread_t hb;
 	bool warned_stale;
+	/* the index lost our mapping or strategy (es_index_verify() by the
+	 * heartbeat): no lock is taken until it is ours again */
+	int index_err;           /* 0, -EPROTO or -EINVAL */
 };
 
 /* The es backend's options in CFG (es_options.c). */

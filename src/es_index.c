@@ -100,18 +100,42 @@ static int create_index(struct es_client *c, enum tl_strategy s)
 	return err;
 }
 
+int es_index_verify(struct es_client *c, enum tl_strategy s, char **have)
+{
+	const char *want = lockplan_strategy_name(s);
+	bool kw = false;
+	int err;
+
+	*have = NULL;
+	err = es_index_read_mapping(c, have, &kw);
+	if (err == -ENOENT) {
+		err = create_index(c, s);
+		if (err)
+			return err;
+		tl_log(LOG_WARNING, "lock index '%s' was missing (lost by the store?): re-created "
+		       "it for lock_strategy=%s", c->index, want);
+		err = es_index_read_mapping(c, have, &kw);
+	}
+	if (err)
+		return err == -EACCES ? -ENOLCK : err;
+	if (!*have || !kw)
+		return -EPROTO;
+	return strcmp(*have, want) == 0 ? 0 : -EINVAL;
+}
+
 int es_index_bootstrap(struct es_client *c, enum tl_strategy s, bool for_ctl)
 {
 	const char *want = lockplan_strategy_name(s);
 	char *have = NULL;
+	bool kw = false;
 	int err;
 
-	err = es_index_read_mapping(c, &have, NULL);
+	err = es_index_read_mapping(c, &have, &kw);
 	if (err == -ENOENT && !for_ctl) {
 		err = create_index(c, s);
 		if (err)
 			return err;
-		err = es_index_read_mapping(c, &have, NULL);
+		err = es_index_read_mapping(c, &have, &kw);
 	}
 	if (err == -ENOENT && for_ctl)
 		return 0;
@@ -125,9 +149,18 @@ int es_index_bootstrap(struct es_client *c, enum tl_strategy s, bool for_ctl)
 		free(have);
 		return -EINVAL;
 	}
-	if (!have && !for_ctl)
-		tl_log(LOG_WARNING, "lock index '%s' records no strategy (not made by treelockfs?)",
-		       c->index);
+	if ((!have || !kw) && !for_ctl) {
+		/* auto-created by a write after the store lost it, or made by
+		 * someone else: lock ids and owners would not match exactly,
+		 * and any strategy could join */
+		tl_log(LOG_ERR,
+		       "lock index '%s' %s: refusing to use it (it was probably created "
+		       "by a write after the store lost the index; delete it and a mount "
+		       "re-creates it)",
+		       c->index, !have ? "records no lock strategy" : "has no keyword mapping");
+		free(have);
+		return -EINVAL;
+	}
 	free(have);
 	return 0;
 }

@@ -32,8 +32,18 @@ int es_index_read_mapping(struct es_client *c, char **strategy, bool *keyword_pa
 
 /* Creates the index if missing (unless FOR_CTL; two mounts may race:
  * "already exists" is fine) and checks that it records strategy S.
- * Returns 0, -EINVAL (another strategy, logged), -EAGAIN (worth retrying),
- * -ENOLCK, -ENOMEM. */
+ * A mount refuses an index that records no strategy or lacks the keyword
+ * mapping (auto-created by a write after the store lost it).
+ * Returns 0, -EINVAL (another strategy or not ours, logged), -EAGAIN (worth
+ * retrying), -ENOLCK, -ENOMEM. */
 int es_index_bootstrap(struct es_client *c, enum tl_strategy s, bool for_ctl);
+
+/* Checks, while mounted, that the index still carries our mapping and
+ * strategy S, and re-creates it when it is gone (the store lost it).
+ * *HAVE gets the strategy it records (or NULL; caller frees). Returns 0,
+ * -EPROTO (not our mapping: auto-created or foreign), -EINVAL (another
+ * strategy), -EAGAIN (cannot tell now), -ENOLCK, -ENOMEM. Logs only the
+ * re-creation. */
+int es_index_verify(struct es_client *c, enum tl_strategy s, char **have);
 
 #endif /* TREELOCKFS_ES_INDEX_H */

@@ -25,6 +25,7 @@
 #include "buf.h"
 #include "es_client.h"
 #include "es_docs.h"
+#include "es_index.h"
 #include "es_i.h"
 #include "es_lease.h"
 #include "httpc.h"
@@ -363,6 +364,38 @@ static void lease_lost(struct es_store *es, int err)
 	httpc_set_opaque_id(es->cl.http, now_id);
 }
 
+/* Checks that the index still carries our mapping and strategy, and
+ * re-creates it when the store lost it (es_index_verify()): lock
+ * documents must never land in an index that a write auto-created with a
+ * dynamic mapping and no strategy. Sets es->index_err, logged when it
+ * changes. */
+static void index_check(struct es_store *es)
+{
+	char *have = NULL;
+	int err = es_index_verify(&es->cl, es->strategy, &have), old;
+
+	if (err != 0 && err != -EPROTO && err != -EINVAL) {
+		free(have);
+		return; /* cannot tell now */
+	}
+	pthread_mutex_lock(&es->mutex);
+	old = es->index_err;
+	es->index_err = err;
+	pthread_mutex_unlock(&es->mutex);
+	if (err && err != old)
+		tl_log(LOG_ERR,
+		       "lock index '%s' %s%s: renames fail with ENOLCK until it is deleted "
+		       "(a mount then re-creates it)",
+		       es->cl.index,
+		       err == -EPROTO ? "lost its mapping (re-created by a write after the store "
+					"lost it?)"
+				      : "now records lock_strategy=",
+		       err == -EPROTO ? "" : have ? have : "?");
+	else if (!err && old)
+		tl_log(LOG_NOTICE, "lock index '%s' carries our mapping again", es->cl.index);
+	free(have);
+}
+
 static void *heartbeat(void *arg)
 {
 	struct es_store *es = arg;
@@ -393,6 +426,7 @@ static void *heartbeat(void *arg)
 		if (stop)
 			break;
 		next = tl_mono_ms() + period;
+		index_check(es);
 		err = lease_write(es, !have_doc);
 		if (err)
 			next = tl_mono_ms() + period / 3; /* failing: retry sooner */

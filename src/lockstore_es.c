@@ -404,11 +404,12 @@ static int es_try_acquire(struct lockstore *st, const struct tl_plan *plan, stru
 	cJSON *root = NULL;
 	bool fresh, any_refused, intent_ok = false;
 	size_t i, ndead = 0;
-	int err = -ENOMEM, round;
+	int err = -ENOMEM, round, index_err;
 
 	if (!hold)
 		return -ENOMEM;
 	pthread_mutex_lock(&es->mutex);
+	index_err = es->index_err;
 	fresh = es_lease_fresh_locked(es, tl_mono_ms());
 	snprintf(owner, sizeof(owner), "%s", es->owner);
 	hold->epoch = es->epoch;
@@ -418,6 +419,8 @@ static int es_try_acquire(struct lockstore *st, const struct tl_plan *plan, stru
 		       "refusing to take locks", es->owner, (double)es->ttl_ms / 1000);
 	}
 	pthread_mutex_unlock(&es->mutex);
+	if (index_err)
+		return -EACCES; /* logged by the heartbeat; ENOLCK at once */
 	if (!fresh)
 		return -ENOLCK;
 	snprintf(hold->key, sizeof(hold->key), "%s#%" PRIu64, owner, h->ticket);

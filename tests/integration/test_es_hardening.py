@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from es_helpers import (INDEX, ctl, docs, emu, emu_module, es_mounts, es_opts,  # noqa: F401
+from es_helpers import (INDEX, ctl, docs, emu, emu_module, es_mounts, es_opts, es_request,  # noqa: F401,E501
                         forget_mount, held_by, intent_docs, lock_docs, owner_id, start_op,
                         wait_for)
 
@@ -179,3 +179,77 @@ def test_es__mount_start_waits_for_store_paused_at_start(emu, mount_factory, tmp
     op.join(25)
     assert op.error is None and op.result is m, m.log()
     assert "retrying" in m.log()
+
+
+# ---- D14: a lost index ------------------------------------------------------------------------
+
+
+def mapping_meta(emu):
+    status, body = es_request(emu, "GET", "/%s/_mapping" % INDEX)
+    if status != 200:
+        return None
+    m = body[INDEX]["mappings"]
+    return (m.get("_meta", {}).get("treelockfs", {}).get("strategy"),
+            m.get("properties", {}).get("path", {}).get("type"))
+
+
+def rename_eventually(m, a, b, timeout=8):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            os.rename(m.path(a), m.path(b))
+            return
+        except OSError as e:
+            assert e.errno == errno.ENOLCK and time.monotonic() < deadline, e
+            time.sleep(0.2)
+
+
+def test_es__lost_index_recreated_with_mapping(emu, es_mounts, mount_factory):
+    (a,) = es_mounts(emu, "A")
+    os.mkdir(a.path("x"))
+    assert mapping_meta(emu) == ("tree", "keyword")
+    # the store loses the index (as when it restarts empty)
+    assert es_request(emu, "DELETE", "/" + INDEX)[0] == 200
+    wait_for(lambda: mapping_meta(emu) == ("tree", "keyword"), 5,
+             what="the index re-created with our mapping")
+    rename_eventually(a, "x", "y")
+    assert mapping_meta(emu) == ("tree", "keyword")
+    r = ctl(emu, "check")
+    assert r.returncode == 0 and "NOT OURS" not in r.stdout, r.stdout + r.stderr
+    assert "strategy: tree" in r.stdout, r.stdout
+    # and a mount with another strategy is still refused
+    m = mount_factory(opts=es_opts(emu, "G", "lock_strategy=global"), name="mntG", start=False)
+    r = subprocess.run(m.cmd(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert "refusing to mix strategies" in r.stdout + r.stderr
+
+
+def test_es__auto_created_index_refused(emu, es_mounts, mount_factory):
+    (a,) = es_mounts(emu, "A")
+    os.mkdir(a.path("x"))
+    # lost, then auto-created by a write before the mount noticed
+    assert es_request(emu, "DELETE", "/" + INDEX)[0] == 200
+    assert es_request(emu, "PUT", "/%s/_doc/%s" % (INDEX, "%2Fz"),
+                      {"lock_type": "exclusive", "path": "/z"})[0] == 201
+    assert mapping_meta(emu)[0] is None
+    # the mount stops locking (ENOLCK, at once) and says why
+    wait_for(lambda: "lost its mapping" in a.log(), 5, what="the mount noticing")
+    t0 = time.monotonic()
+    with pytest.raises(OSError) as e:
+        os.rename(a.path("x"), a.path("y"))
+    assert e.value.errno == errno.ENOLCK
+    assert time.monotonic() - t0 < 2
+    assert os.path.isdir(a.bpath("x"))
+    assert not any(k.startswith("intent:") for k in docs(emu))
+    # a new mount (any strategy) refuses the index with a clear message
+    for strategy in ("tree", "global"):
+        m = mount_factory(opts=es_opts(emu, "N", "lock_strategy=" + strategy,
+                                       "es_start_timeout=1"),
+                          name="mntN" + strategy, start=False)
+        r = subprocess.run(m.cmd(), capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "records no lock strategy" in r.stdout + r.stderr
+    # the operator deletes it: the mount re-creates it and locks again
+    assert es_request(emu, "DELETE", "/" + INDEX)[0] == 200
+    wait_for(lambda: mapping_meta(emu) == ("tree", "keyword"), 5, what="re-created")
+    rename_eventually(a, "x", "y")
