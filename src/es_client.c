@@ -16,6 +16,40 @@
 #include "es_docs.h"
 #include "httpc.h"
 #include "log.h"
+#include "tlclock.h"
+
+/* The calling thread's deadline (monotonic ms), 0: none. */
+static __thread int64_t deadline_ms;
+
+void es_deadline_set(int64_t d)
+{
+	deadline_ms = d;
+}
+
+int64_t es_deadline_left(void)
+{
+	int64_t left;
+
+	if (!deadline_ms)
+		return INT64_MAX;
+	left = deadline_ms - tl_mono_ms();
+	return left > 0 ? left : 0;
+}
+
+bool es_deadline_passed(void)
+{
+	return deadline_ms && es_deadline_left() == 0;
+}
+
+/* The timeout of the next request of this thread (0: the client's). */
+static unsigned int request_timeout(const struct es_client *c)
+{
+	int64_t left = es_deadline_left();
+
+	if (left == INT64_MAX || left >= (int64_t)c->timeout_ms)
+		return 0;
+	return left < ES_GRACE_MS ? ES_GRACE_MS : (unsigned int)left;
+}
 
 /* Percent-encodes S as one path segment (new string, free()), or NULL. */
 static char *escape(const char *s)
@@ -40,6 +74,7 @@ int es_client_open(struct es_client *c, const struct httpc_config *hc, const cha
 	c->index_esc = escape(index);
 	if (!c->index_esc)
 		goto out_close;
+	c->timeout_ms = hc->timeout_ms ? hc->timeout_ms : 5000;
 	err = httpc_open(hc, &c->http);
 	if (err) {
 		err = err == -ENOMEM ? err : -EINVAL;
@@ -138,7 +173,8 @@ enum es_call_class es_call(struct es_client *c, const char *method, const char *
 	char errbuf[256];
 	int err;
 
-	err = httpc_request(c->http, method, path, ctype, body, len, 0, r, errbuf, sizeof(errbuf));
+	err = httpc_request(c->http, method, path, ctype, body, len, request_timeout(c), r, errbuf,
+			    sizeof(errbuf));
 	if (err) {
 		es_client_set_error(c, "request '%s %s' failed: %s", method, path,
 				    *errbuf ? errbuf : strerror(-err));

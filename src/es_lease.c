@@ -235,8 +235,12 @@ int es_send_idempotent(struct es_store *es, struct buf *b)
 		cJSON *it;
 		bool retry = false;
 
-		if (attempt)
+		if (attempt) {
+			/* past the rename's deadline: the heartbeat resends it */
+			if (es_deadline_left() <= ES_RETRY_BASE_MS << attempt)
+				break;
 			es_sleep_ms(ES_RETRY_BASE_MS << attempt);
+		}
 		err = es_bulk_send(&es->cl, b, &root);
 		if (err == -EAGAIN)
 			continue;

@@ -392,7 +392,7 @@ static void rollback(struct es_store *es, const struct es_req *r)
 	buf_free(&b);
 }
 
-static int es_try_acquire(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h,
+static int try_acquire(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h,
 			  struct tl_conflict *why)
 {
 	struct es_store *es = es_of(st);
@@ -443,8 +443,13 @@ static int es_try_acquire(struct lockstore *st, const struct tl_plan *plan, stru
 		size_t k = 0;
 		cJSON *it;
 
-		if (round)
+		if (round) {
+			int64_t left = es_deadline_left();
+
+			if (left <= ES_RETRY_BASE_MS << round)
+				break; /* lock_timeout: lockmgr decides */
 			es_sleep_ms(ES_RETRY_BASE_MS << round);
+		}
 		buf_free(&b);
 		es_strv_free(dead, ndead);
 		dead = NULL;
@@ -560,7 +565,7 @@ static void hold_done(struct es_store *es, struct tl_holder *h)
 	h->priv = NULL;
 }
 
-static int es_release(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h)
+static int release(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h)
 {
 	struct es_store *es = es_of(st);
 	struct es_hold *hold = h->priv;
@@ -585,7 +590,7 @@ out:
 	return err;
 }
 
-static void es_abandon(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h)
+static void abandon(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h)
 {
 	struct es_store *es = es_of(st);
 	struct es_hold *hold = h->priv;
@@ -713,6 +718,41 @@ static int es_list(struct lockstore *st, const char *prefix, struct tl_lock_info
 	*out = list;
 	*n = cnt;
 	return 0;
+}
+
+/* ---- the rename's deadline -------------------------------------------------------
+ *
+ * lock_timeout bounds the whole rename: every request made for a holder
+ * (acquire, refusal, rollback, abandon, release) is capped by what is left
+ * of its deadline (es_deadline_set()); once it has passed, cleanup requests
+ * get ES_GRACE_MS and what still fails is kept for the heartbeat. */
+
+static int es_try_acquire(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h,
+			  struct tl_conflict *why)
+{
+	int err;
+
+	es_deadline_set(h->deadline_us ? h->deadline_us / 1000 : 0);
+	err = try_acquire(st, plan, h, why);
+	es_deadline_set(0);
+	return err;
+}
+
+static void es_abandon(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h)
+{
+	es_deadline_set(h->deadline_us ? h->deadline_us / 1000 : 0);
+	abandon(st, plan, h);
+	es_deadline_set(0);
+}
+
+static int es_release(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h)
+{
+	int err;
+
+	es_deadline_set(h->deadline_us ? h->deadline_us / 1000 : 0);
+	err = release(st, plan, h);
+	es_deadline_set(0);
+	return err;
 }
 
 /* ---- open, close ---------------------------------------------------------------- */

@@ -253,3 +253,48 @@ def test_es__auto_created_index_refused(emu, es_mounts, mount_factory):
     assert es_request(emu, "DELETE", "/" + INDEX)[0] == 200
     wait_for(lambda: mapping_meta(emu) == ("tree", "keyword"), 5, what="re-created")
     rename_eventually(a, "x", "y")
+
+
+# ---- lock_timeout bounds the whole rename -------------------------------------------------
+
+
+FAULTS = {
+    "paused": lambda emu: emu.admin("POST", "/_esemu/pause"),
+    "slow": lambda emu: emu.admin("POST", "/_esemu/latency", {"ms": 4000}),
+    "slow_release": lambda emu: emu.admin("POST", "/_esemu/latency", {"ms": 1200}),
+    "dropping": lambda emu: emu.admin("POST", "/_esemu/fail", {"count": 100000, "kind": "reset"}),
+}
+
+
+def lift(emu):
+    emu.admin("POST", "/_esemu/resume")
+    emu.admin("POST", "/_esemu/latency", {"ms": 0})
+    emu.admin("POST", "/_esemu/fail", {"count": 0, "kind": "reset"})
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_es__lock_timeout_bounds_the_rename(emu, es_mounts, fault):
+    """lock_timeout=3 with the default 5 s request timeout and a lease long
+    enough to stay fresh: every request is capped by what is left of the
+    rename's deadline (before: 30 s with the store paused)."""
+    (a,) = es_mounts(emu, "A", opts={"A": ["lock_timeout=3", "es_timeout_ms=5000"]},
+                     lease_ttl=30)
+    os.makedirs(a.path("s/t"))
+    open(a.path("s/t/f"), "w").close()
+    FAULTS[fault](emu)
+    try:
+        op = start_op(os.rename, a.path("s/t/f"), a.path("s/t/g"))
+        op.join(40)
+        assert not op.is_alive()
+        assert op.errno in (0, errno.EBUSY, errno.ENOLCK), op.error
+        assert op.elapsed < 3 + 1.0, (fault, op.elapsed, op.error)
+        if fault == "slow_release":
+            assert op.errno == 0, a.log()
+    finally:
+        lift(emu)
+    if fault.startswith("slow"):
+        time.sleep(4.5)  # requests the emulator still delays arrive first
+    # what could not be sent in time is cleaned up once the store answers
+    wait_for(lambda: lock_docs(emu) == {} and intent_docs(emu) == {}, 25,
+             what="locks cleaned up after the fault")
+
