@@ -703,18 +703,45 @@ void es_takeover(struct es_store *es, const char *owner, char *const *extra, siz
 	}
 }
 
+/* True when one of the keys of object member NAME of SRC is a holder id
+ * of OWNER ("<owner>#<ticket>"). */
+static bool names_holder_of(const cJSON *src, const char *name, const char *owner)
+{
+	const cJSON *e;
+	size_t n = strlen(owner);
+
+	cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(src, name))
+		if (e->string && strncmp(e->string, owner, n) == 0 && e->string[n] == '#')
+			return true;
+	return false;
+}
+
+bool es_doc_names_owner(const cJSON *src, const char *owner)
+{
+	const char *o = es_jstr(src, "owner");
+
+	return (o && strcmp(o, owner) == 0) || names_holder_of(src, "holders", owner) ||
+	       names_holder_of(src, "waiters", owner);
+}
+
 int es_reap_owner(struct es_store *es, const char *owner, bool drop_intents, size_t *nlocks)
 {
 	struct buf b = BUF_INIT;
-	cJSON *q, *root;
+	cJSON *q = NULL, *root;
 	const cJSON *hit, *k;
 	char *id, *kid;
 	size_t nitems = 0;
 	int err = 0;
 
 	*nlocks = 0;
-	q = cJSON_CreateObject();
-	cJSON_AddStringToObject(cJSON_AddObjectToObject(q, "term"), "owner", owner);
+	/* At a conflict (take-over) only what the owner's intents and its
+	 * exclusive locks name (a term query); an operator's reap reads every
+	 * document, so that shares and waiter marks that no intent names go
+	 * too (holders and waiters are not indexed). */
+	if (!drop_intents) {
+		q = cJSON_CreateObject();
+		cJSON_AddStringToObject(cJSON_AddObjectToObject(q, "term"), "owner", owner);
+	}
 	root = es_search_all(&es->cl, q);
 	if (!root)
 		return -ENOLCK;
@@ -723,7 +750,7 @@ int es_reap_owner(struct es_store *es, const char *owner, bool drop_intents, siz
 		const char *hid = es_jstr(hit, "_id");
 		const cJSON *src = cJSON_GetObjectItemCaseSensitive(hit, "_source");
 
-		if (!hid || strcmp(es_jstr(src, "owner") ? es_jstr(src, "owner") : "", owner) != 0)
+		if (!hid || !es_doc_names_owner(src, owner))
 			continue;
 		if (strncmp(hid, ES_INTENT_PREFIX, strlen(ES_INTENT_PREFIX)) == 0) {
 			/* every key the owner's plan named */

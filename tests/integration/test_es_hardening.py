@@ -4,6 +4,7 @@ lease documents at a clean exit, lock_timeout as a bound on the whole
 rename, reaping dead owners."""
 import errno
 import os
+import signal
 import subprocess
 import time
 
@@ -298,3 +299,69 @@ def test_es__lock_timeout_bounds_the_rename(emu, es_mounts, fault):
     wait_for(lambda: lock_docs(emu) == {} and intent_docs(emu) == {}, 25,
              what="locks cleaned up after the fault")
 
+
+# ---- treelockctl reap ---------------------------------------------------------------------------
+
+
+def hold_and_kill(emu, a):
+    os.makedirs(a.path("r/src"))
+    start_op(os.rename, a.path("r/src"), a.path("r/dst"))
+    wait_for(lambda: held_by(emu, "/r/src") and intent_docs(emu), 5, what="A's locks")
+    oid = owner_id(emu, "A")
+    a.kill(signal.SIGKILL)
+    forget_mount(a)
+    return oid
+
+
+def test_es__reap_by_name_without_lease_document(emu, es_mounts):
+    (a,) = es_mounts(emu, "A", opts={"A": ["rename_delay_ms=60000"]})
+    oid = hold_and_kill(emu, a)
+    # its lease document is gone (as after a take-over): locks and intent stay
+    assert es_request(emu, "DELETE", "/%s/_doc/%s" % (INDEX, "owner:" + oid))[0] == 200
+    assert lock_docs(emu) and intent_docs(emu)
+    r = ctl(emu, "reap", "A", "--force")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "reaped '%s'" % oid in r.stdout, r.stdout
+    assert lock_docs(emu) == {} and intent_docs(emu) == {}, docs(emu)
+
+
+def test_es__reap_dead_after_takeover_removes_intents(emu, es_mounts):
+    a, b = es_mounts(emu, "A", "B", opts={"A": ["rename_delay_ms=60000"]})
+    oid = hold_and_kill(emu, a)
+    # B takes A's locks over when they are in its way; A's intent stays
+    os.rename(b.path("r/src"), b.path("r/b"))
+    assert owner_id(emu, "A") is None
+    assert [v["_source"]["owner"] for v in intent_docs(emu).values()] == [oid]
+    r = ctl(emu, "reap", "--dead", "--force", "--no-wait")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "reaped '%s'" % oid in r.stdout, r.stdout
+    assert intent_docs(emu) == {}, intent_docs(emu)
+    assert owner_id(emu, "B") is not None
+
+
+def test_es__reap_removes_waiter_marks(emu, es_mounts):
+    (a,) = es_mounts(emu, "A")
+    os.mkdir(a.path("x"))
+    # a lock nobody of ours holds (a guide-style client): A waits, marking it
+    assert es_request(emu, "PUT", "/%s/_create/%s" % (INDEX, "%2Fx"),
+                      {"lock_type": "exclusive"})[0] == 201
+    start_op(os.rename, a.path("x"), a.path("y"))
+    wait_for(lambda: (held_by(emu, "/x") or {}).get("waiters"), 5, what="A's waiter mark")
+    oid = owner_id(emu, "A")
+    a.kill(signal.SIGKILL)
+    forget_mount(a)
+    assert es_request(emu, "DELETE", "/%s/_doc/%s" % (INDEX, "owner:" + oid))[0] == 200
+    r = ctl(emu, "reap", oid, "--force")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not held_by(emu, "/x").get("waiters"), held_by(emu, "/x")
+    assert held_by(emu, "/x")["lock_type"] == "exclusive"  # not ours: kept
+    assert intent_docs(emu) == {}
+
+
+def test_es__reap_matching_nothing_fails(emu, es_mounts):
+    es_mounts(emu, "A")
+    for args in (["nosuch", "--force"], ["nosuch"]):
+        r = ctl(emu, "reap", *args, "--no-wait")
+        assert r.returncode != 0, r.stdout
+        assert "no owner matches 'nosuch'" in r.stderr, r.stderr
+    assert owner_id(emu, "A") is not None
