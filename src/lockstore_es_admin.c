@@ -248,7 +248,7 @@ int lockstore_es_break(struct lockstore *st, const char *key)
 	err = es_delete(&es->cl, id, "refresh=true", false);
 	free(id);
 	if (err == 0)
-		tl_log(LOG_NOTICE, "lock '%s' broken", key);
+		tl_log(LOG_NOTICE, "lock '%s' broken", id);
 	return err == -ENOMEM ? -ENOLCK : err;
 }
 

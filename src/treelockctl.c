@@ -222,26 +222,34 @@ static bool confirm(const char *what)
 
 static int cmd_break(struct lockstore *st, const char *arg, const struct ctl_opts *o)
 {
-	char *key = NULL, what[600];
+	char *key = NULL, *shown = NULL, what[600];
 	int err;
 
 	if (user_key(arg, &key)) {
 		fprintf(stderr, "treelockctl: '%s' is not a path\n", arg);
 		return EXIT_USAGE;
 	}
-	snprintf(what, sizeof(what), "break the lock on '%s'", key);
+	/* shown as listings show it: names that are not UTF-8 escaped */
+	if (path_key_text(key, &shown)) {
+		free(key);
+		fprintf(stderr, "treelockctl: out of memory\n");
+		return EXIT_STORE;
+	}
+	snprintf(what, sizeof(what), "break the lock on '%s'", shown);
 	if (!o->force && !confirm(what)) {
+		free(shown);
 		free(key);
 		return EXIT_USAGE;
 	}
 	err = lockstore_es_break(st, key);
 	if (err == -ENOENT)
-		fprintf(stderr, "treelockctl: no lock on '%s'\n", key);
+		fprintf(stderr, "treelockctl: no lock on '%s'\n", shown);
 	else if (err)
-		fprintf(stderr, "treelockctl: cannot break the lock on '%s': %s\n", key,
+		fprintf(stderr, "treelockctl: cannot break the lock on '%s': %s\n", shown,
 			strerror(-err));
 	else
-		printf("broke the lock on '%s'\n", key);
+		printf("broke the lock on '%s'\n", shown);
+	free(shown);
 	free(key);
 	return err ? EXIT_STORE : 0;
 }

@@ -69,6 +69,7 @@ def test_es__ctl_break_name_not_utf8(emu, es_mounts):
     r = subprocess.run([__import__("es_helpers").CTL, "--es_url=" + emu.url, "break",
                         b"/d/\xff", "--force"], capture_output=True, timeout=30)
     assert r.returncode == 0, r.stderr
+    assert r.stdout == b"broke the lock on 'bytes:/d/\\xff'\n", r.stdout
     assert held_by(emu, "bytes:/d/\\xff") is None
     # the printed form
     wait_for(lambda: held_by(emu, "/d/g"), 5, what="the lock on /d/g")
