@@ -4,6 +4,8 @@
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
 #include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +16,40 @@
 #include "es_docs.h"
 #include "httpc.h"
 #include "log.h"
+#include "tlclock.h"
+
+/* The calling thread's deadline (monotonic ms), 0: none. */
+static __thread int64_t deadline_ms;
+
+void es_deadline_set(int64_t d)
+{
+	deadline_ms = d;
+}
+
+int64_t es_deadline_left(void)
+{
+	int64_t left;
+
+	if (!deadline_ms)
+		return INT64_MAX;
+	left = deadline_ms - tl_mono_ms();
+	return left > 0 ? left : 0;
+}
+
+bool es_deadline_passed(void)
+{
+	return deadline_ms && es_deadline_left() == 0;
+}
+
+/* The timeout of the next request of this thread (0: the client's). */
+static unsigned int request_timeout(const struct es_client *c)
+{
+	int64_t left = es_deadline_left();
+
+	if (left == INT64_MAX || left >= (int64_t)c->timeout_ms)
+		return 0;
+	return left < ES_GRACE_MS ? ES_GRACE_MS : (unsigned int)left;
+}
 
 /* Percent-encodes S as one path segment (new string, free()), or NULL. */
 static char *escape(const char *s)
@@ -31,12 +67,14 @@ int es_client_open(struct es_client *c, const struct httpc_config *hc, const cha
 	int err = -ENOMEM;
 
 	memset(c, 0, sizeof(*c));
+	pthread_mutex_init(&c->err_mutex, NULL);
 	c->index = strdup(index);
 	if (!c->index)
 		goto out_close;
 	c->index_esc = escape(index);
 	if (!c->index_esc)
 		goto out_close;
+	c->timeout_ms = hc->timeout_ms ? hc->timeout_ms : 5000;
 	err = httpc_open(hc, &c->http);
 	if (err) {
 		err = err == -ENOMEM ? err : -EINVAL;
@@ -54,7 +92,26 @@ void es_client_close(struct es_client *c)
 	httpc_close(c->http);
 	free(c->index);
 	free(c->index_esc);
+	pthread_mutex_destroy(&c->err_mutex);
 	memset(c, 0, sizeof(*c));
+}
+
+void es_client_set_error(struct es_client *c, const char *fmt, ...)
+{
+	va_list ap;
+
+	pthread_mutex_lock(&c->err_mutex);
+	va_start(ap, fmt);
+	vsnprintf(c->last_err, sizeof(c->last_err), fmt, ap);
+	va_end(ap);
+	pthread_mutex_unlock(&c->err_mutex);
+}
+
+void es_client_last_error(struct es_client *c, char *buf, size_t size)
+{
+	pthread_mutex_lock(&c->err_mutex);
+	snprintf(buf, size, "%s", c->last_err);
+	pthread_mutex_unlock(&c->err_mutex);
 }
 
 char *es_path(const struct es_client *c, const char *api, const char *id, const char *query)
@@ -116,8 +173,11 @@ enum es_call_class es_call(struct es_client *c, const char *method, const char *
 	char errbuf[256];
 	int err;
 
-	err = httpc_request(c->http, method, path, ctype, body, len, 0, r, errbuf, sizeof(errbuf));
+	err = httpc_request(c->http, method, path, ctype, body, len, request_timeout(c), r, errbuf,
+			    sizeof(errbuf));
 	if (err) {
+		es_client_set_error(c, "request '%s %s' failed: %s", method, path,
+				    *errbuf ? errbuf : strerror(-err));
 		if (!quiet)
 			tl_log(LOG_WARNING, "lock store request '%s %s' failed: %s", method, path,
 			       *errbuf ? errbuf : strerror(-err));
@@ -125,6 +185,16 @@ enum es_call_class es_call(struct es_client *c, const char *method, const char *
 	}
 	if (r->status >= 200 && r->status < 300)
 		return ES_CALL_OK;
+	{
+		char type[96] = "";
+		cJSON *root = es_parse(r);
+
+		es_docs_error_type(root, type, sizeof(type));
+		cJSON_Delete(root);
+		es_client_set_error(c, "request '%s %s' answered HTTP %ld%s%s from '%s'", method,
+				    path, r->status, *type ? " " : "", type,
+				    httpc_node_name(c->http, r->node));
+	}
 	if (r->status == 429 || r->status >= 500) {
 		if (!quiet)
 			tl_log(LOG_WARNING, "lock store request '%s %s' failed: HTTP %ld", method,

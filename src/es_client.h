@@ -12,16 +12,25 @@
 #define TREELOCKFS_ES_CLIENT_H
 
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 
 #include "buf.h"
 #include "httpc.h"
 
+/* The shortest timeout a request gets once its deadline is near or past:
+ * cleanup (rollback, dropping waiter marks, release) still gets a chance,
+ * and what fails is kept for the heartbeat. */
+#define ES_GRACE_MS 150
+
 struct es_client {
 	struct httpc *http;
 	char *index;           /* as given */
 	char *index_esc;       /* percent-encoded, for paths */
+	pthread_mutex_t err_mutex; /* leaf, guards last_err */
+	char last_err[256];    /* the last failure, for start-up messages */
+	unsigned int timeout_ms; /* per request, when no deadline is nearer */
 };
 
 enum es_call_class {
@@ -53,7 +62,8 @@ char *es_path(const struct es_client *c, const char *api, const char *id, const 
 /* Sends one request (CTYPE NULL: JSON). Returns the class; *R holds the
  * response whenever a status came back (caller frees with
  * httpc_response_free()), and is empty on transport failures. Transport
- * failures and 429/5xx are logged unless QUIET. */
+ * failures and 429/5xx are logged unless QUIET; every failure is recorded
+ * (es_client_last_error()). */
 enum es_call_class es_call(struct es_client *c, const char *method, const char *path,
 			   const char *ctype, const char *body, size_t len,
 			   struct httpc_response *r, bool quiet);
@@ -62,6 +72,24 @@ enum es_call_class es_call(struct es_client *c, const char *method, const char *
  * status and body). */
 void es_log_refusal(struct es_client *c, const char *method, const char *path,
 		    const struct httpc_response *r);
+
+/* Deadlines. Every request the calling thread makes until
+ * es_deadline_set(0) gets min(the client's timeout, what is left until
+ * DEADLINE_MS (monotonic ms), at least ES_GRACE_MS) as its whole timeout:
+ * a rename's lock_timeout bounds every request made on its behalf. */
+void es_deadline_set(int64_t deadline_ms);
+/* True when the calling thread has a deadline and it has passed. */
+bool es_deadline_passed(void);
+/* Milliseconds left until the calling thread's deadline (INT64_MAX: none,
+ * 0: passed). */
+int64_t es_deadline_left(void);
+
+/* Records why the last request failed (printf-style; no credentials). */
+void es_client_set_error(struct es_client *c, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Copies the last recorded failure ("" if none) to BUF. */
+void es_client_last_error(struct es_client *c, char *buf, size_t size);
 
 /* Parses the body of R, or NULL. */
 cJSON *es_parse(const struct httpc_response *r);

@@ -16,6 +16,7 @@
 #include "es_docs.h"
 #include "es_scripts.h"
 #include "lockplan.h"
+#include "path.h"
 
 void es_docs_line(struct buf *b, cJSON *j)
 {
@@ -85,12 +86,35 @@ static char *concat(const char *a, const char *b)
 	return s;
 }
 
+/* KEY as a JSON string of its text (path_key_text(): keys that are not
+ * UTF-8 are escaped, never sent as raw bytes), or NULL when out of memory. */
+static cJSON *key_string(const char *key)
+{
+	char *t = NULL;
+	cJSON *j;
+
+	if (path_key_text(key, &t) != 0)
+		return NULL;
+	j = cJSON_CreateString(t);
+	free(t);
+	return j;
+}
+
+/* Adds member NAME with the text of KEY to O. */
+static void add_key(cJSON *o, const char *name, const char *key)
+{
+	cJSON *j = key_string(key);
+
+	if (!cJSON_AddItemToObject(o, name, j))
+		cJSON_Delete(j);
+}
+
 static cJSON *exclusive_source(const struct es_req *r, size_t i)
 {
 	cJSON *s = cJSON_CreateObject(), *hs;
 
 	cJSON_AddStringToObject(s, "lock_type", "exclusive");
-	cJSON_AddStringToObject(s, "path", r->plan->items[i].key);
+	add_key(s, "path", r->plan->items[i].key);
 	cJSON_AddStringToObject(s, "owner", r->owner);
 	cJSON_AddStringToObject(s, "holder", r->hkey);
 	cJSON_AddStringToObject(s, "process_id", r->hkey);
@@ -120,7 +144,7 @@ static cJSON *acquire_params(const struct es_req *r, size_t i)
 	cJSON_AddNumberToObject(p, "age", (double)r->start_ms);
 	cJSON_AddNumberToObject(p, "tmo", (double)r->tmo_ms);
 	cJSON_AddItemToObject(p, "dead", dead_list(r));
-	cJSON_AddStringToObject(p, "path", r->plan->items[i].key);
+	add_key(p, "path", r->plan->items[i].key);
 	if (r->plan->items[i].mode == TL_EXCLUSIVE) {
 		cJSON_AddNumberToObject(p, "since", (double)r->now_ms);
 		cJSON_AddNumberToObject(p, "pid", r->pid);
@@ -146,7 +170,7 @@ void es_docs_acquire(struct buf *b, const struct es_req *r, size_t i)
 	up = cJSON_CreateObject();
 	cJSON_AddStringToObject(up, "lock_type", "shared");
 	cJSON_AddNumberToObject(up, "lock_count", 1);
-	cJSON_AddStringToObject(up, "path", r->plan->items[i].key);
+	add_key(up, "path", r->plan->items[i].key);
 	hs = cJSON_AddObjectToObject(up, "holders");
 	cJSON_AddNumberToObject(hs, r->hkey, 1);
 	cJSON_AddNumberToObject(up, "since", (double)r->now_ms);
@@ -166,7 +190,7 @@ void es_docs_mark(struct buf *b, const struct es_req *r, size_t i)
 	cJSON_AddNumberToObject(p, "tmo", (double)r->tmo_ms);
 	cJSON_AddStringToObject(up, "lock_type", "shared");
 	cJSON_AddNumberToObject(up, "lock_count", 0);
-	cJSON_AddStringToObject(up, "path", r->plan->items[i].key);
+	add_key(up, "path", r->plan->items[i].key);
 	ws = cJSON_AddObjectToObject(up, "waiters");
 	w = cJSON_AddObjectToObject(ws, r->hkey);
 	cJSON_AddStringToObject(w, "owner", r->owner);
@@ -224,14 +248,14 @@ void es_docs_intent(struct buf *b, const struct es_req *r, const char *name)
 	cJSON_AddStringToObject(s, "owner", r->owner);
 	cJSON_AddStringToObject(s, "name", name);
 	cJSON_AddStringToObject(s, "holder", r->hkey);
-	cJSON_AddStringToObject(s, "from", r->plan->from ? r->plan->from : "");
+	add_key(s, "from", r->plan->from ? r->plan->from : "");
 	if (r->plan->to)
-		cJSON_AddStringToObject(s, "to", r->plan->to);
+		add_key(s, "to", r->plan->to);
 	cJSON_AddNumberToObject(s, "start", (double)r->start_ms);
 	cJSON_AddNumberToObject(s, "pid", r->pid);
 	keys = cJSON_AddArrayToObject(s, "keys");
 	for (i = 0; i < r->plan->n; i++)
-		cJSON_AddItemToArray(keys, cJSON_CreateString(r->plan->items[i].key));
+		cJSON_AddItemToArray(keys, key_string(r->plan->items[i].key));
 	es_docs_line(b, id ? action("index", id) : NULL);
 	es_docs_line(b, s);
 	free(id);

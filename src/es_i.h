@@ -22,8 +22,15 @@
 #define ES_RETRY_BASE_MS 50
 #define ES_DEFAULT_INDEX "treelockfs-locks"
 #define ES_DEFAULT_TIMEOUT_MS 5000
+/* How long a mount retries a store that fails at start (seconds). */
+#define ES_DEFAULT_START_TIMEOUT 30
+/* Backoff between start attempts: first and largest step. */
+#define ES_START_BACKOFF_MS 100
+#define ES_START_BACKOFF_MAX_MS 2000
 #define ES_PASSWORD_ENV "TREELOCKFS_ES_PASSWORD"
 
+/* Lease documents of our own former owner ids kept for deletion. */
+#define ES_MAX_ABANDONED 8
 /* Owners remembered by an observer (oldest live ones are forgotten). */
 #define ES_MAX_OBSERVED 256
 
@@ -36,8 +43,10 @@ struct es_options {
 	char *api_key_file;
 	char *cacert;
 	char *timeout_ms_s;
+	char *start_timeout_s;
 	int insecure;
 	unsigned int timeout_ms;
+	unsigned int start_timeout; /* seconds */
 	/* es_password=, es_api_key= as given: always refused (a secret in an
 	 * option is seen by others), kept only to say so; never logged */
 	char *password_arg;
@@ -73,6 +82,7 @@ struct es_store {
 	int64_t ttl_ms;
 	int64_t tmo_ms;        /* lock_timeout + ttl: how long a waiter mark lives */
 	unsigned int timeout_ms;
+	unsigned int start_timeout; /* seconds */
 	enum tl_strategy strategy;
 	char version[64];
 	bool opensearch;
@@ -89,10 +99,19 @@ struct es_store {
 	struct es_observed obs[ES_MAX_OBSERVED];
 	size_t nobs;
 	struct es_pending *pending;
+	/* lease documents of our former owner ids (lapsed, then renewed):
+	 * deleted once no rename can act under them (after due_ms), or at a
+	 * clean exit, so that they do not wait for a reap */
+	char abandoned[ES_MAX_ABANDONED][ES_ID_MAX];
+	int64_t abandoned_due[ES_MAX_ABANDONED]; /* monotonic ms */
+	size_t nabandoned;
 	bool started, stop;
 	pthread_cond_t cond;
 	pthread_t hb;
 	bool warned_stale;
+	/* the index lost our mapping or strategy (es_index_verify() by the
+	 * heartbeat): no lock is taken until it is ours again */
+	int index_err;           /* 0, -EPROTO or -EINVAL */
 };
 
 /* The es backend's options in CFG (es_options.c). */
@@ -105,5 +124,10 @@ int es_store_open(const struct tl_config *cfg, struct lockstore **out, bool for_
 struct es_store *es_store_of(struct lockstore *st);
 
 void es_sleep_ms(int64_t ms);
+
+/* Retries STEP(ES, ARG) while it returns -EAGAIN, for up to
+ * es_start_timeout (lockstore_es.c; logs each failure and the last). */
+int es_start_retry(struct es_store *es, const char *what, int (*step)(struct es_store *, bool),
+		   bool arg);
 
 #endif /* TREELOCKFS_ES_I_H */

@@ -31,7 +31,7 @@ int es_index_read_mapping(struct es_client *c, char **strategy, bool *keyword_pa
 		return -ENOMEM;
 	cc = es_call(c, "GET", path, NULL, NULL, 0, &r, true);
 	if (cc != ES_CALL_OK) {
-		int err = r.status == 404 ? -ENOENT : cc == ES_CALL_RETRY ? -ENOLCK : -EACCES;
+		int err = r.status == 404 ? -ENOENT : cc == ES_CALL_RETRY ? -EAGAIN : -EACCES;
 
 		if (err == -EACCES)
 			es_log_refusal(c, "GET", path, &r);
@@ -60,7 +60,8 @@ int es_index_read_mapping(struct es_client *c, char **strategy, bool *keyword_pa
 }
 
 /* PUT /<index> with our mapping. Returns 0 (created, or created by
- * another client meanwhile), -ENOLCK (logged), -ENOMEM. */
+ * another client meanwhile), -EAGAIN (try again), -ENOLCK (refused,
+ * logged), -ENOMEM. */
 static int create_index(struct es_client *c, enum tl_strategy s)
 {
 	struct httpc_response r;
@@ -86,6 +87,8 @@ static int create_index(struct es_client *c, enum tl_strategy s)
 	} else if (r.status == 400 && strcmp(type, "resource_already_exists_exception") == 0) {
 		tl_log(LOG_INFO, "lock index '%s' was created by another client", c->index);
 		err = 0;
+	} else if (cc == ES_CALL_RETRY) {
+		err = -EAGAIN;
 	} else {
 		if (r.status)
 			es_log_refusal(c, "PUT", path, &r);
@@ -97,18 +100,42 @@ static int create_index(struct es_client *c, enum tl_strategy s)
 	return err;
 }
 
+int es_index_verify(struct es_client *c, enum tl_strategy s, char **have)
+{
+	const char *want = lockplan_strategy_name(s);
+	bool kw = false;
+	int err;
+
+	*have = NULL;
+	err = es_index_read_mapping(c, have, &kw);
+	if (err == -ENOENT) {
+		err = create_index(c, s);
+		if (err)
+			return err;
+		tl_log(LOG_WARNING, "lock index '%s' was missing (lost by the store?): re-created "
+		       "it for lock_strategy=%s", c->index, want);
+		err = es_index_read_mapping(c, have, &kw);
+	}
+	if (err)
+		return err == -EACCES ? -ENOLCK : err;
+	if (!*have || !kw)
+		return -EPROTO;
+	return strcmp(*have, want) == 0 ? 0 : -EINVAL;
+}
+
 int es_index_bootstrap(struct es_client *c, enum tl_strategy s, bool for_ctl)
 {
 	const char *want = lockplan_strategy_name(s);
 	char *have = NULL;
+	bool kw = false;
 	int err;
 
-	err = es_index_read_mapping(c, &have, NULL);
+	err = es_index_read_mapping(c, &have, &kw);
 	if (err == -ENOENT && !for_ctl) {
 		err = create_index(c, s);
 		if (err)
 			return err;
-		err = es_index_read_mapping(c, &have, NULL);
+		err = es_index_read_mapping(c, &have, &kw);
 	}
 	if (err == -ENOENT && for_ctl)
 		return 0;
@@ -122,9 +149,18 @@ int es_index_bootstrap(struct es_client *c, enum tl_strategy s, bool for_ctl)
 		free(have);
 		return -EINVAL;
 	}
-	if (!have && !for_ctl)
-		tl_log(LOG_WARNING, "lock index '%s' records no strategy (not made by treelockfs?)",
-		       c->index);
+	if ((!have || !kw) && !for_ctl) {
+		/* auto-created by a write after the store lost it, or made by
+		 * someone else: lock ids and owners would not match exactly,
+		 * and any strategy could join */
+		tl_log(LOG_ERR,
+		       "lock index '%s' %s: refusing to use it (it was probably created "
+		       "by a write after the store lost the index; delete it and a mount "
+		       "re-creates it)",
+		       c->index, !have ? "records no lock strategy" : "has no keyword mapping");
+		free(have);
+		return -EINVAL;
+	}
 	free(have);
 	return 0;
 }
@@ -139,14 +175,21 @@ int es_index_check_cluster(struct es_client *c, char *version, size_t size, bool
 
 	err = httpc_request(c->http, "GET", "/", NULL, NULL, 0, 0, &r, errbuf, sizeof(errbuf));
 	if (err) {
+		/* the caller retries, then logs the last error */
 		if (*errbuf)
-			tl_log(LOG_ERR, "cannot reach the lock store: %s", errbuf);
+			es_client_set_error(c, "cannot reach the lock store: %s", errbuf);
 		else
-			tl_log(LOG_ERR, "cannot reach the lock store at '%s': %s",
-			       httpc_node_name(c->http, 0), strerror(-err));
-		return -ENOLCK;
+			es_client_set_error(c, "cannot reach the lock store at '%s': %s",
+					    httpc_node_name(c->http, 0), strerror(-err));
+		return err == -ENOMEM ? -ENOMEM : -EAGAIN;
 	}
 	if (r.status != 200) {
+		es_client_set_error(c, "lock store at '%s' answers HTTP %ld to GET /",
+				    httpc_node_name(c->http, r.node), r.status);
+		if (r.status == 429 || r.status >= 500) {
+			httpc_response_free(&r);
+			return -EAGAIN;
+		}
 		if (r.status == 401 || r.status == 403)
 			es_log_refusal(c, "GET", "/", &r);
 		else

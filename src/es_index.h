@@ -19,18 +19,31 @@
 
 /* GET /: reachable, credentials accepted, which product. Writes
  * "Elasticsearch 8.x" or "OpenSearch 2.x" to VERSION and sets *OPENSEARCH.
- * Returns 0 or -ENOLCK (logged). */
+ * Returns 0, -EAGAIN (unreachable, 429, 5xx: worth retrying; the reason is
+ * recorded in C, es_client_last_error()), -ENOLCK (refused, logged),
+ * -ENOMEM. */
 int es_index_check_cluster(struct es_client *c, char *version, size_t size, bool *opensearch);
 
 /* Reads the index mapping. Returns 0 with *STRATEGY (NULL when the index
  * has no _meta of ours; caller frees) and, when KEYWORD_PATH is not NULL,
- * whether "path" is a keyword; -ENOENT (no index), -ENOLCK, -EACCES
- * (refused, logged). */
+ * whether "path" is a keyword; -ENOENT (no index), -EAGAIN (worth
+ * retrying), -EACCES (refused, logged). */
 int es_index_read_mapping(struct es_client *c, char **strategy, bool *keyword_path);
 
 /* Creates the index if missing (unless FOR_CTL; two mounts may race:
  * "already exists" is fine) and checks that it records strategy S.
- * Returns 0, -EINVAL (another strategy, logged), -ENOLCK, -ENOMEM. */
+ * A mount refuses an index that records no strategy or lacks the keyword
+ * mapping (auto-created by a write after the store lost it).
+ * Returns 0, -EINVAL (another strategy or not ours, logged), -EAGAIN (worth
+ * retrying), -ENOLCK, -ENOMEM. */
 int es_index_bootstrap(struct es_client *c, enum tl_strategy s, bool for_ctl);
+
+/* Checks, while mounted, that the index still carries our mapping and
+ * strategy S, and re-creates it when it is gone (the store lost it).
+ * *HAVE gets the strategy it records (or NULL; caller frees). Returns 0,
+ * -EPROTO (not our mapping: auto-created or foreign), -EINVAL (another
+ * strategy), -EAGAIN (cannot tell now), -ENOLCK, -ENOMEM. Logs only the
+ * re-creation. */
+int es_index_verify(struct es_client *c, enum tl_strategy s, char **have);
 
 #endif /* TREELOCKFS_ES_INDEX_H */

@@ -25,6 +25,7 @@
 #include "buf.h"
 #include "es_client.h"
 #include "es_docs.h"
+#include "es_index.h"
 #include "es_i.h"
 #include "es_lease.h"
 #include "httpc.h"
@@ -234,8 +235,12 @@ int es_send_idempotent(struct es_store *es, struct buf *b)
 		cJSON *it;
 		bool retry = false;
 
-		if (attempt)
+		if (attempt) {
+			/* past the rename's deadline: the heartbeat resends it */
+			if (es_deadline_left() <= ES_RETRY_BASE_MS << attempt)
+				break;
 			es_sleep_ms(ES_RETRY_BASE_MS << attempt);
+		}
 		err = es_bulk_send(&es->cl, b, &root);
 		if (err == -EAGAIN)
 			continue;
@@ -269,6 +274,55 @@ int es_send_idempotent(struct es_store *es, struct buf *b)
 	return -ENOLCK;
 }
 
+/* Deletes the lease documents of our former owner ids that are due (all
+ * with ALL: no rename runs any more). Best effort: a document that cannot
+ * be deleted now is tried again later, or left to a reap. */
+static void abandoned_flush(struct es_store *es, bool all)
+{
+	char id[ES_ID_MAX];
+	int64_t now = tl_mono_ms();
+	size_t i;
+	int err;
+
+	for (;;) {
+		pthread_mutex_lock(&es->mutex);
+		for (i = 0; i < es->nabandoned; i++)
+			if (all || es->abandoned_due[i] <= now)
+				break;
+		if (i == es->nabandoned) {
+			pthread_mutex_unlock(&es->mutex);
+			return;
+		}
+		snprintf(id, sizeof(id), "%s", es->abandoned[i]);
+		pthread_mutex_unlock(&es->mutex);
+
+		{
+			char *doc = es_docs_owner_id(id);
+
+			err = doc ? es_delete(&es->cl, doc, NULL, true) : -ENOMEM;
+			free(doc);
+		}
+		pthread_mutex_lock(&es->mutex);
+		if (err == 0 || err == -ENOENT || all) {
+			/* gone, or at exit: tried once */
+			for (i = 0; i < es->nabandoned; i++)
+				if (strcmp(es->abandoned[i], id) == 0)
+					break;
+			if (i < es->nabandoned) {
+				memmove(&es->abandoned[i], &es->abandoned[i + 1],
+					(es->nabandoned - i - 1) * sizeof(es->abandoned[0]));
+				memmove(&es->abandoned_due[i], &es->abandoned_due[i + 1],
+					(es->nabandoned - i - 1) * sizeof(es->abandoned_due[0]));
+				es->nabandoned--;
+			}
+			pthread_mutex_unlock(&es->mutex);
+			continue;
+		}
+		pthread_mutex_unlock(&es->mutex);
+		return; /* the store fails: later */
+	}
+}
+
 /* Takes a new owner id after the lease was lost (ERR -ESTALE: reaped;
  * -ETIME: renewed after it lapsed); renames held under the old one are
  * fenced. */
@@ -278,6 +332,20 @@ static void lease_lost(struct es_store *es, int err)
 
 	pthread_mutex_lock(&es->mutex);
 	snprintf(old, sizeof(old), "%s", es->owner);
+	/* renewed after it lapsed: the old document is still there. A rename
+	 * that passed its lease check may act for up to lease_ttl more, so it
+	 * goes after that (or at exit), not now. */
+	if (err == -ETIME && es->owner_doc) {
+		if (es->nabandoned == ES_MAX_ABANDONED) {
+			memmove(&es->abandoned[0], &es->abandoned[1],
+				(ES_MAX_ABANDONED - 1) * sizeof(es->abandoned[0]));
+			memmove(&es->abandoned_due[0], &es->abandoned_due[1],
+				(ES_MAX_ABANDONED - 1) * sizeof(es->abandoned_due[0]));
+			es->nabandoned--;
+		}
+		snprintf(es->abandoned[es->nabandoned], sizeof(es->abandoned[0]), "%s", old);
+		es->abandoned_due[es->nabandoned++] = tl_mono_ms() + es->ttl_ms;
+	}
 	es_lease_new_owner_id_locked(es);
 	es->epoch++;
 	es->held_old += es->held_cur;
@@ -298,6 +366,38 @@ static void lease_lost(struct es_store *es, int err)
 		       "new owner",
 		       old, (double)es->ttl_ms / 1000);
 	httpc_set_opaque_id(es->cl.http, now_id);
+}
+
+/* Checks that the index still carries our mapping and strategy, and
+ * re-creates it when the store lost it (es_index_verify()): lock
+ * documents must never land in an index that a write auto-created with a
+ * dynamic mapping and no strategy. Sets es->index_err, logged when it
+ * changes. */
+static void index_check(struct es_store *es)
+{
+	char *have = NULL;
+	int err = es_index_verify(&es->cl, es->strategy, &have), old;
+
+	if (err != 0 && err != -EPROTO && err != -EINVAL) {
+		free(have);
+		return; /* cannot tell now */
+	}
+	pthread_mutex_lock(&es->mutex);
+	old = es->index_err;
+	es->index_err = err;
+	pthread_mutex_unlock(&es->mutex);
+	if (err && err != old)
+		tl_log(LOG_ERR,
+		       "lock index '%s' %s%s: renames fail with ENOLCK until it is deleted "
+		       "(a mount then re-creates it)",
+		       es->cl.index,
+		       err == -EPROTO ? "lost its mapping (re-created by a write after the store "
+					"lost it?)"
+				      : "now records lock_strategy=",
+		       err == -EPROTO ? "" : have ? have : "?");
+	else if (!err && old)
+		tl_log(LOG_NOTICE, "lock index '%s' carries our mapping again", es->cl.index);
+	free(have);
 }
 
 static void *heartbeat(void *arg)
@@ -330,6 +430,7 @@ static void *heartbeat(void *arg)
 		if (stop)
 			break;
 		next = tl_mono_ms() + period;
+		index_check(es);
 		err = lease_write(es, !have_doc);
 		if (err)
 			next = tl_mono_ms() + period / 3; /* failing: retry sooner */
@@ -338,8 +439,33 @@ static void *heartbeat(void *arg)
 			next = tl_mono_ms(); /* create the new document at once */
 		}
 		pending_flush(es);
+		abandoned_flush(es, false);
 	}
 	return NULL;
+}
+
+/* One attempt at creating our lease document (es_start_retry()). When an
+ * earlier attempt turns out to have created it (its answer was lost: a 409
+ * and a read adopt the document), the next attempt renews it, which makes
+ * the lease fresh. */
+static int lease_create_step(struct es_store *es, bool unused)
+{
+	bool have;
+	int err;
+
+	(void)unused;
+	pthread_mutex_lock(&es->mutex);
+	have = es->owner_doc;
+	pthread_mutex_unlock(&es->mutex);
+	err = lease_write(es, !have);
+	if (err == -ESTALE) {
+		/* gone after all: create it again */
+		pthread_mutex_lock(&es->mutex);
+		es->owner_doc = false;
+		pthread_mutex_unlock(&es->mutex);
+		err = -EAGAIN;
+	}
+	return err;
 }
 
 int es_lease_start(struct es_store *es)
@@ -352,7 +478,7 @@ int es_lease_start(struct es_store *es)
 	err = httpc_set_opaque_id(es->cl.http, es->owner);
 	if (err)
 		return err;
-	err = lease_write(es, true);
+	err = es_start_retry(es, "create the lease in the lock store", lease_create_step, false);
 	if (err) {
 		tl_log(LOG_ERR, "cannot create the lease of owner '%s' in the lock store", es->owner);
 		return -ENOLCK;
@@ -378,6 +504,7 @@ void es_lease_stop(struct es_store *es)
 		pthread_join(es->hb, NULL);
 		es->started = false;
 		pending_flush(es);
+		abandoned_flush(es, true);
 		/* a clean unmount ends the lease at once */
 		if (es->owner_doc) {
 			char *id = es_docs_owner_id(es->owner);
@@ -576,18 +703,45 @@ void es_takeover(struct es_store *es, const char *owner, char *const *extra, siz
 	}
 }
 
+/* True when one of the keys of object member NAME of SRC is a holder id
+ * of OWNER ("<owner>#<ticket>"). */
+static bool names_holder_of(const cJSON *src, const char *name, const char *owner)
+{
+	const cJSON *e;
+	size_t n = strlen(owner);
+
+	cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(src, name))
+		if (e->string && strncmp(e->string, owner, n) == 0 && e->string[n] == '#')
+			return true;
+	return false;
+}
+
+bool es_doc_names_owner(const cJSON *src, const char *owner)
+{
+	const char *o = es_jstr(src, "owner");
+
+	return (o && strcmp(o, owner) == 0) || names_holder_of(src, "holders", owner) ||
+	       names_holder_of(src, "waiters", owner);
+}
+
 int es_reap_owner(struct es_store *es, const char *owner, bool drop_intents, size_t *nlocks)
 {
 	struct buf b = BUF_INIT;
-	cJSON *q, *root;
+	cJSON *q = NULL, *root;
 	const cJSON *hit, *k;
 	char *id, *kid;
 	size_t nitems = 0;
 	int err = 0;
 
 	*nlocks = 0;
-	q = cJSON_CreateObject();
-	cJSON_AddStringToObject(cJSON_AddObjectToObject(q, "term"), "owner", owner);
+	/* At a conflict (take-over) only what the owner's intents and its
+	 * exclusive locks name (a term query); an operator's reap reads every
+	 * document, so that shares and waiter marks that no intent names go
+	 * too (holders and waiters are not indexed). */
+	if (!drop_intents) {
+		q = cJSON_CreateObject();
+		cJSON_AddStringToObject(cJSON_AddObjectToObject(q, "term"), "owner", owner);
+	}
 	root = es_search_all(&es->cl, q);
 	if (!root)
 		return -ENOLCK;
@@ -596,13 +750,13 @@ int es_reap_owner(struct es_store *es, const char *owner, bool drop_intents, siz
 		const char *hid = es_jstr(hit, "_id");
 		const cJSON *src = cJSON_GetObjectItemCaseSensitive(hit, "_source");
 
-		if (!hid || strcmp(es_jstr(src, "owner") ? es_jstr(src, "owner") : "", owner) != 0)
+		if (!hid || !es_doc_names_owner(src, owner))
 			continue;
 		if (strncmp(hid, ES_INTENT_PREFIX, strlen(ES_INTENT_PREFIX)) == 0) {
 			/* every key the owner's plan named */
 			cJSON_ArrayForEach(k, cJSON_GetObjectItemCaseSensitive(src, "keys"))
 			{
-				if (!cJSON_IsString(k) || path_lock_id(k->valuestring, &kid) != 0)
+				if (!cJSON_IsString(k) || path_text_lock_id(k->valuestring, &kid) != 0)
 					continue;
 				es_docs_evict(&b, kid, owner);
 				free(kid);

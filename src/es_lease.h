@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
+
 #include "buf.h"
 #include "es_i.h"
 
@@ -69,5 +71,9 @@ bool es_obs_reaped(struct es_store *es, const char *owner);
  * too. *NLOCKS gets the number of lock documents changed. Returns 0 or
  * -ENOLCK. The caller decides that OWNER is dead. */
 int es_reap_owner(struct es_store *es, const char *owner, bool drop_intents, size_t *nlocks);
+
+/* True when document source SRC names OWNER: as its owner, or in a holder
+ * or waiter id of its holders/waiters maps. */
+bool es_doc_names_owner(const cJSON *src, const char *owner);
 
 #endif /* TREELOCKFS_ES_LEASE_H */

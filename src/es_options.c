@@ -1,7 +1,7 @@
 /* es_options.c - the es backend's own options, see options.h
  *
  * es_url, es_index, es_user, es_password_file, es_api_key_file, es_cacert,
- * es_timeout_ms, es_insecure: parsed by this table over the same command
+ * es_timeout_ms, es_start_timeout, es_insecure: parsed by this table over the same command
  * line and config file as the shared options, checked here, kept in
  * struct es_options (es_i.h). owner and lease_ttl are store-generic (any
  * store shared by many mounts has owners and leases) and stay in
@@ -31,6 +31,7 @@ static const struct fuse_opt es_opts[] = {
 	OPT_STR("es_api_key_file", api_key_file),
 	OPT_STR("es_cacert", cacert),
 	OPT_STR("es_timeout_ms", timeout_ms_s),
+	OPT_STR("es_start_timeout", start_timeout_s),
 	/* refused by es_opts_validate(); parsed so that no one echoes them */
 	OPT_STR("es_password", password_arg),
 	OPT_STR("es_api_key", api_key_arg),
@@ -48,7 +49,9 @@ static const char es_help[] =
 	"    --es_api_key_file=FILE   API key (id:key or encoded; file mode 600)\n"
 	"    --es_cacert=FILE         CA certificate(s) for https\n"
 	"    --es_insecure            do not verify the server's certificate (warns)\n"
-	"    --es_timeout_ms=MS       per-request timeout (default 5000)\n";
+	"    --es_timeout_ms=MS       per-request timeout (default 5000)\n"
+	"    --es_start_timeout=SECS  retry a failing store at start for up to\n"
+	"                             SECS seconds (default 30)\n";
 
 const struct es_options *es_options_of(const struct tl_config *cfg)
 {
@@ -62,6 +65,7 @@ static int es_opts_init(void *p)
 	/* strdup the defaults: fuse_opt frees a string option it overwrites */
 	o->index = strdup(ES_DEFAULT_INDEX);
 	o->timeout_ms = ES_DEFAULT_TIMEOUT_MS;
+	o->start_timeout = ES_DEFAULT_START_TIMEOUT;
 	return o->index ? 0 : -ENOMEM;
 }
 
@@ -85,6 +89,8 @@ static void es_opts_validate(void *p, struct tl_config *cfg, bool selected)
 	const char *u;
 
 	config_parse_uint(cfg, "es_timeout_ms", o->timeout_ms_s, 1, 600000, &o->timeout_ms);
+	config_parse_uint(cfg, "es_start_timeout", o->start_timeout_s, 0, 3600,
+			  &o->start_timeout);
 	/* secrets in options show in ps(1), shell histories and config files
 	 * others read: refused, and never repeated in the message */
 	if (o->password_arg)
@@ -164,6 +170,7 @@ static void es_opts_free(void *p)
 	free(o->api_key_file);
 	free(o->cacert);
 	free(o->timeout_ms_s);
+	free(o->start_timeout_s);
 	wipe_free(o->password);
 	wipe_free(o->api_key);
 	wipe_free(o->password_arg);

@@ -482,7 +482,9 @@ static int request_node(struct httpc *c, struct httpc_handle *h, int i, const ch
 	curl_easy_setopt(e, CURLOPT_URL, url);
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(timeout_ms ? timeout_ms : c->timeout_ms));
-	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)c->connect_timeout_ms);
+	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
+			 (long)(timeout_ms && timeout_ms < c->connect_timeout_ms ? timeout_ms
+										: c->connect_timeout_ms));
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, hdrs);
 	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_cb);
 	curl_easy_setopt(e, CURLOPT_WRITEDATA, &b);
@@ -550,6 +552,8 @@ int httpc_request(struct httpc *c, const char *method, const char *path, const c
 	struct httpc_handle *h;
 	bool *tried;
 	int i, k, err = -ECONNREFUSED;
+	/* an explicit TIMEOUT_MS bounds the whole request, every node tried */
+	int64_t end = timeout_ms ? tl_mono_ms() + timeout_ms : 0, left;
 
 	memset(resp, 0, sizeof(*resp));
 	if (errbuf && errlen)
@@ -565,6 +569,14 @@ int httpc_request(struct httpc *c, const char *method, const char *path, const c
 		if (i < 0)
 			break;
 		tried[i] = true;
+		if (end) {
+			left = end - tl_mono_ms();
+			if (left <= 0) {
+				err = -ETIMEDOUT;
+				break;
+			}
+			timeout_ms = (unsigned int)left;
+		}
 		err = request_node(c, h, i, method, path, ctype, body, len, timeout_ms, resp,
 				   errbuf, errlen);
 		if (err == 0) {

@@ -73,8 +73,8 @@ int httpc_set_opaque_id(struct httpc *c, const char *id);
 
 /* Sends METHOD PATH (starting with '/', query included, already
  * percent-encoded) with BODY of LEN bytes (BODY may be NULL) of type CTYPE
- * (NULL: application/json). TIMEOUT_MS bounds each attempt (0: the
- * client's). On 0, *RESP holds any HTTP status and body (caller frees with
+ * (NULL: application/json). TIMEOUT_MS bounds the whole request, every
+ * node tried included (0: the client's timeout bounds each attempt). On 0, *RESP holds any HTTP status and body (caller frees with
  * httpc_response_free()). Errors (nothing received; *RESP is empty):
  * -ECONNREFUSED (no node reachable), -ETIMEDOUT, -EPROTO (TLS or protocol
  * failure), -EMSGSIZE (response larger than max_body), -ENOMEM.

@@ -93,6 +93,7 @@ int lockmgr_acquire(struct lockmgr *m, const struct tl_plan *plan, uint32_t pid,
 	memset(h, 0, sizeof(*h));
 	h->ticket = __atomic_add_fetch(&m->next_ticket, 1, __ATOMIC_RELAXED);
 	h->start_ms = tl_wall_ms();
+	h->deadline_us = deadline;
 	h->pid = pid;
 	snprintf(h->id, sizeof(h->id), "%s#%" PRIu64, m->owner, h->ticket);
 	stats_add(plan->to ? &m->stats.renames : &m->stats.entry_ops, 1);

@@ -42,6 +42,8 @@ struct lockstore;
 struct tl_holder {
 	uint64_t ticket;       /* age: smaller is older; unique in this process */
 	int64_t start_ms;      /* wall clock at the first attempt (for display) */
+	int64_t deadline_us;   /* monotonic: lock_timeout ends; a store caps
+				* every request made for this holder by it */
 	uint32_t pid;          /* requesting process on this host, 0 if unknown */
 	char id[96];           /* unique holder id: "<owner>#<ticket>" */
 	void *priv;            /* the store's, NULL at first; freed by the store

@@ -7,9 +7,11 @@
  * es_options.c (the backend's options), lockstore_es_admin.c (treelockctl).
  *
  * One index (es_index, default treelockfs-locks) holds three kinds of
- * documents. Ids never collide: lock keys start with '/', or are "global"
- * or "sha256:<hex>" (path_lock_id(), for keys over 512 bytes); the others
- * start with "owner:" or "intent:".
+ * documents. Ids never collide: lock keys start with '/', or are "global",
+ * "bytes:/..." (keys that are not UTF-8, escaped: path_key_text()) or
+ * "sha256:<hex>" (path_lock_id(), for ids over 512 bytes); the others
+ * start with "owner:" or "intent:". Every key in a document (path, from,
+ * to, keys) is its text: JSON carries UTF-8 only.
  *
  *   lock  /a/b   {"lock_type":"exclusive", "path":"/a/b", "owner":O,
  *                 "holder":H, "process_id":H, "holders":{H:1}, "since":ms,
@@ -391,7 +393,7 @@ static void rollback(struct es_store *es, const struct es_req *r)
 	buf_free(&b);
 }
 
-static int es_try_acquire(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h,
+static int try_acquire(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h,
 			  struct tl_conflict *why)
 {
 	struct es_store *es = es_of(st);
@@ -403,11 +405,12 @@ static int es_try_acquire(struct lockstore *st, const struct tl_plan *plan, stru
 	cJSON *root = NULL;
 	bool fresh, any_refused, intent_ok = false;
 	size_t i, ndead = 0;
-	int err = -ENOMEM, round;
+	int err = -ENOMEM, round, index_err;
 
 	if (!hold)
 		return -ENOMEM;
 	pthread_mutex_lock(&es->mutex);
+	index_err = es->index_err;
 	fresh = es_lease_fresh_locked(es, tl_mono_ms());
 	snprintf(owner, sizeof(owner), "%s", es->owner);
 	hold->epoch = es->epoch;
@@ -417,6 +420,8 @@ static int es_try_acquire(struct lockstore *st, const struct tl_plan *plan, stru
 		       "refusing to take locks", es->owner, (double)es->ttl_ms / 1000);
 	}
 	pthread_mutex_unlock(&es->mutex);
+	if (index_err)
+		return -EACCES; /* logged by the heartbeat; ENOLCK at once */
 	if (!fresh)
 		return -ENOLCK;
 	snprintf(hold->key, sizeof(hold->key), "%s#%" PRIu64, owner, h->ticket);
@@ -439,8 +444,13 @@ static int es_try_acquire(struct lockstore *st, const struct tl_plan *plan, stru
 		size_t k = 0;
 		cJSON *it;
 
-		if (round)
+		if (round) {
+			int64_t left = es_deadline_left();
+
+			if (left <= ES_RETRY_BASE_MS << round)
+				break; /* lock_timeout: lockmgr decides */
 			es_sleep_ms(ES_RETRY_BASE_MS << round);
+		}
 		buf_free(&b);
 		es_strv_free(dead, ndead);
 		dead = NULL;
@@ -556,7 +566,7 @@ static void hold_done(struct es_store *es, struct tl_holder *h)
 	h->priv = NULL;
 }
 
-static int es_release(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h)
+static int release(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h)
 {
 	struct es_store *es = es_of(st);
 	struct es_hold *hold = h->priv;
@@ -581,7 +591,7 @@ out:
 	return err;
 }
 
-static void es_abandon(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h)
+static void abandon(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h)
 {
 	struct es_store *es = es_of(st);
 	struct es_hold *hold = h->priv;
@@ -625,18 +635,35 @@ static int es_start(struct lockstore *st)
 
 /* ---- listing --------------------------------------------------------------------- */
 
+/* KEY's path without the PATH_BYTES_PREFIX of a key text (escaping is per
+ * component, so ancestry holds between the escaped paths too). */
+static const char *text_path(const char *key)
+{
+	size_t l = strlen(PATH_BYTES_PREFIX);
+
+	return strncmp(key, PATH_BYTES_PREFIX, l) == 0 ? key + l : key;
+}
+
+/* Keys are listed as their text (path_key_text()), as the documents hold
+ * them; PREFIX is a key and matches the texts below it. */
 static int es_list(struct lockstore *st, const char *prefix, struct tl_lock_info **out, size_t *n)
 {
 	struct es_store *es = es_of(st);
 	struct tl_lock_info *list = NULL;
-	cJSON *root = es_search_all(&es->cl, NULL);
+	cJSON *root = NULL;
 	const cJSON *hit;
 	size_t cnt = 0, cap = 0;
+	char *ptext = NULL;
 
 	*out = NULL;
 	*n = 0;
-	if (!root)
+	if (prefix && path_key_text(prefix, &ptext) != 0)
+		return -ENOMEM;
+	root = es_search_all(&es->cl, NULL);
+	if (!root) {
+		free(ptext);
 		return -ENOLCK;
+	}
 	cJSON_ArrayForEach(hit, es_hits(root))
 	{
 		const char *id = es_jstr(hit, "_id");
@@ -651,8 +678,8 @@ static int es_list(struct lockstore *st, const char *prefix, struct tl_lock_info
 			continue;
 		if (!key)
 			key = id;
-		if (prefix && strcmp(prefix, "/") != 0 && strcmp(key, prefix) != 0 &&
-		    !path_is_ancestor(prefix, key))
+		if (ptext && strcmp(ptext, "/") != 0 && strcmp(key, ptext) != 0 &&
+		    !path_is_ancestor(text_path(ptext), text_path(key)))
 			continue;
 		if (cnt == cap) {
 			struct tl_lock_info *nl;
@@ -687,12 +714,100 @@ static int es_list(struct lockstore *st, const char *prefix, struct tl_lock_info
 		cnt++;
 	}
 	cJSON_Delete(root);
+	free(ptext);
 	*out = list;
 	*n = cnt;
 	return 0;
 }
 
+/* ---- the rename's deadline -------------------------------------------------------
+ *
+ * lock_timeout bounds the whole rename: every request made for a holder
+ * (acquire, refusal, rollback, abandon, release) is capped by what is left
+ * of its deadline (es_deadline_set()); once it has passed, cleanup requests
+ * get ES_GRACE_MS and what still fails is kept for the heartbeat. */
+
+static int es_try_acquire(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h,
+			  struct tl_conflict *why)
+{
+	int err;
+
+	es_deadline_set(h->deadline_us ? h->deadline_us / 1000 : 0);
+	err = try_acquire(st, plan, h, why);
+	es_deadline_set(0);
+	return err;
+}
+
+static void es_abandon(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h)
+{
+	es_deadline_set(h->deadline_us ? h->deadline_us / 1000 : 0);
+	abandon(st, plan, h);
+	es_deadline_set(0);
+}
+
+static int es_release(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h)
+{
+	int err;
+
+	es_deadline_set(h->deadline_us ? h->deadline_us / 1000 : 0);
+	err = release(st, plan, h);
+	es_deadline_set(0);
+	return err;
+}
+
 /* ---- open, close ---------------------------------------------------------------- */
+
+/* Runs STEP until it returns anything but -EAGAIN, with a doubling backoff
+ * (ES_START_BACKOFF_MS .. ES_START_BACKOFF_MAX_MS, jittered) for up to
+ * es_start_timeout seconds: a store that is starting, overloaded or
+ * flaky does not fail a mount at once. WHAT names the step in messages.
+ * Each failed attempt is logged with its reason; when time runs out the
+ * last reason is. Returns what STEP returned, -EAGAIN turned into -ENOLCK.
+ * The URLs in messages never carry credentials (httpc_node_name()). */
+int es_start_retry(struct es_store *es, const char *what, int (*step)(struct es_store *, bool),
+		   bool arg)
+{
+	int64_t t0 = tl_mono_ms(), deadline = t0 + (int64_t)es->start_timeout * 1000;
+	int64_t delay = ES_START_BACKOFF_MS, now;
+	char why[256];
+	unsigned int attempts = 0;
+	int err;
+
+	for (;;) {
+		attempts++;
+		err = step(es, arg);
+		if (err != -EAGAIN)
+			break;
+		es_client_last_error(&es->cl, why, sizeof(why));
+		now = tl_mono_ms();
+		if (now + delay >= deadline)
+			break;
+		tl_log(LOG_WARNING, "cannot %s yet (attempt %u): %s; retrying in %" PRId64 " ms",
+		       what, attempts, *why ? why : "lock store unavailable", delay);
+		es_sleep_ms(delay - delay / 4 + (int64_t)(random() % (delay / 2 + 1)));
+		delay = delay * 2 > ES_START_BACKOFF_MAX_MS ? ES_START_BACKOFF_MAX_MS : delay * 2;
+	}
+	if (err == -EAGAIN) {
+		tl_log(LOG_ERR,
+		       "cannot %s at '%s' (es_start_timeout %u s, %u attempts in %.1f s); "
+		       "last error: %s",
+		       what, httpc_node_name(es->cl.http, 0), es->start_timeout, attempts,
+		       (double)(tl_mono_ms() - t0) / 1000, *why ? why : "lock store unavailable");
+		err = -ENOLCK;
+	}
+	return err;
+}
+
+/* Cluster check and index bootstrap: one start attempt. */
+static int open_step(struct es_store *es, bool for_ctl)
+{
+	int err;
+
+	err = es_index_check_cluster(&es->cl, es->version, sizeof(es->version), &es->opensearch);
+	if (err)
+		return err;
+	return es_index_bootstrap(&es->cl, es->strategy, for_ctl);
+}
 
 static void es_close(struct lockstore *st)
 {
@@ -739,6 +854,7 @@ int es_store_open(const struct tl_config *cfg, struct lockstore **out, bool for_
 	es->ttl_ms = (int64_t)((cfg->lease_ttl > 0 ? cfg->lease_ttl : TL_DEFAULT_LEASE_TTL) * 1000);
 	es->tmo_ms = (int64_t)(cfg->lock_timeout * 1000) + es->ttl_ms;
 	es->timeout_ms = eo->timeout_ms ? eo->timeout_ms : ES_DEFAULT_TIMEOUT_MS;
+	es->start_timeout = eo->start_timeout;
 	if (cfg->owner && *cfg->owner) {
 		snprintf(es->name, sizeof(es->name), "%s", cfg->owner);
 	} else {
@@ -762,10 +878,7 @@ int es_store_open(const struct tl_config *cfg, struct lockstore **out, bool for_
 		goto out_close;
 	if (eo->insecure)
 		tl_log(LOG_WARNING, "es_insecure: TLS certificates of the lock store are not verified");
-	err = es_index_check_cluster(&es->cl, es->version, sizeof(es->version), &es->opensearch);
-	if (err)
-		goto out_close;
-	err = es_index_bootstrap(&es->cl, es->strategy, for_ctl);
+	err = es_start_retry(es, "open the lock store", open_step, for_ctl);
 	if (err)
 		goto out_close;
 	*out = &es->base;

@@ -77,8 +77,15 @@ void lockstore_es_free_intents(struct es_intent_info *it, size_t n);
 int lockstore_es_break(struct lockstore *st, const char *key);
 
 /* Removes every lock share, waiter mark and intent of OWNER (an owner id)
- * and its lease document. *NLOCKS receives the number of lock documents
- * changed. Returns 0, -ENOLCK. The caller decides that OWNER is dead. */
+ * and its lease document (every document is read). *NLOCKS receives the
+ * number of lock documents changed. Returns 0, -ENOLCK. The caller
+ * decides that OWNER is dead. */
 int lockstore_es_reap(struct lockstore *st, const char *owner, size_t *nlocks);
+
+/* The owner ids that intents, locks or waiter marks name but that have no
+ * lease document (any more): dead owners that were taken over, or whose
+ * document was deleted. A new array of new strings in *OUT (free each and
+ * the array). Returns 0, -ENOLCK, -ENOMEM. */
+int lockstore_es_orphans(struct lockstore *st, char ***out, size_t *n);
 
 #endif /* TREELOCKFS_LOCKSTORE_ES_H */

@@ -238,13 +238,17 @@ int lockstore_es_break(struct lockstore *st, const char *key)
 
 	if (!es)
 		return -EINVAL;
-	err = path_lock_id(key, &id);
+	/* the raw name, or its text as listings print it */
+	if (strncmp(key, PATH_BYTES_PREFIX, strlen(PATH_BYTES_PREFIX)) == 0)
+		err = path_text_lock_id(key, &id);
+	else
+		err = path_lock_id(key, &id);
 	if (err)
 		return err;
 	err = es_delete(&es->cl, id, "refresh=true", false);
 	free(id);
 	if (err == 0)
-		tl_log(LOG_NOTICE, "lock '%s' broken", key);
+		tl_log(LOG_NOTICE, "lock '%s' broken", id);
 	return err == -ENOMEM ? -ENOLCK : err;
 }
 
@@ -256,4 +260,95 @@ int lockstore_es_reap(struct lockstore *st, const char *owner, size_t *nlocks)
 	if (!es)
 		return -EINVAL;
 	return es_reap_owner(es, owner, true, nlocks);
+}
+
+/* Adds owner id O to V (*N entries) unless present. Returns 0 or -ENOMEM. */
+static int strv_add_unique(char ***v, size_t *n, const char *o)
+{
+	char **nv, *d;
+	size_t i;
+
+	for (i = 0; i < *n; i++)
+		if (strcmp((*v)[i], o) == 0)
+			return 0;
+	d = strdup(o);
+	nv = d ? realloc(*v, (*n + 1) * sizeof(**v)) : NULL;
+	if (!nv) {
+		free(d);
+		return -ENOMEM;
+	}
+	nv[(*n)++] = d;
+	*v = nv;
+	return 0;
+}
+
+/* Adds the owners of the holder ids that are the keys of member NAME. */
+static int add_holder_owners(const cJSON *src, const char *name, char ***v, size_t *n)
+{
+	const cJSON *e;
+	int err = 0;
+
+	cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(src, name))
+	{
+		char *o = e->string ? es_docs_owner_of_holder(e->string) : NULL;
+
+		if (o && !err)
+			err = strv_add_unique(v, n, o);
+		free(o);
+	}
+	return err;
+}
+
+int lockstore_es_orphans(struct lockstore *st, char ***out, size_t *n)
+{
+	struct es_store *es = es_store_of(st);
+	char **named = NULL, **live = NULL, **res = NULL;
+	size_t nnamed = 0, nlive = 0, nres = 0, i, j;
+	const cJSON *hit;
+	cJSON *root;
+	int err = 0;
+
+	*out = NULL;
+	*n = 0;
+	if (!es)
+		return -EINVAL;
+	root = es_search_all(&es->cl, NULL);
+	if (!root)
+		return -ENOLCK;
+	cJSON_ArrayForEach(hit, es_hits(root))
+	{
+		const char *id = es_jstr(hit, "_id");
+		const cJSON *src = cJSON_GetObjectItemCaseSensitive(hit, "_source");
+		const char *o = es_jstr(src, "owner");
+
+		if (!id)
+			continue;
+		if (strncmp(id, ES_OWNER_PREFIX, strlen(ES_OWNER_PREFIX)) == 0) {
+			if (o)
+				err = err ? err : strv_add_unique(&live, &nlive, o);
+			continue;
+		}
+		if (o)
+			err = err ? err : strv_add_unique(&named, &nnamed, o);
+		if (es_docs_is_lock_id(id)) {
+			err = err ? err : add_holder_owners(src, "holders", &named, &nnamed);
+			err = err ? err : add_holder_owners(src, "waiters", &named, &nnamed);
+		}
+	}
+	cJSON_Delete(root);
+	for (i = 0; i < nnamed && !err; i++) {
+		for (j = 0; j < nlive && strcmp(named[i], live[j]) != 0; j++)
+			;
+		if (j == nlive)
+			err = strv_add_unique(&res, &nres, named[i]);
+	}
+	es_strv_free(named, nnamed);
+	es_strv_free(live, nlive);
+	if (err) {
+		es_strv_free(res, nres);
+		return err;
+	}
+	*out = res;
+	*n = nres;
+	return 0;
 }

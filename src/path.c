@@ -130,14 +130,93 @@ int path_digest_hex(const void *data, size_t len, char hex[PATH_DIGEST_HEX_LEN +
 	return 0;
 }
 
-int path_lock_id(const char *key, char **out)
+/* Length of the valid UTF-8 sequence at S (N bytes left), 0 when invalid:
+ * no overlong forms, surrogates or code points above U+10FFFF. */
+static size_t utf8_seq_len(const unsigned char *s, size_t n)
+{
+	size_t len, i;
+	unsigned char lo = 0x80, hi = 0xbf;
+
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		len = 2;
+	else if (s[0] >= 0xe0 && s[0] <= 0xef)
+		len = 3;
+	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+		len = 4;
+	else
+		return 0;
+	if (s[0] == 0xe0)
+		lo = 0xa0;
+	else if (s[0] == 0xed)
+		hi = 0x9f;
+	else if (s[0] == 0xf0)
+		lo = 0x90;
+	else if (s[0] == 0xf4)
+		hi = 0x8f;
+	if (n < len || s[1] < lo || s[1] > hi)
+		return 0;
+	for (i = 2; i < len; i++)
+		if (s[i] < 0x80 || s[i] > 0xbf)
+			return 0;
+	return len;
+}
+
+int path_key_text(const char *key, char **out)
+{
+	static const char digits[] = "0123456789abcdef";
+	const unsigned char *k = (const unsigned char *)key;
+	size_t n = strlen(key), i, l, o;
+	bool valid = true;
+	char *t;
+
+	for (i = 0; i < n; i += l) {
+		l = utf8_seq_len(k + i, n - i);
+		if (l == 0) {
+			valid = false;
+			break;
+		}
+	}
+	if (valid) {
+		*out = strdup(key);
+		return *out ? 0 : -ENOMEM;
+	}
+	*out = NULL;
+	t = malloc(sizeof(PATH_BYTES_PREFIX) - 1 + 4 * n + 1);
+	if (!t)
+		return -ENOMEM;
+	o = sizeof(PATH_BYTES_PREFIX) - 1;
+	memcpy(t, PATH_BYTES_PREFIX, o);
+	for (i = 0; i < n; i += l) {
+		l = utf8_seq_len(k + i, n - i);
+		if (l == 0) {
+			t[o++] = '\\';
+			t[o++] = 'x';
+			t[o++] = digits[k[i] >> 4];
+			t[o++] = digits[k[i] & 0xf];
+			l = 1;
+		} else if (k[i] == '\\') {
+			t[o++] = '\\';
+			t[o++] = '\\';
+		} else {
+			memcpy(t + o, k + i, l);
+			o += l;
+		}
+	}
+	t[o] = '\0';
+	*out = t;
+	return 0;
+}
+
+int path_text_lock_id(const char *text, char **out)
 {
 	static const char prefix[] = "sha256:";
-	size_t len = strlen(key);
+	size_t len = strlen(text);
 	char *id;
 
 	if (len > 0 && len <= PATH_ID_MAX) {
-		*out = strdup(key);
+		*out = strdup(text);
 		return *out ? 0 : -ENOMEM;
 	}
 	*out = NULL;
@@ -145,10 +224,24 @@ int path_lock_id(const char *key, char **out)
 	if (!id)
 		return -ENOMEM;
 	memcpy(id, prefix, sizeof(prefix) - 1);
-	if (path_digest_hex(key, len, id + sizeof(prefix) - 1) != 0) {
+	if (path_digest_hex(text, len, id + sizeof(prefix) - 1) != 0) {
 		free(id);
 		return -ENOMEM;
 	}
 	*out = id;
 	return 0;
+}
+
+int path_lock_id(const char *key, char **out)
+{
+	char *text;
+	int err;
+
+	*out = NULL;
+	err = path_key_text(key, &text);
+	if (err)
+		return err;
+	err = path_text_lock_id(text, out);
+	free(text);
+	return err;
 }

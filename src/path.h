@@ -53,9 +53,25 @@ const char *path_rel(const char *p);
  * cannot allocate. Thread-safe. */
 int path_digest_hex(const void *data, size_t len, char hex[PATH_DIGEST_HEX_LEN + 1]);
 
+/* Marks a key text that escapes bytes (see path_key_text()). */
+#define PATH_BYTES_PREFIX "bytes:"
+
+/* The text of KEY for a store that holds UTF-8 only (JSON): KEY itself when
+ * it is valid UTF-8, else PATH_BYTES_PREFIX and KEY with every byte that
+ * is not part of a valid UTF-8 sequence written "\xHH" (two lowercase hex
+ * digits) and every backslash written "\\". The mapping is injective
+ * (a key starts with '/' or is "global", never with the prefix) and the
+ * result is valid UTF-8. Writes a new string to *OUT (caller frees).
+ * Returns 0 or -ENOMEM. */
+int path_key_text(const char *key, char **out);
+
 /* The document id for KEY in a lock store limited to PATH_ID_MAX bytes:
- * KEY itself when it fits, else "sha256:" and the hex digest of KEY.
- * Writes a new string to *OUT (caller frees). Returns 0 or -ENOMEM. */
+ * path_key_text(KEY) when it fits, else "sha256:" and the hex digest of
+ * that text (the same as of KEY when KEY is valid UTF-8). Writes a new
+ * string to *OUT (caller frees). Returns 0 or -ENOMEM. */
 int path_lock_id(const char *key, char **out);
+
+/* The same for a key already written as its text (path_key_text()). */
+int path_text_lock_id(const char *text, char **out);
 
 #endif /* TREELOCKFS_PATH_H */

@@ -106,10 +106,13 @@ static void fmt_age(int64_t ms, char *buf, size_t size)
 		snprintf(buf, size, "%" PRId64 "s", ms / 1000);
 }
 
-/* Normalises a user-given key: a path, or "global". */
+/* Normalises a user-given key: a path (its bytes, UTF-8 or not), "global",
+ * or a key as listings print one that is not UTF-8 ("bytes:/..."), kept
+ * as given. */
 static int user_key(const char *arg, char **out)
 {
-	if (strcmp(arg, TL_GLOBAL_KEY) == 0) {
+	if (strcmp(arg, TL_GLOBAL_KEY) == 0 ||
+	    strncmp(arg, PATH_BYTES_PREFIX, strlen(PATH_BYTES_PREFIX)) == 0) {
 		*out = strdup(arg);
 		return *out ? 0 : -ENOMEM;
 	}
@@ -219,26 +222,34 @@ static bool confirm(const char *what)
 
 static int cmd_break(struct lockstore *st, const char *arg, const struct ctl_opts *o)
 {
-	char *key = NULL, what[600];
+	char *key = NULL, *shown = NULL, what[600];
 	int err;
 
 	if (user_key(arg, &key)) {
 		fprintf(stderr, "treelockctl: '%s' is not a path\n", arg);
 		return EXIT_USAGE;
 	}
-	snprintf(what, sizeof(what), "break the lock on '%s'", key);
+	/* shown as listings show it: names that are not UTF-8 escaped */
+	if (path_key_text(key, &shown)) {
+		free(key);
+		fprintf(stderr, "treelockctl: out of memory\n");
+		return EXIT_STORE;
+	}
+	snprintf(what, sizeof(what), "break the lock on '%s'", shown);
 	if (!o->force && !confirm(what)) {
+		free(shown);
 		free(key);
 		return EXIT_USAGE;
 	}
 	err = lockstore_es_break(st, key);
 	if (err == -ENOENT)
-		fprintf(stderr, "treelockctl: no lock on '%s'\n", key);
+		fprintf(stderr, "treelockctl: no lock on '%s'\n", shown);
 	else if (err)
-		fprintf(stderr, "treelockctl: cannot break the lock on '%s': %s\n", key,
+		fprintf(stderr, "treelockctl: cannot break the lock on '%s': %s\n", shown,
 			strerror(-err));
 	else
-		printf("broke the lock on '%s'\n", key);
+		printf("broke the lock on '%s'\n", shown);
+	free(shown);
 	free(key);
 	return err ? EXIT_STORE : 0;
 }
@@ -256,28 +267,47 @@ static int reap_one(struct lockstore *st, const char *owner)
 	return 0;
 }
 
+/* True when ARG names owner id ID (NAME its owner= name, may be NULL): the
+ * id itself, its name, or "name:pid". */
+static bool owner_matches(const char *arg, const char *id, const char *name)
+{
+	size_t n = strlen(arg);
+
+	return strcmp(arg, id) == 0 || (name && strcmp(arg, name) == 0) ||
+	       (strncmp(id, arg, n) == 0 && id[n] == ':');
+}
+
+/* Reaps OWNER (an id, a name or "name:pid") or, with OWNER NULL, every dead
+ * owner: those whose lease document is dead, and those that intents, locks
+ * or waiter marks still name without any lease document. A live or
+ * undecided owner is reaped only when named, with --force. Matching
+ * nothing is an error. */
 static int cmd_reap(struct lockstore *st, const char *owner, const struct ctl_opts *o)
 {
 	struct es_owner_info *own = NULL;
-	size_t n = 0, i, found = 0;
+	char **orph = NULL;
+	size_t n = 0, norph = 0, i, found = 0;
 	int err, rc = 0;
 
 	err = lockstore_es_owners(st, o->no_wait ? 0 : OBSERVE_MAX_MS, &own, &n);
+	if (!err)
+		err = lockstore_es_orphans(st, &orph, &norph);
 	if (err) {
 		fprintf(stderr, "treelockctl: cannot list owners: %s\n", strerror(-err));
+		lockstore_es_free_owners(own, n);
 		return EXIT_STORE;
 	}
 	for (i = 0; i < n; i++) {
-		if (owner && strcmp(own[i].id, owner) != 0)
+		if (owner && !owner_matches(owner, own[i].id, own[i].name))
 			continue;
 		found++;
 		if (own[i].state != ES_OWNER_DEAD && !(owner && o->force)) {
-			if (owner)
+			if (owner) {
 				fprintf(stderr, "treelockctl: owner '%s' is %s: not reaped (--force "
 						"reaps it anyway)\n",
 					own[i].id, state_name(own[i].state));
-			if (owner)
 				rc = EXIT_STORE;
+			}
 			continue;
 		}
 		if (owner && !o->force) {
@@ -292,12 +322,37 @@ static int cmd_reap(struct lockstore *st, const char *owner, const struct ctl_op
 		if (reap_one(st, own[i].id))
 			rc = EXIT_STORE;
 	}
-	/* an owner whose lease document is already gone (its intents remain) */
-	if (owner && !found && (rc = reap_one(st, owner)) == 0)
+	/* owners without a lease document are dead: their intents, shares
+	 * and marks are what is left of them */
+	for (i = 0; i < norph; i++) {
+		if (owner && !owner_matches(owner, orph[i], NULL))
+			continue;
 		found++;
+		if (owner && !o->force) {
+			char what[300];
+
+			snprintf(what, sizeof(what), "reap owner '%s' (no lease document)", orph[i]);
+			if (!confirm(what)) {
+				rc = EXIT_USAGE;
+				continue;
+			}
+		}
+		if (reap_one(st, orph[i]))
+			rc = EXIT_STORE;
+	}
+	if (owner && !found) {
+		fprintf(stderr,
+			"treelockctl: no owner matches '%s': give an owner id, name or name:pid "
+			"as 'treelockctl owners' or 'intents --all' shows them\n",
+			owner);
+		rc = EXIT_STORE;
+	}
 	if (!owner && !found)
 		printf("no dead owner\n");
 	lockstore_es_free_owners(own, n);
+	for (i = 0; i < norph; i++)
+		free(orph[i]);
+	free(orph);
 	return rc;
 }
 

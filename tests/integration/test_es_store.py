@@ -177,7 +177,8 @@ def test_es__mount_lock_blocks_guide(backend, es_mounts):
 
 
 def test_es__store_down_at_mount_time(mount_factory, tmp_path):
-    m = mount_factory(opts=["lock_store=es", "es_url=http://127.0.0.1:1", "owner=A"], start=False)
+    m = mount_factory(opts=["lock_store=es", "es_url=http://127.0.0.1:1", "owner=A",
+                            "es_start_timeout=1"], start=False)
     r = subprocess.run(m.cmd(), capture_output=True, text=True, timeout=30)
     assert r.returncode == 1
     err = r.stdout + r.stderr

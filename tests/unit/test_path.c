@@ -140,6 +140,60 @@ START_TEST(test_path__lock_id)
 }
 END_TEST
 
+/* Keys that are not UTF-8: texts are valid UTF-8, distinct keys stay
+ * distinct, valid UTF-8 keys (backslash included) are unchanged, and the
+ * id limit counts the escaped bytes. */
+START_TEST(test_path__key_text_not_utf8)
+{
+	/* raw keys and their texts */
+	static const char *const keys[][2] = {
+		{"/d/\xff", "bytes:/d/\\xff"},
+		{"/d/\xfe", "bytes:/d/\\xfe"},
+		{"/d/\\xff", "/d/\\xff"}, /* valid UTF-8: the plain path */
+		{"/d/\\", "/d/\\"},
+		{"/d/\xc3", "bytes:/d/\\xc3"},
+		{"/d/\xc3\xa9x", "/d/\xc3\xa9x"},
+		{"/d/\xed\xa0\x80", "bytes:/d/\\xed\\xa0\\x80"},         /* a surrogate */
+		{"/d/\xc0\xaf", "bytes:/d/\\xc0\\xaf"},                   /* overlong */
+		{"/d/\xf4\x90\x80\x80", "bytes:/d/\\xf4\\x90\\x80\\x80"}, /* > U+10FFFF */
+		{"/d/\xe2\x82", "bytes:/d/\\xe2\\x82"},                   /* truncated */
+		{"/d/\\\xff", "bytes:/d/\\\\\\xff"}, /* the escape character, escaped */
+		{"/d/\xf0\x9f\x98\x80", "/d/\xf0\x9f\x98\x80"},
+	};
+	size_t n = sizeof(keys) / sizeof(keys[0]), i, j;
+	char *t[sizeof(keys) / sizeof(keys[0])], *id = NULL, *key;
+
+	for (i = 0; i < n; i++) {
+		ck_assert_int_eq(path_key_text(keys[i][0], &t[i]), 0);
+		ck_assert_str_eq(t[i], keys[i][1]);
+	}
+	for (i = 0; i < n; i++)
+		for (j = i + 1; j < n; j++)
+			ck_assert_str_ne(t[i], t[j]);
+	for (i = 0; i < n; i++)
+		free(t[i]);
+
+	/* 255 bytes of 0xff: 1020 escaped bytes, hashed; 100 fit (406 bytes) */
+	key = malloc(300);
+	key[0] = '/';
+	memset(key + 1, 0xff, 255);
+	key[256] = '\0';
+	ck_assert_int_eq(path_lock_id(key, &id), 0);
+	ck_assert(strncmp(id, "sha256:", 7) == 0);
+	free(id);
+	key[101] = '\0';
+	ck_assert_int_eq(path_lock_id(key, &id), 0);
+	ck_assert_uint_eq(strlen(id), 6 + 1 + 400);
+	free(id);
+	/* the id of a key's text is the id of the key */
+	ck_assert_int_eq(path_text_lock_id("bytes:/\\xff", &id), 0);
+	ck_assert_str_eq(id, "bytes:/\\xff");
+	free(id);
+	free(key);
+}
+END_TEST
+
+
 /* SHA-256 of lock ids: FIPS 180-4 vectors and the lengths around the
  * padding boundary, so that ids stay byte-identical whatever computes them. */
 START_TEST(test_path__digest_vectors)
@@ -204,6 +258,7 @@ Suite *make_suite_path(void)
 	tcase_add_test(tc, test_path__ancestors);
 	tcase_add_test(tc, test_path__order);
 	tcase_add_test(tc, test_path__lock_id);
+	tcase_add_test(tc, test_path__key_text_not_utf8);
 	tcase_add_test(tc, test_path__digest_vectors);
 	tcase_add_test(tc, test_path__digest_lengths_55_to_64);
 	tcase_add_test(tc, test_path__lock_id_million_a);
