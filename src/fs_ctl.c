@@ -20,6 +20,7 @@
 
 #include "fs.h"
 #include "lockplan.h"
+#include "path.h"
 
 static struct ll_inode ctl_inodes[] = {
 	[CTL_DIR] = {.fd = -1, .type = S_IFDIR, .ctl = CTL_DIR},
@@ -32,27 +33,6 @@ struct ctl_buf {
 	size_t len;
 };
 
-/* Bytes of a valid UTF-8 sequence at S, or 0. */
-static size_t utf8_seq_len(const unsigned char *s)
-{
-	size_t n, i;
-
-	if (s[0] < 0x80)
-		return 1;
-	if ((s[0] & 0xe0) == 0xc0 && s[0] >= 0xc2)
-		n = 2;
-	else if ((s[0] & 0xf0) == 0xe0)
-		n = 3;
-	else if ((s[0] & 0xf8) == 0xf0 && s[0] <= 0xf4)
-		n = 4;
-	else
-		return 0;
-	for (i = 1; i < n; i++)
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-	return n;
-}
-
 /* Writes KEY with backslashes, control bytes and invalid UTF-8 escaped, so
  * one lock is one line of valid text. */
 static void ctl_put_key(FILE *f, const char *key)
@@ -60,7 +40,7 @@ static void ctl_put_key(FILE *f, const char *key)
 	const unsigned char *s = (const unsigned char *)key;
 
 	while (*s) {
-		size_t n = utf8_seq_len(s);
+		size_t n = path_utf8_len(s, strnlen((const char *)s, 4));
 
 		if (*s == '\\') {
 			fputs("\\\\", f);

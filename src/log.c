@@ -9,6 +9,7 @@
 #include <syslog.h>
 
 #include "log.h"
+#include "path.h"
 
 int tl_log_level = LOG_NOTICE;
 static const char *log_progname = "treelockfs";
@@ -62,41 +63,12 @@ const char *tl_log_level_name(int level)
 }
 
 /* Length of the valid UTF-8 sequence at S that is not a control
- * character (C1 controls U+0080..U+009F included), or 0. Overlong forms,
- * surrogates and code points above U+10FFFF are invalid. */
+ * character (C1 controls U+0080..U+009F included), or 0. */
 static size_t utf8_printable_len(const unsigned char *s)
 {
-	unsigned char lo = 0x80, hi = 0xbf;
-	size_t n, i;
-
-	if (s[0] < 0x20 || s[0] == 0x7f)
+	if (s[0] < 0x20 || s[0] == 0x7f || (s[0] == 0xc2 && s[1] < 0xa0))
 		return 0;
-	if (s[0] < 0x80)
-		return 1;
-	if (s[0] == 0xc2 && s[1] < 0xa0)
-		return 0; /* C1 control */
-	if (s[0] >= 0xc2 && s[0] <= 0xdf)
-		n = 2;
-	else if (s[0] >= 0xe0 && s[0] <= 0xef)
-		n = 3;
-	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
-		n = 4;
-	else
-		return 0;
-	if (s[0] == 0xe0)
-		lo = 0xa0;
-	else if (s[0] == 0xed)
-		hi = 0x9f;
-	else if (s[0] == 0xf0)
-		lo = 0x90;
-	else if (s[0] == 0xf4)
-		hi = 0x8f;
-	if (s[1] < lo || s[1] > hi)
-		return 0;
-	for (i = 2; i < n; i++)
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-	return n;
+	return path_utf8_len(s, strnlen((const char *)s, 4));
 }
 
 size_t tl_log_escape(char *out, size_t size, const char *in)

@@ -130,9 +130,7 @@ int path_digest_hex(const void *data, size_t len, char hex[PATH_DIGEST_HEX_LEN +
 	return 0;
 }
 
-/* Length of the valid UTF-8 sequence at S (N bytes left), 0 when invalid:
- * no overlong forms, surrogates or code points above U+10FFFF. */
-static size_t utf8_seq_len(const unsigned char *s, size_t n)
+size_t path_utf8_len(const unsigned char *s, size_t n)
 {
 	size_t len, i;
 	unsigned char lo = 0x80, hi = 0xbf;
@@ -172,7 +170,7 @@ int path_key_text(const char *key, char **out)
 	char *t;
 
 	for (i = 0; i < n; i += l) {
-		l = utf8_seq_len(k + i, n - i);
+		l = path_utf8_len(k + i, n - i);
 		if (l == 0) {
 			valid = false;
 			break;
@@ -189,7 +187,7 @@ int path_key_text(const char *key, char **out)
 	o = sizeof(PATH_BYTES_PREFIX) - 1;
 	memcpy(t, PATH_BYTES_PREFIX, o);
 	for (i = 0; i < n; i += l) {
-		l = utf8_seq_len(k + i, n - i);
+		l = path_utf8_len(k + i, n - i);
 		if (l == 0) {
 			t[o++] = '\\';
 			t[o++] = 'x';

@@ -53,6 +53,11 @@ const char *path_rel(const char *p);
  * cannot allocate. Thread-safe. */
 int path_digest_hex(const void *data, size_t len, char hex[PATH_DIGEST_HEX_LEN + 1]);
 
+/* Length of the valid UTF-8 sequence at S (N bytes left, N >= 1), 0 when
+ * invalid: no overlong forms, surrogates or code points above U+10FFFF.
+ * This function can't fail. */
+size_t path_utf8_len(const unsigned char *s, size_t n);
+
 /* Marks a key text that escapes bytes (see path_key_text()). */
 #define PATH_BYTES_PREFIX "bytes:"
 
