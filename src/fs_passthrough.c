@@ -565,24 +565,35 @@ static void ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
 }
 
+/* Before an operation that allocates blocks in an open file: acts as the
+ * caller (the kernel checked permissions at open, but the blocks must be
+ * the caller's to take: root's reserve, quotas). A control file gets
+ * CTL_ERR. Returns true when the operation may go on; otherwise the
+ * request has been answered. */
+static bool alloc_enter(fuse_req_t req, const struct fuse_file_info *fi, int ctl_err)
+{
+	int err;
+
+	if (fi->fh & CTL_TAG) {
+		fuse_reply_err(req, ctl_err);
+		return false;
+	}
+	err = creds_enter(req_fs(req), req);
+	if (err) {
+		fuse_reply_err(req, -err);
+		return false;
+	}
+	return true;
+}
+
 static void ll_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in_buf, off_t off,
 			 struct fuse_file_info *fi)
 {
 	struct fuse_bufvec out = FUSE_BUFVEC_INIT(fuse_buf_size(in_buf));
 	ssize_t res;
 
-	if (fi->fh & CTL_TAG) {
-		fuse_reply_err(req, EBADF);
+	if (!alloc_enter(req, fi, EBADF))
 		return;
-	}
-	/* as the caller: the kernel checked permissions when the file was
-	 * opened, but the blocks the write allocates must be the caller's to
-	 * take (root's reserve, quotas) */
-	res = creds_enter(req_fs(req), req);
-	if (res) {
-		fuse_reply_err(req, (int)-res);
-		return;
-	}
 	out.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
 	out.buf[0].fd = (int)fi->fh;
 	out.buf[0].pos = off;
@@ -640,18 +651,8 @@ static void ll_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 static void ll_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
 			 struct fuse_file_info *fi)
 {
-	int err;
-
-	if (fi->fh & CTL_TAG) {
-		fuse_reply_err(req, EBADF);
+	if (!alloc_enter(req, fi, EBADF))
 		return;
-	}
-	/* as the caller, who allocates the blocks (see ll_write_buf) */
-	err = creds_enter(req_fs(req), req);
-	if (err) {
-		fuse_reply_err(req, -err);
-		return;
-	}
 	fuse_reply_err(req, fallocate((int)fi->fh, mode, off, len) == -1 ? errno : 0);
 }
 
@@ -661,16 +662,12 @@ static void ll_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 {
 	ssize_t res;
 
-	if ((fi_in->fh & CTL_TAG) || (fi_out->fh & CTL_TAG)) {
+	if (fi_in->fh & CTL_TAG) {
 		fuse_reply_err(req, EXDEV); /* the kernel falls back to read and write */
 		return;
 	}
-	/* as the caller, who allocates the blocks (see ll_write_buf) */
-	res = creds_enter(req_fs(req), req);
-	if (res) {
-		fuse_reply_err(req, (int)-res);
+	if (!alloc_enter(req, fi_out, EXDEV))
 		return;
-	}
 	res = copy_file_range((int)fi_in->fh, &off_in, (int)fi_out->fh, &off_out, len,
 			      (unsigned)flags);
 	if (res == -1)
