@@ -181,6 +181,12 @@ int es_index_check_cluster(struct es_client *c, char *version, size_t size, bool
 		else
 			es_client_set_error(c, "cannot reach the lock store at '%s': %s",
 					    httpc_node_name(c->http, 0), strerror(-err));
+		if (err == -EPROTO) {
+			/* TLS or URL trouble: waiting does not mend it */
+			es_client_last_error(c, errbuf, sizeof(errbuf));
+			tl_log(LOG_ERR, "%s", errbuf);
+			return -ENOLCK;
+		}
 		return err == -ENOMEM ? -ENOMEM : -EAGAIN;
 	}
 	if (r.status != 200) {

@@ -854,7 +854,8 @@ int es_store_open(const struct tl_config *cfg, struct lockstore **out, bool for_
 	es->ttl_ms = (int64_t)((cfg->lease_ttl > 0 ? cfg->lease_ttl : TL_DEFAULT_LEASE_TTL) * 1000);
 	es->tmo_ms = (int64_t)(cfg->lock_timeout * 1000) + es->ttl_ms;
 	es->timeout_ms = eo->timeout_ms ? eo->timeout_ms : ES_DEFAULT_TIMEOUT_MS;
-	es->start_timeout = eo->start_timeout;
+	/* treelockctl reports at once unless asked to wait */
+	es->start_timeout = for_ctl && !eo->start_timeout_s ? 0 : eo->start_timeout;
 	if (cfg->owner && *cfg->owner) {
 		snprintf(es->name, sizeof(es->name), "%s", cfg->owner);
 	} else {

@@ -264,7 +264,7 @@ def dirs(tmp_path):
     return tmp_path
 
 
-ES_UNREACHABLE = "lock_store=es,es_url=http://127.0.0.1:9,es_user=u,es_timeout_ms=500"
+ES_UNREACHABLE = "lock_store=es,es_url=http://127.0.0.1:9,es_user=u,es_timeout_ms=500,es_start_timeout=0"
 
 
 @pytest.mark.nofuse
