@@ -3,7 +3,8 @@
 # packages (Debian 12 "bookworm" or later). Uses sudo when not root.
 # default-jdk-headless and maven are for the real-engine test tier
 # (tests/engines: real OpenSearch and Elasticsearch nodes; Maven fetches
-# their jars on the first run).
+# their jars on the first run); s3fs is for the object-store test tier
+# (tests/objstore, which also needs Go 1.24 or later, not from Debian 12).
 set -eu
 SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
@@ -14,4 +15,4 @@ $SUDO apt-get install -y -q --no-install-recommends \
 	libfuse3-dev fuse3 libcurl4-openssl-dev libcjson-dev check \
 	python3 python3-pytest python3-elasticsearch \
 	curl openssl iproute2 attr util-linux procps fio bindfs \
-	default-jdk-headless maven
+	default-jdk-headless maven s3fs

@@ -1,0 +1,107 @@
+"""Fixtures of the object-store tier: an S3 server with one bucket, a
+per-host s3fs mount of it, an Elasticsearch lock store and treelockfs
+mounts (the integration tier's Mount) over the s3fs mounts.
+
+The lock store is the es8 emulator, or the backend TREELOCKFS_OBJSTORE_ES
+names (e.g. "opensearch": a real node from tests/engines, needs java and
+mvn). Nothing here kills or unmounts what it did not start.
+"""
+import importlib.util
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRCDIR = os.environ.get("TREELOCKFS_SRCDIR") or os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(SRCDIR, "tests"))
+sys.path.insert(0, HERE)
+
+import backends  # noqa: E402
+import objstore  # noqa: E402
+
+
+def _integration():
+    """The integration tier's conftest, for its Mount class (loaded under
+    another name: this file is "conftest" too)."""
+    spec = importlib.util.spec_from_file_location(
+        "integration_conftest", os.path.join(SRCDIR, "tests", "integration", "conftest.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+integration = _integration()
+S3SERVER = os.environ.get("S3SERVER_BIN") or os.path.join(HERE, ".build", "s3server")
+
+
+def pytest_collection_modifyitems(config, items):
+    why = None
+    if not integration.fuse_available():
+        why = "no /dev/fuse, fusermount3 or built treelockfs"
+    elif not os.access(S3SERVER, os.X_OK):
+        why = "no S3 server binary (tests/objstore/run.sh builds it)"
+    elif not objstore.have_s3fs():
+        why = "no s3fs (Debian package s3fs)"
+    if why:
+        for item in items:
+            item.add_marker(pytest.mark.skip(reason=why))
+
+
+@pytest.fixture
+def s3(tmp_path):
+    """A started S3 server with an empty bucket."""
+    server = objstore.S3Server(S3SERVER, tmp_path).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3fs_hosts(s3, tmp_path):
+    """s3fs_hosts(n) -> N s3fs mounts of the bucket, one per host, each with
+    its own cache directory."""
+    mounts = []
+
+    def make(n=2):
+        for i in range(n):
+            mounts.append(objstore.S3fsMount(s3, tmp_path, "s3fs%c" % (ord("A") + i)).start())
+        return mounts
+    yield make
+    for m in reversed(mounts):
+        m.stop()
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """The lock store: the es8 emulator unless TREELOCKFS_OBJSTORE_ES
+    names another backend (tests/backends.py)."""
+    name = os.environ.get("TREELOCKFS_OBJSTORE_ES", "emulator-es8")
+    b = backends.make(name, str(tmp_path_factory.mktemp(name)))
+    b.start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture
+def treelockfs_over(tmp_path, store):
+    """treelockfs_over(s3fs_mount, owner, opts) -> a started treelockfs
+    (lock_store=es) over one host's s3fs mount."""
+    mounts = []
+    store.reset()
+
+    def make(backing, owner, opts=()):
+        mnt = tmp_path / ("tl" + owner)
+        mnt.mkdir()
+        m = integration.Mount(backing.mnt, mnt, opts=["lock_store=es", "es_url=" + store.url,
+                                                       "owner=" + owner] + list(opts))
+        mounts.append(m)
+        return m.start()
+    yield make
+    errors = []
+    for m in reversed(mounts):
+        try:
+            m.stop(check=True)
+        except AssertionError as e:
+            errors.append(str(e))
+    if errors:
+        pytest.fail("\n".join(errors))
