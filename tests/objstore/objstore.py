@@ -6,6 +6,7 @@ Nothing here kills or unmounts what it did not start: the server and each
 s3fs are children of this process, stopped by pid and mount path.
 """
 import collections
+import errno
 import multiprocessing
 import os
 import random
@@ -179,13 +180,15 @@ def _dirs(root):
     return sorted(d for d in os.listdir(root) if not d.startswith("."))
 
 
-def mover(root, deadline, q):
+def mover(root, deadline, q, pause=0.2):
     """Host A: moves the directory on and on, /clinton -> /m1 -> /m2 ...
-    (each time a new name, so that no move meets an existing target). Where
-    a move left the directory split in two, it takes either part."""
+    (each time a new name, so that no move meets an existing target),
+    PAUSE seconds apart. Where a move left the directory split in two, it
+    takes either part."""
     rnd = random.Random(0)
     done = errs = n = 0
     busy = 0.0
+    why = collections.Counter()
     while time.time() < deadline:
         try:
             dirs = [d for d in _dirs(root) if d != STILL]
@@ -200,11 +203,12 @@ def mover(root, deadline, q):
         try:
             os.rename(os.path.join(root, src), os.path.join(root, dst))
             done += 1
-        except OSError:
+        except OSError as e:
             errs += 1
-            time.sleep(0.01)
+            why[errno.errorcode.get(e.errno, str(e.errno))] += 1
         busy += time.monotonic() - t0
-    q.put(("mover", done, errs, busy, []))
+        time.sleep(pause)
+    q.put(("mover", done, errs, busy, [], dict(why)))
 
 
 def renamer(root, seed, deadline, q, unlinks):
@@ -215,6 +219,7 @@ def renamer(root, seed, deadline, q, unlinks):
     done = errs = n = 0
     busy = 0.0
     removed = []
+    why = collections.Counter()
     while time.time() < deadline:
         try:
             dirs = _dirs(root)
@@ -238,16 +243,17 @@ def renamer(root, seed, deadline, q, unlinks):
                 os.rename(os.path.join(root, d, name),
                           os.path.join(root, to, "%s.%d-%d" % (tok, seed, n)))
                 done += 1
-        except OSError:
+        except OSError as e:
             errs += 1
+            why[errno.errorcode.get(e.errno, str(e.errno))] += 1
         busy += time.monotonic() - t0
-    q.put(("renamer", done, errs, busy, removed))
+    q.put(("renamer", done, errs, busy, removed, dict(why)))
 
 
 def storm(host_a, host_b, duration, workers=2, unlinks=4):
     """Host A's mover and WORKERS renamers on host B for DURATION seconds.
     Returns (results, removed tokens): one (kind, done, errors, busy
-    seconds, removed) per process."""
+    seconds, removed, {errno name: count}) per process."""
     deadline = time.time() + duration
     q = multiprocessing.Queue()
     procs = [multiprocessing.Process(target=mover, args=(host_a, deadline, q))]
@@ -259,6 +265,30 @@ def storm(host_a, host_b, duration, workers=2, unlinks=4):
     for p in procs:
         p.join(timeout=60)
     return results, {t for r in results for t in r[4]}
+
+
+def rename_cost(root, n=20, batches=3):
+    """Uncontended renames on one host: N files renamed one after another,
+    BATCHES times, then the directory holding them moved. Returns
+    ([file renames/s of each batch], [seconds of each directory move])."""
+    d = os.path.join(root, "cost")
+    os.makedirs(d)
+    for i in range(n):
+        with open(os.path.join(d, "f%d" % i), "w") as f:
+            f.write("cost")
+    rates, moves = [], []
+    for b in range(batches):
+        t0 = time.monotonic()
+        for i in range(n):
+            os.rename(os.path.join(d, "f%d" % i), os.path.join(d, "f%d" % i) + ".")
+        rates.append(n / (time.monotonic() - t0))
+        for i in range(n):
+            os.rename(os.path.join(d, "f%d" % i) + ".", os.path.join(d, "f%d" % i))
+        t0 = time.monotonic()
+        os.rename(d, d + "2")
+        moves.append(time.monotonic() - t0)
+        os.rename(d + "2", d)
+    return rates, moves
 
 
 def tally(server, prefix, tokens, removed):

