@@ -37,8 +37,8 @@ TREELOCKFS_OPTS = ["lock_scope=namespace", "lease_ttl=5", "lock_timeout=30"]
 
 
 def one_storm(a_root, b_root, s3, label, rnd):
-    """Seeds ROUND's tree through host A, runs the storm and returns the
-    tally with the rates."""
+    """Seeds round RND's tree (below roundRND/) through host A, runs the
+    storm and returns the tally with the counts and the rate."""
     sub = "round%d" % rnd
     a, b = os.path.join(a_root, sub), os.path.join(b_root, sub)
     tokens = seed_tree(a, N_MOVING, N_STILL, tag="r%d" % rnd)
@@ -84,7 +84,7 @@ def damage(t):
         max(t["directories"] - 2, 0)
 
 
-def test_objstore__without_treelockfs_a_moved_directory_loses_or_duplicates(s3, s3fs_hosts):
+def test_objstore__without_treelockfs_a_moving_directory_is_damaged(s3, s3fs_hosts):
     a, b = s3fs_hosts(2)
     seen = []
     for rnd in range(1, (ROUNDS or 3) + 1):
@@ -95,7 +95,8 @@ def test_objstore__without_treelockfs_a_moved_directory_loses_or_duplicates(s3, 
             break
     report_cost(a.mnt, "s3fs alone")
     assert any(damage(t) for t in seen), \
-        "no file lost, duplicated or resurrected in %d storms: %r" % (len(seen), seen)
+        "no file lost, duplicated or resurrected and no directory split in %d storms: %r" \
+        % (len(seen), seen)
 
 
 def test_objstore__with_treelockfs_every_file_is_kept(s3, s3fs_hosts, treelockfs_over):
@@ -118,8 +119,8 @@ def test_objstore__with_treelockfs_every_file_is_kept(s3, s3fs_hosts, treelockfs
 def removal_during_move(store, a_root, b_root, s3, sub, n=150, victim=75):
     """Host A moves SUB/clinton (N files) to SUB/bill; 0.3 s after A's locks
     show in the store, host B removes one file of it. Returns (A's error or
-    None, B's error or None, whether B's unlink ended before A's move, what
-    the bucket holds: {top directory: files})."""
+    None, B's error or None, whether B's unlink ended clearly (0.1 s) before
+    A's move did, what the bucket holds: {top directory: files})."""
     src = os.path.join(a_root, sub, MOVING)
     os.makedirs(src)
     for i in range(n):
@@ -158,7 +159,7 @@ def removal_during_move(store, a_root, b_root, s3, sub, n=150, victim=75):
         if k.startswith(sub + "/") and not k.endswith("/"):
             top = k.split("/")[1]
             held[top] = held.get(top, 0) + 1
-    return move.get("error"), err, end < move["end"], held
+    return move.get("error"), err, end < move["end"] - 0.1, held
 
 
 @pytest.mark.parametrize("scope", ["rename", "namespace"])
