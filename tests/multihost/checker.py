@@ -41,6 +41,14 @@ Rules:
 4. Nothing lost or duplicated: the final tree has every entry of the
    initial one, once, and nothing else; every file has its content.
 5. Nothing left in the lock index: no lock, waiter mark, intent or owner.
+6. A rename that returned 0 was done under a hold: for a host with a hold
+   log, a rename that returned 0 matches a hold of that host, within the
+   call's time, of the same source and target name, released with 0; one
+   released with an error is a violation. One with no hold at all never
+   reached the daemon: the host's kernel answered it alone (it takes a
+   rename whose source and target name one file for a no-op, as rename(2)
+   says, and a stale client cache can show one file at both paths). Such
+   no-ops are counted ("renames_unseen") and left out of rule 3.
 
 As a command it reads the files named by its options and prints the report
 as JSON; exit status 0 when there is no violation, 1 otherwise.
@@ -237,6 +245,32 @@ def leftover_rules(docs):
     return out
 
 
+def match_renames(holds, renames, hosts_logged):
+    """Rule 6. Returns (violations, renames that reached a daemon or may
+    have, renames that returned 0 without reaching one)."""
+    by_host = {}
+    for h in holds:
+        by_host.setdefault(h.host, []).append(h)
+    out, seen, unseen = [], [], []
+    for r in renames:
+        if r["res"] != 0 or r["host"] not in hosts_logged:
+            seen.append(r)
+            continue
+        m = [h for h in by_host.get(r["host"], [])
+             if r["t0"] <= h.start and h.end is not None and h.end <= r["t1"]
+             and _entry_name(h.src) == _entry_name(r["src"])
+             and _entry_name(h.dst) == _entry_name(r["dst"])]
+        if not m:
+            unseen.append(r)
+            continue
+        seen.append(r)
+        if not any(h.res == 0 for h in m):
+            out.append({"rule": "result", "what": "%s %s -> %s returned 0 but its hold %s ended "
+                                                  "with %s" % (r["host"], r["src"], r["dst"],
+                                                               m[-1].ident, m[-1].res)})
+    return out, seen, unseen
+
+
 def check(hold_logs, renames, nemesis, initial, final, contents, final_contents, leftovers,
           end_of_run=None):
     """HOLD_LOGS: {host: iterable of lines}. Returns the report (a dict);
@@ -250,7 +284,9 @@ def check(hold_logs, renames, nemesis, initial, final, contents, final_contents,
     close_killed(holds, nemesis, end_of_run, violations)
     bad, tolerated, ambiguous = conflicts(holds)
     violations.extend(bad)
-    violations.extend(final_tree_rules(initial, final, contents, final_contents, renames))
+    bad, seen, unseen = match_renames(holds, renames, set(hold_logs))
+    violations.extend(bad)
+    violations.extend(final_tree_rules(initial, final, contents, final_contents, seen))
     violations.extend(leftover_rules(leftovers))
     results = {}
     for r in renames:
@@ -262,6 +298,8 @@ def check(hold_logs, renames, nemesis, initial, final, contents, final_contents,
         "holds_fenced": sum(1 for h in holds if h.res == errno.ENOLCK),
         "renames": len(renames),
         "results": results,
+        "renames_unseen": len(unseen),
+        "unseen": [{"host": r["host"], "src": r["src"], "dst": r["dst"]} for r in unseen[:20]],
         "overlaps_tolerated": tolerated,
         "overlaps_ambiguous": ambiguous,
         "violations": violations,

@@ -62,7 +62,8 @@ def test_checker__clean_run_has_no_violation():
 def test_checker__two_exclusive_holds_that_both_renamed_overlap():
     holds = {"A": CLEAN_HOLDS["A"],
              "B": [acq(15, 200, "B#1", "/d1/f0", "/d0/f0", "X:/d1/f0"), rel(25, 200, "B#1")]}
-    rep = run(holds, CLEAN_RENAMES)
+    renames = [ren("A", 9, 21, "/d0/f0", "/d1/f0"), ren("B", 14, 26, "/d1/f0", "/d0/f0")]
+    rep = run(holds, renames)
     assert rules(rep) == ["overlap"]
     assert "/d1/f0" == rep["violations"][0]["key"]
     assert "5.000 ms" in rep["violations"][0]["what"]
@@ -178,3 +179,16 @@ def test_checker__escaped_keys_and_the_command(tmp_path):
     assert r.returncode == 1, r.stderr
     rep = json.loads(r.stdout)
     assert [v["key"] for v in rep["violations"]] == ["/a b"]
+
+
+def test_checker__renames_that_returned_0_against_the_holds():
+    # B's rename returned 0 but its hold says it failed
+    holds = dict(CLEAN_HOLDS, B=[CLEAN_HOLDS["B"][0], rel(30, 200, "B#1", errno.ENOENT)])
+    rep = run(holds, CLEAN_RENAMES, final=final_of(dict(INITIAL, f0="d1")))
+    assert rules(rep) == ["result"]
+    # a rename that returned 0 and no daemon saw (the kernel's no-op when
+    # its cache shows one file at both paths) is counted, not applied
+    renames = CLEAN_RENAMES + [ren("A", 40, 41, "/d1/f0", "/d0/s0/f0")]
+    rep = run(CLEAN_HOLDS, renames)
+    assert rep["violations"] == [] and rep["renames_unseen"] == 1
+    assert rep["unseen"] == [{"host": "A", "src": "/d1/f0", "dst": "/d0/s0/f0"}]
