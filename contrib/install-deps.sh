@@ -3,7 +3,8 @@
 # packages (Debian 12 "bookworm" or later). Uses sudo when not root.
 # default-jdk-headless and maven are for the real-engine test tier
 # (tests/engines: real OpenSearch and Elasticsearch nodes; Maven fetches
-# their jars on the first run).
+# their jars on the first run); faketime is for the clock skew of
+# tests/multihost.
 set -eu
 SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
@@ -13,5 +14,5 @@ $SUDO apt-get install -y -q --no-install-recommends \
 	build-essential autoconf automake pkg-config \
 	libfuse3-dev fuse3 libcurl4-openssl-dev libcjson-dev check \
 	python3 python3-pytest python3-elasticsearch \
-	curl openssl iproute2 attr util-linux procps fio bindfs \
+	curl openssl iproute2 attr util-linux procps fio bindfs faketime \
 	default-jdk-headless maven

@@ -412,6 +412,23 @@ class Host(object):
         self.proc = self._spawn(self.cache_mnt, self.mnt, self.opts(), env)
         self.skew = skew
 
+    def holding(self, timeout):
+        """Waits up to TIMEOUT seconds for this host to hold locks (the last
+        line of its hold log an acquire); True if it does."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with open(self.hold_log, "rb") as f:
+                    f.seek(0, os.SEEK_END)
+                    f.seek(max(0, f.tell() - 4096))
+                    tail = f.read().decode("utf-8", "replace").splitlines()
+                if tail and "\tacquire\t" in tail[-1]:
+                    return True
+            except OSError:
+                pass
+            time.sleep(0.002)
+        return False
+
     def stop(self, proc_attr="proc", mnt=None):
         """Unmounts by path and waits for the daemon; returns its status."""
         p = getattr(self, proc_attr)
@@ -562,6 +579,7 @@ class Run(object):
             self.note("cut", h.name, phase="end")
         elif kind == "pause":
             secs = 2 * a.lease_ttl + self.rnd.uniform(1, 2)
+            h.holding(1.0)     # preferably while it holds locks
             pid = h.proc.pid
             self.note("pause", h.name, pid=pid, phase="start")
             os.kill(pid, signal.SIGSTOP)
@@ -569,6 +587,7 @@ class Run(object):
             os.kill(pid, signal.SIGCONT)
             self.note("pause", h.name, pid=pid, phase="end")
         elif kind == "kill":
+            h.holding(1.0)
             pid = h.proc.pid
             self.note("kill", h.name, pid=pid, phase="start")
             os.kill(pid, signal.SIGKILL)
@@ -735,10 +754,10 @@ def cmd_run(a):
         for k, v in rep["faults"].items():
             total[k] += v
         nviol += len(rep["violations"])
-        print("run %d (seed %d, %s, %d hosts, %ds): %d renames %s, %d holds (%d killed, %d "
+        print("run %d (seed %d, %s, %d hosts, %ds): %d renames %s (%d unseen), %d holds (%d killed, %d "
               "fenced), overlaps tolerated %d, ambiguous %d; faults %s; violations %d"
               % (n + 1, rep["seed"], rep["engine"], a.hosts, a.duration, rep["renames"],
-                 json.dumps(rep["results"], sort_keys=True), rep["holds"], rep["holds_killed"],
+                 json.dumps(rep["results"], sort_keys=True), rep["renames_unseen"], rep["holds"], rep["holds_killed"],
                  rep["holds_fenced"], rep["overlaps_tolerated"], rep["overlaps_ambiguous"],
                  json.dumps(rep["faults"]), len(rep["violations"])))
         for k, why in rep["skipped_faults"].items():
@@ -792,9 +811,140 @@ def main(argv=None):
     return cmd_limit(a)
 
 
+class Timed(threading.Thread):
+    """os.rename in a thread, recorded as the workload records it."""
+
+    def __init__(self, host, mnt, src, dst):
+        threading.Thread.__init__(self, daemon=True)
+        self.rec = {"host": host, "src": src, "dst": dst}
+        self.mnt = mnt
+
+    def run(self):
+        self.rec["t0"] = mono_ns()
+        try:
+            os.rename(self.mnt + self.rec["src"], self.mnt + self.rec["dst"])
+            self.rec["res"] = 0
+        except OSError as e:
+            self.rec["res"] = e.errno
+        self.rec["t1"] = mono_ns()
+
+
+def wait_line(path, word, n, timeout):
+    """Waits until PATH has N lines containing WORD; returns the last one."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(path) as f:
+                lines = [l for l in f.read().splitlines() if ("\t%s\t" % word) in l]
+        except FileNotFoundError:
+            lines = []
+        if len(lines) >= n:
+            return lines[n - 1]
+        time.sleep(0.01)
+    raise RuntimeError("no %s line %d in %s" % (word, n, path))
+
+
+def limit_once(a, pause, partition):
+    """Host A's rename has its locks and passed its lease check when its
+    cache layer stops answering (SIGSTOP) for PAUSE seconds; with
+    PARTITION, A is also cut off from the lock store meanwhile. Host B
+    then renames another file onto A's target. Returns the checker's
+    report and the measured times."""
+    a.hosts, a.extra_opts = 2, []
+    work = tempfile.mkdtemp(prefix="tlfs-multihost-limit.")
+    run = Run(a, work, 0)
+    rep = {}
+    try:
+        os.makedirs(run.shared)
+        names = {"d0": "/", "d1": "/", "d2": "/", "f": "d0", "y": "d1", "g": "d2"}
+        for n, p in names.items():
+            path = os.path.join(run.shared, p.strip("/"), n)
+            if n in ("f", "y", "g"):
+                with open(path, "w") as f:
+                    f.write(n)
+            else:
+                os.makedirs(path)
+        run.net.up()
+        run.engine = Emulator(run.net.addr, work)
+        run.engine.start()
+        for i in range(2):
+            h = Host(run, i)
+            run.hosts.append(h)
+            h.mount_cache()
+            if i == 0:
+                run.extra_opts = ["rename_delay_ms=300"]
+            h.mount()
+            run.extra_opts = []
+        A, B = run.hosts
+        os.stat(A.mnt + "/d0/f")
+        os.stat(A.mnt + "/d1/y")
+        ra = Timed("h0", A.mnt, "/d0/f", "/d1/y")
+        ra.start()
+        wait_line(A.hold_log, "acquire", 1, 10)
+        t_stop = mono_ns()
+        run.note("pause-cache", "h0", pid=A.cache.pid, phase="start")
+        os.kill(A.cache.pid, signal.SIGSTOP)
+        if partition:
+            run.net.link(0, False)
+            run.note("cut", "h0", phase="start")
+        time.sleep(0.5)
+        rb = Timed("h1", B.mnt, "/d2/g", "/d1/y")
+        rb.start()
+        rest = pause - (mono_ns() - t_stop) / 1e9
+        time.sleep(max(rest, 0))
+        if partition:
+            run.net.link(0, True)
+            run.note("cut", "h0", phase="end")
+        os.kill(A.cache.pid, signal.SIGCONT)
+        run.note("pause-cache", "h0", pid=A.cache.pid, phase="end")
+        ra.join(a.lock_timeout + 30)
+        rb.join(a.lock_timeout + 30)
+        for h in run.hosts:
+            h.stop_all()
+        sh(CTL, "--es_url=" + run.engine.url, "reap", "--dead", check=False)
+        left = run.leftovers()
+    finally:
+        run.cleanup()
+    final, contents = run.final_tree()
+    logs = {}
+    for h in run.hosts:
+        with open(h.hold_log) as f:
+            logs[h.name] = f.read().splitlines()
+    nem = checker.read_jsonl(run.nemesis_log)
+    rep = checker.check(logs, [ra.rec, rb.rec], nem, names, final,
+                        {"f": "f", "y": "y", "g": "g"}, contents, left)
+    holds = {}
+    for host, lines in logs.items():
+        for l in lines:
+            f = l.split("\t")
+            holds.setdefault(f[3], {})[f[1]] = int(f[0])
+    ha = holds.get("h0#1", {})
+    hb = holds.get("h1#1", {})
+    m = {"pause": pause, "partition": partition,
+         "a_res": errno.errorcode.get(ra.rec["res"], ra.rec["res"]),
+         "b_res": errno.errorcode.get(rb.rec["res"], rb.rec["res"]),
+         "a_held_s": (ha.get("release", 0) - ha.get("acquire", 0)) / 1e9,
+         "b_waited_s": ((hb.get("acquire") or rb.rec["t1"]) - rb.rec["t0"]) / 1e9,
+         "violations": [v["rule"] for v in rep["violations"]]}
+    if "acquire" in hb and "release" in ha:
+        m["overlap_s"] = max(0, ha["release"] - hb["acquire"]) / 1e9
+        m["a_renamed_after_b_took_over_s"] = (ha["release"] - hb["acquire"]) / 1e9
+    if rep["violations"]:
+        m["what"] = [v["what"] for v in rep["violations"]]
+    shutil.rmtree(work, ignore_errors=True)
+    return rep, m
+
+
 def cmd_limit(a):
-    print("not yet")
-    return 1
+    why = missing()
+    if why:
+        print("multihost skipped: " + why)
+        return 77
+    for pause in a.pause:
+        for partition in (False, True):
+            _, m = limit_once(a, pause, partition)
+            print(json.dumps(m, sort_keys=True))
+    return 0
 
 
 if __name__ == "__main__":
