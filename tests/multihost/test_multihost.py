@@ -19,7 +19,7 @@ import multihost  # noqa: E402
 def quick_args(**kw):
     a = argparse.Namespace(hosts=3, duration=40, runs=1, seed=None, engine="emulator",
                            kinds=list(multihost.KINDS), lease_ttl=2, lock_timeout=5, settle=2,
-                           quiet=6, gap=(0.5, 2.0), report=None)
+                           quiet=6, gap=(0.5, 2.0), report=None, delay_ms=20)
     for k, v in kw.items():
         setattr(a, k, v)
     return a
@@ -49,3 +49,17 @@ def test_multihost__quick_run_under_the_nemesis_has_no_violation(machine, tmp_pa
     assert rep["results"].get("ok", 0) >= 100, rep["results"]
     # the daemons stopped at the end exit cleanly
     assert set(rep["daemon_exit"].values()) <= {0}, rep["daemon_exit"]
+
+
+def test_multihost__a_rename_stuck_past_its_lease_is_reported_by_the_checker(machine):
+    """The known limit (treelockfs(1), BUGS): host A's rename passed its
+    lease check when its backing call hangs; A is cut off meanwhile, so B
+    takes A's locks over and renames onto the same target; then A's call
+    returns and its rename takes effect too. The checker must see it."""
+    a = argparse.Namespace(lease_ttl=2, lock_timeout=10)
+    rep, m = multihost.limit_once(a, 6.0, True)
+    print("\nmultihost limit: %s" % m)
+    assert m["a_res"] == 0 and m["b_res"] == 0, m
+    assert [v["rule"] for v in rep["violations"]] == ["overlap"], rep["violations"]
+    assert m["overlap_s"] > 0
+    assert m["final"]["d1/y"] == "f" and "d2/g" not in m["final"]
