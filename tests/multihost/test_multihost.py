@@ -57,7 +57,7 @@ def test_multihost__a_rename_stuck_past_its_lease_is_reported_by_the_checker(mac
     takes A's locks over and renames onto the same target; then A's call
     returns and its rename takes effect too. The checker must see it."""
     a = argparse.Namespace(lease_ttl=2, lock_timeout=10)
-    rep, m = multihost.limit_once(a, 6.0, True)
+    rep, m = multihost.limit_once(a, 8.0, True)
     print("\nmultihost limit: %s" % m)
     assert m["a_res"] == 0 and m["b_res"] == 0, m
     assert [v["rule"] for v in rep["violations"]] == ["overlap"], rep["violations"]
