@@ -72,7 +72,7 @@ def mono_ns():
     return time.monotonic_ns()
 
 
-def sh(*cmd, check=True, quiet=False):
+def sh(*cmd, check=True):
     r = subprocess.run(list(cmd), capture_output=True, text=True)
     if check and r.returncode != 0:
         raise RuntimeError("%s: exit %d: %s" % (" ".join(cmd), r.returncode, r.stderr.strip()))
@@ -757,11 +757,13 @@ def cmd_run(a):
         for k, v in rep["faults"].items():
             total[k] += v
         nviol += len(rep["violations"])
-        print("run %d (seed %d, %s, %d hosts, %ds): %d renames %s (%d unseen), %d holds (%d killed, %d "
-              "fenced), overlaps tolerated %d, ambiguous %d; faults %s; violations %d"
+        print("run %d (seed %d, %s, %d hosts, %ds): %d renames %s (%d unseen), %d holds "
+              "(%d killed, %d fenced), overlaps tolerated %d, ambiguous %d; faults %s; "
+              "violations %d"
               % (n + 1, rep["seed"], rep["engine"], a.hosts, a.duration, rep["renames"],
-                 json.dumps(rep["results"], sort_keys=True), rep["renames_unseen"], rep["holds"], rep["holds_killed"],
-                 rep["holds_fenced"], rep["overlaps_tolerated"], rep["overlaps_ambiguous"],
+                 json.dumps(rep["results"], sort_keys=True), rep["renames_unseen"],
+                 rep["holds"], rep["holds_killed"], rep["holds_fenced"],
+                 rep["overlaps_tolerated"], rep["overlaps_ambiguous"],
                  json.dumps(rep["faults"]), len(rep["violations"])))
         for k, why in rep["skipped_faults"].items():
             print("  %s skipped: %s" % (k, why))
