@@ -312,8 +312,8 @@ class Forwarder(object):
 class OpenSearch(object):
     """A real OpenSearch node (tests/engines/start) on loopback, reached
     from the namespaces through a forwarder on the bridge's address; a
-    restart stops the node (SIGTERM, as tests/engines does) and starts it
-    again on the same data directory."""
+    restart kills the node's JVM (kill -9) and starts it again on the same
+    data directory."""
 
     name = "opensearch"
 
@@ -347,6 +347,13 @@ class OpenSearch(object):
         raise RuntimeError("OpenSearch did not start (see %s/engine.log)" % self.work)
 
     def kill(self):
+        """kill -9 of the node's JVM (the pid tests/engines/start wrote),
+        then the start script is stopped as usual."""
+        try:
+            with open(os.path.join(self.data, "node-1.pid")) as f:
+                os.kill(int(f.read()), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
         self.stop()
 
     def stop(self):
