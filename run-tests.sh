@@ -4,8 +4,10 @@
 #   -fsanitize=address,undefined, the Elasticsearch emulator's tests, the
 #   differential test (emulator vs real engines), the integration tests
 #   (pytest, mounting for real) and, where java and mvn are installed, the
-#   tests against a real OpenSearch cluster, and, where go and s3fs are
-#   installed, the object-store tests (two s3fs mounts of one bucket).
+#   tests against a real OpenSearch cluster, where go and s3fs are
+#   installed, the object-store tests (two s3fs mounts of one bucket), and
+#   the multi-host run (hosts in network namespaces under a nemesis, judged
+#   by a checker).
 # The last line is the sum over all of them: "N passed, N failed[, N skipped]".
 # Exit status 0 only when nothing failed. Needs the packages that
 # quickstart.sh installs; integration tests need root and /dev/fuse (they
@@ -31,7 +33,7 @@ make -j"$(nproc 2>/dev/null || echo 2)" || { echo "0 passed, 1 failed"; exit 1; 
 
 log "make check"
 rm -f tests/esemu/run.xml tests/difftest/run.xml tests/integration/run.xml tests/engines/run.xml \
-	tests/objstore/run.xml
+	tests/objstore/run.xml tests/multihost/run.xml
 make check || status=1
 
 # Count every test: TAP results of the unit binaries (.trs files), and the
@@ -48,7 +50,7 @@ passed=$1 failed=$2 skipped=$3
 # The pytest suites write JUnit XML (run.xml beside run.sh); a suite that
 # left none either was skipped as a whole (exit 77: no pytest) or crashed.
 for suite in tests/esemu/run.sh tests/difftest/run.sh tests/integration/run.sh tests/engines/run.sh \
-	tests/objstore/run.sh; do
+	tests/objstore/run.sh tests/multihost/run.sh; do
 	xml=${suite%.sh}.xml
 	trs=${suite%.sh}.trs
 	if [ -f "$trs" ] && grep -q '^:test-result: SKIP' "$trs"; then

@@ -4,7 +4,8 @@
 # default-jdk-headless and maven are for the real-engine test tier
 # (tests/engines: real OpenSearch and Elasticsearch nodes; Maven fetches
 # their jars on the first run); s3fs is for the object-store test tier
-# (tests/objstore, which also needs Go 1.24 or later, not from Debian 12).
+# (tests/objstore, which also needs Go 1.24 or later, not from Debian 12);
+# faketime is for the clock skew of tests/multihost.
 set -eu
 SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
@@ -14,5 +15,5 @@ $SUDO apt-get install -y -q --no-install-recommends \
 	build-essential autoconf automake pkg-config \
 	libfuse3-dev fuse3 libcurl4-openssl-dev libcjson-dev check \
 	python3 python3-pytest python3-elasticsearch \
-	curl openssl iproute2 attr util-linux procps fio bindfs \
+	curl openssl iproute2 attr util-linux procps fio bindfs faketime \
 	default-jdk-headless maven s3fs

@@ -78,6 +78,7 @@ struct tlfs {
 	 * without the flag succeeds (fs_rename.c). */
 	uint64_t flag_refused_on[2];
 	uint64_t flag_suspect;
+	int hold_log_fd;         /* hold_log=FILE (O_APPEND), -1 for none */
 
 	/* the inode table (fs_inode.c); itab_mutex is a leaf lock, never
 	 * held across a syscall */

@@ -31,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "buf.h"
 #include "fs.h"
 #include "lockplan.h"
 #include "log.h"
@@ -448,6 +449,67 @@ static void flag_learn(struct tlfs *fs, struct ll_inode *dir, unsigned int flags
 	}
 }
 
+/* hold_log=FILE: appends one line to the file, in one write(2) so that
+ * lines of concurrent renames do not mix. Fields are separated by tabs;
+ * paths escape bytes below 0x21, 0x7f and '\\' as \\xHH:
+ *   MONO_NS acquire PID HOLDER FROM TO MODE:KEY...  (MODE S or X), when
+ *           the store granted the plan
+ *   MONO_NS release PID HOLDER ERRNO   just before the locks are released
+ *           (ERRNO 0: the rename was done)
+ * MONO_NS is CLOCK_MONOTONIC in nanoseconds: one clock for every mount of
+ * the machine, so holds of mounts in other network namespaces compare. */
+static void hold_log_put(struct buf *b, const char *s)
+{
+	static const char hex[] = "0123456789abcdef";
+
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c <= 0x20 || c == 0x7f || c == '\\') {
+			char e[4] = {'\\', 'x', hex[c >> 4], hex[c & 15]};
+
+			buf_add(b, e, 4);
+		} else {
+			buf_add(b, s, 1);
+		}
+	}
+}
+
+static void hold_log(struct tlfs *fs, const struct tl_plan *plan, const struct tl_holder *h,
+		     bool acquire, int res)
+{
+	struct timespec ts;
+	struct buf b;
+	char head[160];
+	size_t i;
+
+	if (fs->hold_log_fd == -1)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	buf_init(&b, 0);
+	snprintf(head, sizeof(head), "%lld%09ld\t%s\t%d\t", (long long)ts.tv_sec, ts.tv_nsec,
+		 acquire ? "acquire" : "release", (int)getpid());
+	buf_add(&b, head, strlen(head));
+	hold_log_put(&b, h->id);
+	if (acquire) {
+		buf_add(&b, "\t", 1);
+		hold_log_put(&b, plan->from);
+		buf_add(&b, "\t", 1);
+		hold_log_put(&b, plan->to ? plan->to : "");
+		for (i = 0; i < plan->n; i++) {
+			buf_add(&b, plan->items[i].mode == TL_EXCLUSIVE ? "\tX:" : "\tS:", 3);
+			hold_log_put(&b, plan->items[i].key);
+		}
+	} else {
+		snprintf(head, sizeof(head), "\t%d", -res);
+		buf_add(&b, head, strlen(head));
+	}
+	buf_add(&b, "\n", 1);
+	if (!b.err && write(fs->hold_log_fd, b.data, b.len) != (ssize_t)b.len)
+		tl_log(LOG_WARNING, "cannot write hold_log: %s", strerror(errno));
+	buf_free(&b);
+}
+
 void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
 		      const char *newname, unsigned int flags)
 {
@@ -502,6 +564,7 @@ void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 	res = lockmgr_acquire(&fs->mgr, plan, (uint32_t)fuse_req_ctx(req)->pid, &holder);
 	if (res)
 		goto out_free_plan;
+	hold_log(fs, plan, &holder, true, 0);
 	if (fs->cfg->rename_delay_ms) {
 		struct timespec ts = {.tv_sec = fs->cfg->rename_delay_ms / 1000,
 				      .tv_nsec = (long)(fs->cfg->rename_delay_ms % 1000) * 1000000};
@@ -542,6 +605,7 @@ void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 
 out_release_locks:
 	creds_daemon(fs);
+	hold_log(fs, plan, &holder, false, res);
 	lockmgr_release(&fs->mgr, plan, &holder);
 	tl_log(LOG_DEBUG, "rename '%s' -> '%s': %zu locks in %" PRId64 " ms: %s", from, to, plan->n,
 	       tl_mono_ms() - t0, res ? strerror(-res) : "ok");

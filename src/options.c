@@ -48,6 +48,7 @@ static const struct fuse_opt tl_opts[] = {
 	OPT_STR("lock_scope", lock_scope_s),
 	OPT_STR("lock_timeout", lock_timeout_s),
 	OPT_STR("rename_delay_ms", rename_delay_ms_s),
+	OPT_STR("hold_log", hold_log),
 	OPT_STR("entry_timeout", entry_timeout_s),
 	OPT_STR("attr_timeout", attr_timeout_s),
 	OPT_STR("negative_timeout", negative_timeout_s),
@@ -614,6 +615,7 @@ static const char help_mount[] =
 	"    --lock_scope=SCOPE       rename|namespace (default rename); namespace also locks\n"
 	"                             create, mkdir, mknod, symlink, link, unlink, rmdir\n"
 	"    --rename_delay_ms=N      testing: hold the locks N ms before renaming (default 0)\n"
+	"    --hold_log=FILE          append each rename's lock holds to FILE, on CLOCK_MONOTONIC\n"
 	"    --entry_timeout=SECONDS  cache names this long (default 1)\n"
 	"    --attr_timeout=SECONDS   cache attributes this long (default 1)\n"
 	"    --negative_timeout=SECONDS cache missing names this long (default 0)\n"
@@ -645,7 +647,7 @@ void config_free(struct tl_config *cfg)
 		&cfg->lock_timeout_s,   &cfg->rename_delay_ms_s,  &cfg->entry_timeout_s,
 		&cfg->attr_timeout_s,   &cfg->negative_timeout_s, &cfg->log_level_s,
 		&cfg->config_file,      &cfg->owner,              &cfg->lease_ttl_s,
-		&cfg->backing,          &cfg->errors,
+		&cfg->backing,          &cfg->errors,             &cfg->hold_log,
 	};
 	size_t i;
 

@@ -58,6 +58,7 @@ struct tl_config {
 	char *lock_scope_s;
 	char *lock_timeout_s;
 	char *rename_delay_ms_s;
+	char *hold_log;        /* mount: file of every rename's lock holds, or NULL */
 	char *entry_timeout_s;
 	char *attr_timeout_s;
 	char *negative_timeout_s;

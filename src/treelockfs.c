@@ -129,7 +129,7 @@ int main(int argc, char *argv[])
 	struct fuse_cmdline_opts opts = {0};
 	struct fuse_loop_config *loop_cfg = NULL;
 	struct tl_config cfg;
-	struct tlfs fs = {.backing_fd = -1};
+	struct tlfs fs = {.backing_fd = -1, .hold_log_fd = -1};
 	struct fuse_session *se = NULL;
 	struct stat st;
 	int ret = 1, err;
@@ -203,6 +203,15 @@ int main(int argc, char *argv[])
 		tl_log(LOG_ERR, "cannot open BACKING '%s': %s", cfg.backing, strerror(errno));
 		goto out_destroy;
 	}
+	if (cfg.hold_log) {
+		/* opened before daemonising: a relative name is the caller's */
+		fs.hold_log_fd = open(cfg.hold_log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+		if (fs.hold_log_fd == -1) {
+			tl_log(LOG_ERR, "cannot open hold_log '%s': %s", cfg.hold_log,
+			       strerror(errno));
+			goto out_close_backing;
+		}
+	}
 	fs.switch_creds = cfg.allow_other && geteuid() == 0;
 	/* libcurl's global state, once, before any thread exists */
 	curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -257,6 +266,8 @@ out_close_store:
 	tlfs_release(&fs);
 	lockstore_close(fs.store);
 out_close_backing:
+	if (fs.hold_log_fd != -1)
+		close(fs.hold_log_fd);
 	close(fs.backing_fd);
 	curl_global_cleanup();
 out_destroy:

@@ -2352,7 +2352,10 @@ def build_parser():
                     "Elasticsearch and must never hold real data. It answers the document, index, bulk, "
                     "search and update (Painless subset) APIs with Elasticsearch's status codes and error "
                     "bodies, and has an admin API under /_esemu/ for counters, pauses and fault injection.")
-    p.add_argument("--port", type=int, default=9200, help="TCP port on 127.0.0.1 (0 = any free port)")
+    p.add_argument("--port", type=int, default=9200, help="TCP port (0 = any free port)")
+    p.add_argument("--bind", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1; tests with network namespaces "
+                        "use a bridge address they created)")
     p.add_argument("--port-file", help="write the bound port to this file once listening")
     p.add_argument("--data", help="persist state to this JSON file (every acknowledged write is synced "
                                   "before it is answered) and restore it at start")
@@ -2381,12 +2384,12 @@ def main(argv=None):
     if args.tls_cert:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(args.tls_cert, args.tls_key)
-    server = Server(("127.0.0.1", args.port), Handler, emu, ctx)
+    server = Server((args.bind, args.port), Handler, emu, ctx)
     port = server.server_address[1]
     if args.port_file:
         write_port_file(args.port_file, port)
     if args.verbose:
-        sys.stderr.write("esemu: listening on 127.0.0.1:%d (%s)\n" % (port, args.flavor))
+        sys.stderr.write("esemu: listening on %s:%d (%s)\n" % (args.bind, port, args.flavor))
     import signal
 
     def stop(signum, frame):

@@ -1,6 +1,8 @@
 """Options: both spellings, config files, and every problem reported at once."""
+import errno
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -117,3 +119,31 @@ def test_options__cache_timeouts_are_used(mount_factory):
     with open(m.bpath("f"), "w") as f:
         f.write("12345")
     assert os.stat(m.path("f")).st_size == 5
+
+
+def test_options__hold_log_records_each_rename_on_the_monotonic_clock(mount_factory, tmp_path):
+    log = tmp_path / "holds"
+    m = mount_factory(opts=["hold_log=" + str(log)])
+    os.makedirs(m.path("a b", "c"))
+    t0 = time.monotonic_ns()
+    os.rename(m.path("a b", "c"), m.path("d"))
+    os.makedirs(m.path("e", "f"))
+    with pytest.raises(OSError) as e:    # onto a non-empty directory: the backing refuses it
+        os.rename(m.path("d"), m.path("e"))
+    assert e.value.errno == errno.ENOTEMPTY
+    t1 = time.monotonic_ns()
+    lines = [l.split("\t") for l in log.read_text().splitlines()]
+    assert [l[1] for l in lines] == ["acquire", "release", "acquire", "release"], lines
+    pid = str(m.proc.pid)
+    assert all(l[2] == pid for l in lines)
+    assert lines[0][3] == lines[1][3] != lines[2][3] == lines[3][3]
+    assert lines[0][4:6] == ["/a\\x20b/c", "/d"]
+    assert sorted(lines[0][6:]) == ["S:/a\\x20b", "X:/a\\x20b/c", "X:/d"]
+    assert lines[1][4:] == ["0"]
+    assert lines[2][4:6] == ["/d", "/e"] and sorted(lines[2][6:]) == ["X:/d", "X:/e"]
+    assert lines[3][4:] == [str(errno.ENOTEMPTY)]
+    times = [int(l[0]) for l in lines]
+    assert t0 <= times[0] <= times[1] <= times[2] <= times[3] <= t1
+    # a file that cannot be opened stops the mount at start
+    r = run(["--hold_log=" + str(tmp_path / "no" / "such"), str(tmp_path), m.mnt + "x", "-f"])
+    assert r.returncode != 0

@@ -1,0 +1,338 @@
+#!/usr/bin/python3
+"""Checks a multi-host run from its logs; knows nothing of treelockfs's code.
+
+Inputs (all on one CLOCK_MONOTONIC, in nanoseconds):
+
+* hold logs, one per host, in the format of treelockfs's hold_log=FILE
+  (tab-separated; paths escape bytes as \\xHH):
+      MONO_NS acquire PID HOLDER FROM TO MODE:KEY...   (MODE S or X)
+      MONO_NS release PID HOLDER ERRNO
+* the workload's own record of every rename it made, one JSON object a
+  line: {"host", "t0", "t1", "src", "dst", "res"} (res: 0 or an errno);
+  src and dst are paths below the mount, "/"-separated, leading "/";
+* the nemesis's record, one JSON object a line: {"t", "kind", "host", ...};
+  a "kill" names the "pid" it killed: that daemon's holds end there;
+* the tree before the run, {name: parent name} ("/" for the root), every
+  entry having a name no other entry has, and after it, a list of [name,
+  parent name] pairs as found; {name: content} of the files before and
+  after;
+* what the lock index still holds after the hosts stopped and dead owners
+  were reaped: a list of {"id", "source"}.
+
+Rules:
+
+1. No two holds conflicted while both renames took effect: two holds of
+   different holders on one key, at least one exclusive, whose logged
+   intervals overlap, are a violation when both renames returned 0. When
+   one of them did not (a holder whose lease lapsed is fenced and fails),
+   nothing was renamed under the stale hold: the overlap is counted, not
+   reported. A logged interval lies inside the real one (acquire is
+   logged after the grant, release before it), so an overlap of the logs
+   is a real overlap.
+2. Every hold ends: a hold with no release is closed by the kill of its
+   daemon; one that neither was released nor was killed is a violation.
+3. Every rename that returned 0 is in the final tree: the final parent of
+   each entry is the target of the last rename of it that returned 0 (or
+   of a rename whose outcome is unknown: the daemon was killed under it,
+   and that may or may not have renamed). Renames of one entry that
+   overlap in time leave the order open: each of them may be the last.
+   An entry no rename of which returned 0 or may have happened is where it
+   was at the start.
+4. Nothing lost or duplicated: the final tree has every entry of the
+   initial one, once, and nothing else; every file has its content.
+5. Nothing left in the lock index: no lock, waiter mark, intent or owner.
+6. A rename that returned 0 was done under a hold: for a host with a hold
+   log, a rename that returned 0 matches a hold of that host, within the
+   call's time, of the same source and target name, released with 0; one
+   released with an error is a violation. One with no hold at all never
+   reached the daemon: the host's kernel answered it alone (it takes a
+   rename whose source and target name one file for a no-op, as rename(2)
+   says, and a stale client cache can show one file at both paths). Such
+   no-ops are counted ("renames_unseen") and left out of rule 3.
+
+As a command it reads the files named by its options and prints the report
+as JSON; exit status 0 when there is no violation, 1 otherwise.
+"""
+import argparse
+import errno
+import json
+import re
+import sys
+
+# errnos after which a rename may or may not have been done: the daemon
+# went away under it, or the call was interrupted
+AMBIGUOUS = {errno.ENOTCONN, errno.ECONNABORTED, errno.EINTR, errno.EIO}
+
+_ESC = re.compile(r"\\x([0-9a-fA-F]{2})")
+
+
+def unescape(s):
+    return _ESC.sub(lambda m: chr(int(m.group(1), 16)), s)
+
+
+class Hold(object):
+    __slots__ = ("host", "pid", "holder", "start", "end", "src", "dst", "items", "res",
+                 "how")
+
+    def __init__(self, host, pid, holder, start, src, dst, items):
+        self.host, self.pid, self.holder = host, pid, holder
+        self.start, self.src, self.dst, self.items = start, src, dst, items
+        self.end = None
+        self.res = None     # errno, or None: unknown
+        self.how = None     # "released", "killed", "open"
+
+    @property
+    def ident(self):
+        return "%s/%s/%s" % (self.host, self.pid, self.holder)
+
+    def __repr__(self):
+        return "<%s %s->%s [%d,%s] res=%s>" % (self.ident, self.src, self.dst, self.start,
+                                                self.end, self.res)
+
+
+def parse_holds(host, lines, violations):
+    """Holds of one host's hold log (an iterable of lines)."""
+    holds, open_ = [], {}
+    for n, line in enumerate(lines, 1):
+        line = line.rstrip("\n")
+        if not line:
+            continue
+        f = line.split("\t")
+        try:
+            t, ev, pid, holder = int(f[0]), f[1], int(f[2]), f[3]
+        except (IndexError, ValueError):
+            violations.append({"rule": "log", "host": host,
+                               "what": "hold log line %d unreadable: %r" % (n, line)})
+            continue
+        key = (pid, holder)
+        if ev == "acquire":
+            items = []
+            for it in f[6:]:
+                mode, _, k = it.partition(":")
+                items.append((mode, unescape(k)))
+            h = Hold(host, pid, holder, t, unescape(f[4]), unescape(f[5]), items)
+            if key in open_:
+                violations.append({"rule": "log", "host": host,
+                                   "what": "holder %s/%s acquired twice" % key})
+            open_[key] = h
+            holds.append(h)
+        elif ev == "release":
+            h = open_.pop(key, None)
+            if h is None:
+                violations.append({"rule": "log", "host": host,
+                                   "what": "release of %s/%s that was not acquired" % key})
+                continue
+            h.end, h.res, h.how = t, int(f[4]), "released"
+        else:
+            violations.append({"rule": "log", "host": host,
+                               "what": "hold log line %d: unknown event %r" % (n, ev)})
+    return holds
+
+
+def close_killed(holds, nemesis, end_of_run, violations):
+    """Rule 2: a hold left open ends when its daemon was killed."""
+    kills = {}
+    for ev in nemesis:
+        if ev.get("kind") == "kill" and ev.get("phase", "start") == "start" and "pid" in ev:
+            kills[(ev["host"], int(ev["pid"]))] = int(ev["t"])
+    for h in holds:
+        if h.end is not None:
+            continue
+        t = kills.get((h.host, h.pid))
+        if t is not None and t >= h.start:
+            h.end, h.how = t, "killed"
+        else:
+            h.end, h.how = end_of_run, "open"
+            violations.append({"rule": "hold-ends", "host": h.host,
+                               "what": "hold %s (%s -> %s) was never released and its daemon "
+                                       "was not killed" % (h.ident, h.src, h.dst)})
+
+
+def conflicts(holds):
+    """Rule 1. Returns (violations, tolerated overlaps, ambiguous overlaps)."""
+    by_key = {}
+    for h in holds:
+        for mode, key in h.items:
+            by_key.setdefault(key, []).append((h.start, h.end, mode, h))
+    bad, tolerated, ambiguous = [], 0, 0
+    for key, ivs in by_key.items():
+        ivs.sort(key=lambda x: x[0])
+        active = []
+        for s, e, mode, h in ivs:
+            active = [a for a in active if a[1] > s]
+            for s2, e2, mode2, h2 in active:
+                if h2 is h or (mode == "S" and mode2 == "S"):
+                    continue
+                if h.res == 0 and h2.res == 0:
+                    bad.append({"rule": "overlap", "key": key,
+                                "what": "%s %s [%d, %d] and %s %s [%d, %d] overlap by %.3f ms "
+                                        "and both renamed"
+                                        % (h2.ident, mode2, s2, e2, h.ident, mode, s, e,
+                                           (min(e, e2) - s) / 1e6),
+                                "holds": [h2.ident, h.ident]})
+                elif h.res is None or h2.res is None:
+                    ambiguous += 1
+                else:
+                    tolerated += 1
+            active.append((s, e, mode, h))
+    return bad, tolerated, ambiguous
+
+
+def _parent_name(path):
+    parts = [p for p in path.split("/") if p]
+    return parts[-2] if len(parts) >= 2 else "/"
+
+
+def _entry_name(path):
+    parts = [p for p in path.split("/") if p]
+    return parts[-1] if parts else "/"
+
+
+def final_tree_rules(initial, final_entries, contents, final_contents, renames):
+    """Rules 3 and 4. FINAL_ENTRIES: [name, parent] pairs as found."""
+    out = []
+    final, dups = {}, []
+    for name, parent in final_entries:
+        if name in final and name not in dups:
+            dups.append(name)
+        final[name] = parent
+    for name in sorted(set(initial) - set(final)):
+        out.append({"rule": "lost", "what": "%s is not in the final tree" % name})
+    for name in sorted(set(final) - set(initial)):
+        out.append({"rule": "unknown", "what": "%s is in the final tree but was never made"
+                                               % name})
+    for name in dups:
+        out.append({"rule": "duplicate", "what": "%s is in the final tree more than once" % name})
+    for name, text in sorted(contents.items()):
+        if name in final_contents and final_contents[name] != text:
+            out.append({"rule": "content", "what": "%s holds %r, not %r"
+                                                  % (name, final_contents[name], text)})
+    by_entry = {}
+    for r in renames:
+        res = r["res"]
+        if res != 0 and res not in AMBIGUOUS:
+            continue
+        by_entry.setdefault(_entry_name(r["src"]), []).append(r)
+    for name in sorted(initial):
+        if name not in final or name in dups:
+            continue
+        rs = by_entry.get(name, [])
+        ok = [r for r in rs if r["res"] == 0]
+        # the renames that may have been the last one to take effect
+        cands = [r for r in rs if not any(r["t1"] < o["t0"] for o in ok)]
+        allowed = {_parent_name(r["dst"]) for r in cands}
+        if not ok:
+            allowed.add(initial[name])
+        if final[name] not in allowed:
+            last = max(ok, key=lambda r: r["t1"]) if ok else None
+            out.append({"rule": "rename-kept",
+                        "what": "%s is in %s; the renames that may have been its last put it in "
+                                "%s (last that returned 0: %s)"
+                                % (name, final[name], sorted(allowed),
+                                   "%s %s -> %s" % (last["host"], last["src"], last["dst"])
+                                   if last else "none")})
+    return out
+
+
+def leftover_rules(docs):
+    out = []
+    for d in docs:
+        did = d.get("id", "")
+        kind = ("intent" if did.startswith("intent:") else
+                "owner" if did.startswith("owner:") else "lock or mark")
+        out.append({"rule": "leftover", "what": "%s document %s left in the index: %s"
+                                                % (kind, did, json.dumps(d.get("source"))[:200])})
+    return out
+
+
+def match_renames(holds, renames, hosts_logged):
+    """Rule 6. Returns (violations, renames that reached a daemon or may
+    have, renames that returned 0 without reaching one)."""
+    by_host = {}
+    for h in holds:
+        by_host.setdefault(h.host, []).append(h)
+    out, seen, unseen = [], [], []
+    for r in renames:
+        if r["res"] != 0 or r["host"] not in hosts_logged:
+            seen.append(r)
+            continue
+        m = [h for h in by_host.get(r["host"], [])
+             if r["t0"] <= h.start and h.end is not None and h.end <= r["t1"]
+             and _entry_name(h.src) == _entry_name(r["src"])
+             and _entry_name(h.dst) == _entry_name(r["dst"])]
+        if not m:
+            unseen.append(r)
+            continue
+        seen.append(r)
+        if not any(h.res == 0 for h in m):
+            out.append({"rule": "result", "what": "%s %s -> %s returned 0 but its hold %s ended "
+                                                  "with %s" % (r["host"], r["src"], r["dst"],
+                                                               m[-1].ident, m[-1].res)})
+    return out, seen, unseen
+
+
+def check(hold_logs, renames, nemesis, initial, final, contents, final_contents, leftovers,
+          end_of_run=None):
+    """HOLD_LOGS: {host: iterable of lines}. Returns the report (a dict);
+    report["violations"] is empty when the run is correct."""
+    violations = []
+    holds = []
+    for host in sorted(hold_logs):
+        holds.extend(parse_holds(host, hold_logs[host], violations))
+    if end_of_run is None:
+        end_of_run = max([h.start for h in holds] + [r["t1"] for r in renames] + [0]) + 1
+    close_killed(holds, nemesis, end_of_run, violations)
+    bad, tolerated, ambiguous = conflicts(holds)
+    violations.extend(bad)
+    bad, seen, unseen = match_renames(holds, renames, set(hold_logs))
+    violations.extend(bad)
+    violations.extend(final_tree_rules(initial, final, contents, final_contents, seen))
+    violations.extend(leftover_rules(leftovers))
+    results = {}
+    for r in renames:
+        k = "ok" if r["res"] == 0 else errno.errorcode.get(r["res"], str(r["res"]))
+        results[k] = results.get(k, 0) + 1
+    return {
+        "holds": len(holds),
+        "holds_killed": sum(1 for h in holds if h.how == "killed"),
+        "holds_fenced": sum(1 for h in holds if h.res == errno.ENOLCK),
+        "renames": len(renames),
+        "results": results,
+        "renames_unseen": len(unseen),
+        "unseen": [{"host": r["host"], "src": r["src"], "dst": r["dst"]} for r in unseen[:20]],
+        "overlaps_tolerated": tolerated,
+        "overlaps_ambiguous": ambiguous,
+        "violations": violations,
+    }
+
+
+def read_jsonl(path):
+    with open(path) as f:
+        return [json.loads(l) for l in f if l.strip()]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--holds", nargs="+", required=True, metavar="HOST=FILE")
+    ap.add_argument("--workload", nargs="+", required=True, metavar="FILE")
+    ap.add_argument("--nemesis", required=True)
+    ap.add_argument("--trees", required=True,
+                    help="JSON {initial, final, contents, final_contents, leftovers}")
+    a = ap.parse_args(argv)
+    logs = {}
+    for hf in a.holds:
+        host, _, path = hf.partition("=")
+        with open(path, encoding="utf-8", errors="surrogateescape") as f:
+            logs[host] = f.read().splitlines()
+    renames = [r for w in a.workload for r in read_jsonl(w)]
+    with open(a.trees) as f:
+        t = json.load(f)
+    rep = check(logs, renames, read_jsonl(a.nemesis), t["initial"], t["final"], t["contents"],
+                t["final_contents"], t["leftovers"])
+    json.dump(rep, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+    return 1 if rep["violations"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

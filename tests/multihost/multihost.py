@@ -1,0 +1,969 @@
+#!/usr/bin/python3
+"""Many hosts for real: hosts in network namespaces, a nemesis, a checker.
+
+Each host is a network namespace with a veth pair to a bridge this script
+creates (and removes). The lock store (the emulator, tests/esemu, or a
+real OpenSearch node, tests/engines/start, through a forwarder) listens on
+the bridge's address. A host has
+
+* its own client cache of the shared storage: a treelockfs mount of the
+  one shared directory with lock_strategy=none and 1 s kernel entry and
+  attribute timeouts (as an NFS client caches lookups), and
+* its own treelockfs with lock_store=es over that cache, logging its lock
+  holds (hold_log=FILE),
+
+both run inside the namespace (nsenter --net: unlike `ip netns exec`,
+which gives the command a mount namespace of its own, the mounts stay
+visible to the workload and to fusermount3). A workload process per host
+moves files and directories around through its mount and logs every
+rename and its result; a nemesis meanwhile, at random times:
+
+  cut     the host's link goes down, then up again
+  pause   SIGSTOP of the host's treelockfs for longer than its lease
+  kill    kill -9 of the host's treelockfs, fusermount3 -u, mount again
+  engine  the lock store is killed and started again (same port, data)
+  skew    the host's treelockfs is mounted again with its wall clock
+          minutes off (libfaketime; skipped with the reason without it)
+
+Afterwards every mount is stopped, dead owners are reaped
+(treelockctl reap --dead), and checker.py judges the logs, the final tree
+and what is left in the lock index.
+
+    multihost.py run [--hosts 3] [--duration 45] [--runs 1] [--engine emulator|opensearch]
+    multihost.py limit [--pause 6]     the known limit (a rename stuck in a
+                                       hung backing call), measured
+
+Needs root, ip netns, nsenter, /dev/fuse and fusermount3; exits 77 with the
+reason otherwise. Exit status 0 when the checker found no violation.
+"""
+import argparse
+import errno
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRCDIR = os.environ.get("TREELOCKFS_SRCDIR") or os.path.dirname(os.path.dirname(HERE))
+BIN = os.environ.get("TREELOCKFS_BIN") or os.path.join(SRCDIR, "src", "treelockfs")
+CTL = os.environ.get("TREELOCKCTL_BIN") or os.path.join(SRCDIR, "src", "treelockctl")
+ESEMU = os.path.join(SRCDIR, "tests", "esemu", "esemu.py")
+ENGINE_START = os.path.join(SRCDIR, "tests", "engines", "start")
+sys.path.insert(0, HERE)
+import checker  # noqa: E402
+
+INDEX = "treelockfs-locks"
+KINDS = ("cut", "pause", "kill", "engine", "skew")
+FAKETIME_LIBS = ("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+                 "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+                 "/usr/lib/faketime/libfaketimeMT.so.1")
+
+
+def mono_ns():
+    return time.monotonic_ns()
+
+
+def sh(*cmd, check=True):
+    r = subprocess.run(list(cmd), capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise RuntimeError("%s: exit %d: %s" % (" ".join(cmd), r.returncode, r.stderr.strip()))
+    return r
+
+
+def missing():
+    """Why this machine cannot run the test, or None."""
+    if os.geteuid() != 0:
+        return "not root (network namespaces and mounts need it)"
+    for tool, pkg in (("ip", "iproute2"), ("nsenter", "util-linux"), ("fusermount3", "fuse3")):
+        if not shutil.which(tool):
+            return "no %s (Debian package %s)" % (tool, pkg)
+    if not os.path.exists("/dev/fuse"):
+        return "no /dev/fuse"
+    for b in (BIN, CTL):
+        if not os.access(b, os.X_OK):
+            return "%s is not built" % b
+    probe = "tlmhp%d" % (os.getpid() % 100000)
+    r = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if r.returncode != 0:
+        return "ip netns does not work here: %s" % r.stderr.strip()
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return None
+
+
+def faketime_lib():
+    for p in FAKETIME_LIBS:
+        if os.path.exists(p):
+            return p
+    return None
+
+
+def is_mounted(path):
+    path = os.path.realpath(path)
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+        for line in f:
+            if line.split()[4].encode().decode("unicode_escape") == path:
+                return True
+    return False
+
+
+def unmount(path):
+    """fusermount3 -u of PATH (ours), lazily when busy."""
+    if is_mounted(path):
+        subprocess.run(["fusermount3", "-u", "-z", path], capture_output=True)
+
+
+class Net(object):
+    """A bridge, and a namespace per host with a veth pair to it."""
+
+    def __init__(self, nhosts):
+        tag = "%04x" % (os.getpid() & 0xffff)
+        self.bridge = "tlmh%sb" % tag
+        self.ns = ["tlmh%s-%d" % (tag, i) for i in range(nhosts)]
+        self.veth = ["tlmh%sv%d" % (tag, i) for i in range(nhosts)]
+        self.subnet = self._free_subnet()
+        self.addr = self.subnet + ".1"
+        self.made = []
+
+    @staticmethod
+    def _free_subnet():
+        used = sh("ip", "-4", "-o", "addr").stdout + sh("ip", "-4", "route").stdout
+        rnd = random.Random(os.getpid())
+        for _ in range(200):
+            s = "10.%d.%d" % (rnd.randrange(64, 250), rnd.randrange(1, 250))
+            if s + "." not in used:
+                return s
+        raise RuntimeError("no free 10.x.y.0/24 subnet")
+
+    def host_addr(self, i):
+        return "%s.%d" % (self.subnet, 10 + i)
+
+    def up(self):
+        sh("ip", "link", "add", self.bridge, "type", "bridge")
+        self.made.append(("link", self.bridge))
+        sh("ip", "addr", "add", self.addr + "/24", "dev", self.bridge)
+        sh("ip", "link", "set", self.bridge, "up")
+        for i, (ns, veth) in enumerate(zip(self.ns, self.veth)):
+            sh("ip", "netns", "add", ns)
+            self.made.append(("netns", ns))
+            peer = veth + "p"
+            sh("ip", "link", "add", veth, "type", "veth", "peer", "name", peer)
+            self.made.append(("link", veth))
+            sh("ip", "link", "set", peer, "netns", ns)
+            sh("ip", "link", "set", veth, "master", self.bridge)
+            sh("ip", "link", "set", veth, "up")
+            sh("ip", "-n", ns, "link", "set", peer, "name", "eth0")
+            sh("ip", "-n", ns, "addr", "add", self.host_addr(i) + "/24", "dev", "eth0")
+            sh("ip", "-n", ns, "link", "set", "eth0", "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+
+    def link(self, i, up):
+        sh("ip", "-n", self.ns[i], "link", "set", "eth0", "up" if up else "down")
+
+    def down(self):
+        for kind, name in reversed(self.made):
+            if kind == "netns":
+                subprocess.run(["ip", "netns", "del", name], capture_output=True)
+            else:
+                subprocess.run(["ip", "link", "del", name], capture_output=True)
+        self.made = []
+
+    def nsenter(self, i):
+        return ["nsenter", "--net=/run/netns/" + self.ns[i], "--"]
+
+
+def http(url, method="GET", body=None, timeout=10):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+class Emulator(object):
+    """tests/esemu on the bridge's address; restart keeps port and data."""
+
+    name = "emulator"
+
+    def __init__(self, addr, work):
+        self.addr, self.work = addr, work
+        self.data = os.path.join(work, "esemu.json")
+        self.port = 0
+        self.proc = None
+
+    @property
+    def url(self):
+        return "http://%s:%d" % (self.addr, self.port)
+
+    def start(self):
+        pf = os.path.join(self.work, "esemu.port")
+        if os.path.exists(pf):
+            os.unlink(pf)
+        log = open(os.path.join(self.work, "esemu.log"), "ab")
+        deadline = time.monotonic() + 15
+        while True:
+            self.proc = subprocess.Popen(
+                [sys.executable, ESEMU, "--bind", self.addr, "--port", str(self.port),
+                 "--port-file", pf, "--data", self.data, "--flavor", "es8"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                if os.path.exists(pf):
+                    with open(pf) as f:
+                        text = f.read().strip()
+                    if text:
+                        self.port = int(text)
+                        log.close()
+                        return
+                time.sleep(0.02)
+            if time.monotonic() >= deadline:
+                self.stop()
+                log.close()
+                raise RuntimeError("the emulator did not start")
+            time.sleep(0.2)    # the port may still be in TIME_WAIT use: again
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.proc = None
+
+
+class Forwarder(object):
+    """TCP from ADDR:PORT (fixed) to 127.0.0.1:target (may change)."""
+
+    def __init__(self, addr):
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((addr, 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.target = None
+        self.conns = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            try:
+                u = socket.create_connection(("127.0.0.1", self.target), timeout=5)
+                u.settimeout(None)
+            except (OSError, TypeError):
+                c.close()
+                continue
+            with self.lock:
+                self.conns += [c, u]
+            for a, b in ((c, u), (u, c)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a, b):
+        try:
+            while True:
+                d = a.recv(65536)
+                if not d:
+                    break
+                b.sendall(d)
+        except OSError:
+            pass
+        for s in (a, b):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def drop_all(self):
+        with self.lock:
+            for s in self.conns:
+                try:
+                    s.close()
+                except OSError:
+                    pass
+            self.conns = []
+
+    def close(self):
+        self.sock.close()
+        self.drop_all()
+
+
+class OpenSearch(object):
+    """A real OpenSearch node (tests/engines/start) on loopback, reached
+    from the namespaces through a forwarder on the bridge's address; a
+    restart kills the node's JVM (kill -9) and starts it again on the same
+    data directory."""
+
+    name = "opensearch"
+
+    def __init__(self, addr, work):
+        self.addr, self.work = addr, work
+        self.data = os.path.join(work, "engine")
+        self.fwd = Forwarder(addr)
+        self.proc = None
+
+    @property
+    def url(self):
+        return "http://%s:%d" % (self.addr, self.fwd.port)
+
+    def start(self):
+        pf = os.path.join(self.work, "engine.port")
+        if os.path.exists(pf):
+            os.unlink(pf)
+        log = open(os.path.join(self.work, "engine.log"), "ab")
+        self.proc = subprocess.Popen([ENGINE_START, "opensearch", "--port-file", pf,
+                                      "--data", self.data], stdin=subprocess.DEVNULL,
+                                     stdout=log, stderr=log, start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            if os.path.exists(pf):
+                with open(pf) as f:
+                    self.fwd.target = int(f.read().split()[0])
+                return
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError("OpenSearch did not start (see %s/engine.log)" % self.work)
+
+    def kill(self):
+        """kill -9 of the node's JVM (the pid tests/engines/start wrote),
+        then the start script is stopped as usual."""
+        try:
+            with open(os.path.join(self.data, "node-1.pid")) as f:
+                os.kill(int(f.read()), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+        self.stop()
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.proc = None
+        self.fwd.drop_all()
+
+
+class Host(object):
+    def __init__(self, run, i):
+        self.run, self.i = run, i
+        self.name = "h%d" % i
+        w = run.work
+        self.cache_mnt = os.path.join(w, "cache%d" % i)
+        self.mnt = os.path.join(w, "mnt%d" % i)
+        self.hold_log = os.path.join(w, "holds%d.log" % i)
+        self.log = os.path.join(w, "treelockfs%d.log" % i)
+        for d in (self.cache_mnt, self.mnt):
+            os.makedirs(d, exist_ok=True)
+        self.cache = self.proc = None
+        self.skew = None
+
+    def _spawn(self, backing, mnt, opts, env=None):
+        e = dict(os.environ)
+        e.update(env or {})
+        logf = open(self.log, "ab")
+        p = subprocess.Popen(self.run.net.nsenter(self.i) + [BIN, backing, mnt, "-f", "-o",
+                                                             ",".join(opts)],
+                             stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, env=e,
+                             start_new_session=True)
+        logf.close()
+        deadline = time.monotonic() + 15
+        while not is_mounted(mnt):
+            if p.poll() is not None or time.monotonic() > deadline:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+                raise RuntimeError("treelockfs did not mount %s (see %s)" % (mnt, self.log))
+            time.sleep(0.02)
+        return p
+
+    def mount_cache(self):
+        self.cache = self._spawn(self.run.shared, self.cache_mnt,
+                                 ["lock_strategy=none", "entry_timeout=1", "attr_timeout=1"])
+
+    def opts(self):
+        a = self.run.args
+        return ["lock_store=es", "es_url=" + self.run.engine.url, "owner=" + self.name,
+                "lease_ttl=%d" % a.lease_ttl, "lock_timeout=%d" % a.lock_timeout,
+                "es_timeout_ms=1000", "hold_log=" + self.hold_log] + list(self.run.extra_opts)
+
+    def mount(self, skew=None):
+        env = {}
+        if skew:
+            env = {"LD_PRELOAD": faketime_lib(), "FAKETIME": skew,
+                   "DONT_FAKE_MONOTONIC": "1", "FAKETIME_NO_CACHE": "1"}
+        self.proc = self._spawn(self.cache_mnt, self.mnt, self.opts(), env)
+        self.skew = skew
+
+    def holding(self, timeout):
+        """Waits up to TIMEOUT seconds for this host to hold locks (the last
+        line of its hold log an acquire); True if it does."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with open(self.hold_log, "rb") as f:
+                    f.seek(0, os.SEEK_END)
+                    f.seek(max(0, f.tell() - 4096))
+                    tail = f.read().decode("utf-8", "replace").splitlines()
+                if tail and "\tacquire\t" in tail[-1]:
+                    return True
+            except OSError:
+                pass
+            time.sleep(0.001)
+        return False
+
+    def stop(self, proc_attr="proc", mnt=None):
+        """Unmounts by path and waits for the daemon; returns its status."""
+        p = getattr(self, proc_attr)
+        mnt = mnt or self.mnt
+        if p is None:
+            return None
+        try:
+            os.kill(p.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+        unmount(mnt)
+        try:
+            rc = p.wait(15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            rc = p.wait(10)
+        setattr(self, proc_attr, None)
+        return rc
+
+    def stop_all(self):
+        rc = self.stop()
+        self.stop("cache", self.cache_mnt)
+        return rc
+
+
+def workload(mnt, host, until_ns, seed, out, names):
+    """Moves files among directories and directories among the top ones,
+    logging each rename and its result (one JSON object a line)."""
+    rnd = random.Random(seed)
+    tops = [n for n in names if n.startswith("d")]
+    subs = [n for n in names if n.startswith("s")]
+    files = [n for n in names if n.startswith("f")]
+    where = {}
+    n = 0
+    with open(out, "a") as f:
+        while mono_ns() < until_ns:
+            if n % 4 == 0 or not where:
+                try:
+                    where = {}
+                    for dirpath, dirnames, filenames in os.walk(mnt):
+                        rel = "/" + os.path.relpath(dirpath, mnt).strip(".")
+                        for e in dirnames + filenames:
+                            where[e] = (rel.rstrip("/") + "/" + e)
+                except OSError:
+                    time.sleep(0.1)
+                    continue
+                if not where:       # the mount is away (a remount): wait
+                    time.sleep(0.05)
+                    continue
+            n += 1
+            if rnd.random() < 0.3:
+                x, targets = rnd.choice(subs), tops
+            else:
+                x, targets = rnd.choice(files), ["/"] + tops + subs
+            t = rnd.choice(targets)
+            if x not in where or (t != "/" and t not in where):
+                where = {}
+                continue
+            src = where[x]
+            dst = (where[t] if t != "/" else "") + "/" + x
+            if os.path.dirname(src) == os.path.dirname(dst):
+                continue
+            t0 = mono_ns()
+            try:
+                os.rename(mnt + src, mnt + dst)
+                res = 0
+            except OSError as e:
+                res = e.errno
+            t1 = mono_ns()
+            f.write(json.dumps({"host": host, "t0": t0, "t1": t1, "src": src, "dst": dst,
+                                "res": res}) + "\n")
+            f.flush()
+            if res == 0:
+                where[x] = dst
+                if x in subs:
+                    where = {}
+            elif res in (errno.ENOTCONN, errno.ECONNABORTED, errno.ENOLCK):
+                time.sleep(0.1)
+
+
+class Run(object):
+    def __init__(self, args, work, seed):
+        self.args, self.work, self.seed = args, work, seed
+        self.rnd = random.Random(seed)
+        self.shared = os.path.join(work, "shared")
+        self.nemesis_log = os.path.join(work, "nemesis.jsonl")
+        self.net = Net(args.hosts)
+        self.engine = None
+        self.hosts = []
+        self.workers = []
+        self.faults = {k: 0 for k in KINDS}
+        self.skipped = {}
+        # a pause aimed at a host holding locks lands, most of the time,
+        # in these 20 ms between the grant and the lease check: the case
+        # fencing is for (a pause after the check is the known limit,
+        # `limit` below)
+        self.extra_opts = ["rename_delay_ms=%d" % getattr(args, "delay_ms", 20)]
+
+    def note(self, kind, host=None, **kw):
+        ev = dict(kw, t=mono_ns(), kind=kind)
+        if host is not None:
+            ev["host"] = host
+        with open(self.nemesis_log, "a") as f:
+            f.write(json.dumps(ev) + "\n")
+
+    def make_tree(self):
+        names = {}
+        os.makedirs(self.shared)
+        nd = 4
+        for i in range(nd):
+            names["d%d" % i] = "/"
+            names["s%d" % i] = "d%d" % i
+        dirs = ["/"] + ["d%d" % i for i in range(nd)] + ["s%d" % i for i in range(nd)]
+        for i in range(24):
+            names["f%02d" % i] = dirs[i % len(dirs)]
+
+        def path(n):
+            return "" if n == "/" else path(names[n]) + "/" + n
+        for n in sorted(names, key=lambda n: path(n).count("/")):
+            p = self.shared + path(n)
+            if n.startswith("f"):
+                with open(p, "w") as f:
+                    f.write(n)
+            else:
+                os.mkdir(p)
+        self.initial = names
+        self.contents = {n: n for n in names if n.startswith("f")}
+
+    def final_tree(self):
+        entries, contents = [], {}
+        for dirpath, dirnames, filenames in os.walk(self.shared):
+            parent = "/" if dirpath == self.shared else os.path.basename(dirpath)
+            for e in dirnames + filenames:
+                entries.append([e, parent])
+            for e in filenames:
+                with open(os.path.join(dirpath, e)) as f:
+                    contents[e] = f.read()
+        return entries, contents
+
+    # ---- the nemesis ------------------------------------------------------------------------
+
+    def fault(self, kind):
+        a = self.args
+        h = self.rnd.choice(self.hosts)
+        if kind == "cut":
+            secs = self.rnd.uniform(1.5, 2.5) * a.lease_ttl
+            self.note("cut", h.name, phase="start")
+            self.net.link(h.i, False)
+            time.sleep(secs)
+            self.net.link(h.i, True)
+            self.note("cut", h.name, phase="end")
+        elif kind == "pause":
+            secs = 2 * a.lease_ttl + self.rnd.uniform(1, 2)
+            h.holding(1.0)     # preferably while it holds locks
+            pid = h.proc.pid
+            self.note("pause", h.name, pid=pid, phase="start")
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(secs)
+            os.kill(pid, signal.SIGCONT)
+            self.note("pause", h.name, pid=pid, phase="end")
+        elif kind == "kill":
+            h.holding(1.0)
+            pid = h.proc.pid
+            self.note("kill", h.name, pid=pid, phase="start")
+            os.kill(pid, signal.SIGKILL)
+            h.proc.wait(15)
+            h.proc = None
+            unmount(h.mnt)
+            time.sleep(self.rnd.uniform(0, 1))
+            h.mount(h.skew)
+            self.note("kill", h.name, pid=h.proc.pid, phase="end")
+        elif kind == "engine":
+            self.note("engine", phase="start")
+            self.engine.kill()
+            time.sleep(self.rnd.uniform(0.2, 1.5))
+            self.engine.start()
+            self.note("engine", phase="end")
+        elif kind == "skew":
+            minutes = self.rnd.choice([-1, 1]) * self.rnd.randint(3, 30)
+            skew = "%+dm" % minutes
+            old = h.proc.pid
+            self.note("skew", h.name, pid=old, skew=skew, phase="start")
+            rc = h.stop()
+            if rc not in (0, None):
+                # a daemon stopped while requests were pending: note it as a kill
+                self.note("kill", h.name, pid=old, phase="start")
+            h.mount(skew)
+            self.note("skew", h.name, pid=h.proc.pid, skew=skew, phase="end")
+        self.faults[kind] += 1
+
+    def nemesis(self, until_ns):
+        kinds = [k for k in KINDS if k not in self.skipped]
+        order = kinds[:]
+        self.rnd.shuffle(order)
+        time.sleep(self.args.settle)
+        while mono_ns() < until_ns:
+            kind = order.pop(0) if order else self.rnd.choice(kinds)
+            try:
+                self.fault(kind)
+            except Exception as e:  # a fault that cannot be injected fails the run
+                self.nemesis_error = "%s: %s" % (kind, e)
+                return
+            time.sleep(self.rnd.uniform(*self.args.gap))
+
+    # ---- one run ----------------------------------------------------------------------------
+
+    def leftovers(self):
+        url = self.engine.url
+        http(url + "/" + INDEX + "/_refresh", "POST")
+        st, body = http(url + "/" + INDEX + "/_search", "POST",
+                        {"size": 10000, "query": {"match_all": {}}})
+        if st != 200:
+            raise RuntimeError("search of the lock index: %s %s" % (st, body))
+        return [{"id": h["_id"], "source": h["_source"]} for h in body["hits"]["hits"]]
+
+    def go(self):
+        a = self.args
+        self.nemesis_error = None
+        if "skew" in a.kinds and not faketime_lib():
+            self.skipped["skew"] = ("no libfaketime (Debian package faketime): clock skew "
+                                    "not injected")
+        for k in KINDS:
+            if k not in a.kinds:
+                self.skipped.setdefault(k, "not selected")
+        self.make_tree()
+        self.net.up()
+        self.engine = (OpenSearch if a.engine == "opensearch" else Emulator)(self.net.addr,
+                                                                             self.work)
+        try:
+            self.engine.start()
+            for i in range(a.hosts):
+                h = Host(self, i)
+                self.hosts.append(h)
+                h.mount_cache()
+                h.mount()
+            t_end = mono_ns() + int(a.duration * 1e9)
+            for h in self.hosts:
+                out = os.path.join(self.work, "work%d.jsonl" % h.i)
+                p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "workload",
+                                      h.mnt, h.name, str(t_end), str(self.rnd.randrange(1 << 30)),
+                                      out, ",".join(sorted(self.initial))])
+                self.workers.append((p, out))
+            nem = threading.Thread(target=self.nemesis, args=(t_end - int(a.quiet * 1e9),))
+            nem.start()
+            nem.join()
+            if self.nemesis_error:
+                raise RuntimeError("the nemesis failed: " + self.nemesis_error)
+            for p, _ in self.workers:
+                p.wait(a.duration + 120)
+                if p.returncode != 0:
+                    raise RuntimeError("a workload exited with %d" % p.returncode)
+            statuses = {}
+            for h in self.hosts:
+                statuses[h.name] = h.stop_all()
+            t_stop = mono_ns()
+            r = sh(CTL, "--es_url=" + self.engine.url, "reap", "--dead", check=False)
+            self.reap_output = (r.stdout + r.stderr).strip()
+            if r.returncode != 0:
+                raise RuntimeError("treelockctl reap --dead: exit %d: %s"
+                                   % (r.returncode, self.reap_output))
+            left = self.leftovers()
+        finally:
+            self.cleanup()
+        final, final_contents = self.final_tree()
+        logs = {}
+        for h in self.hosts:
+            try:
+                with open(h.hold_log, encoding="utf-8", errors="surrogateescape") as f:
+                    logs[h.name] = f.read().splitlines()
+            except FileNotFoundError:
+                logs[h.name] = []
+        renames = [r for _, out in self.workers for r in checker.read_jsonl(out)]
+        nemesis = checker.read_jsonl(self.nemesis_log) if os.path.exists(self.nemesis_log) else []
+        rep = checker.check(logs, renames, nemesis, self.initial, final, self.contents,
+                            final_contents, left, end_of_run=t_stop)
+        rep["faults"] = dict(self.faults)
+        rep["skipped_faults"] = {k: v for k, v in self.skipped.items() if v != "not selected"}
+        rep["daemon_exit"] = statuses
+        rep["engine"] = self.engine.name
+        rep["seed"] = self.seed
+        return rep
+
+    def cleanup(self):
+        for p, _ in self.workers:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+        for h in self.hosts:
+            for p in (h.proc, h.cache):
+                if p is not None:
+                    try:
+                        os.kill(p.pid, signal.SIGCONT)
+                    except ProcessLookupError:
+                        pass
+            try:
+                h.stop_all()
+            except Exception:
+                for p in (h.proc, h.cache):
+                    if p is not None and p.poll() is None:
+                        p.kill()
+                unmount(h.mnt)
+                unmount(h.cache_mnt)
+        if self.engine:
+            self.engine.stop()
+            if isinstance(self.engine, OpenSearch):
+                self.engine.fwd.close()
+        self.net.down()
+
+
+def cmd_run(a):
+    why = missing()
+    if why:
+        print("multihost skipped: " + why)
+        return 77
+    total = {k: 0 for k in KINDS}
+    nviol = 0
+    for n in range(a.runs):
+        seed = a.seed if a.seed is not None else random.randrange(1 << 30)
+        work = tempfile.mkdtemp(prefix="tlfs-multihost.")
+        run = Run(a, work, seed + n)
+        try:
+            rep = run.go()
+        except Exception as e:
+            print("run %d (seed %d): ERROR %s; files in %s" % (n + 1, seed + n, e, work))
+            return 1
+        for k, v in rep["faults"].items():
+            total[k] += v
+        nviol += len(rep["violations"])
+        print("run %d (seed %d, %s, %d hosts, %ds): %d renames %s (%d unseen), %d holds "
+              "(%d killed, %d fenced), overlaps tolerated %d, ambiguous %d; faults %s; "
+              "violations %d"
+              % (n + 1, rep["seed"], rep["engine"], a.hosts, a.duration, rep["renames"],
+                 json.dumps(rep["results"], sort_keys=True), rep["renames_unseen"],
+                 rep["holds"], rep["holds_killed"], rep["holds_fenced"],
+                 rep["overlaps_tolerated"], rep["overlaps_ambiguous"],
+                 json.dumps(rep["faults"]), len(rep["violations"])))
+        for k, why in rep["skipped_faults"].items():
+            print("  %s skipped: %s" % (k, why))
+        for v in rep["violations"][:20]:
+            print("  VIOLATION %s: %s" % (v["rule"], v["what"]))
+        if rep["violations"]:
+            print("  files kept in %s" % work)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+        if a.report:
+            with open(a.report, "a") as f:
+                f.write(json.dumps(rep) + "\n")
+    print("total: %d runs, faults %s, violations %d" % (a.runs, json.dumps(total), nviol))
+    return 1 if nviol else 0
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "workload":
+        mnt, host, until, seed, out, names = argv[1:7]
+        workload(mnt, host, int(until), int(seed), out, names.split(","))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="hosts, workload, nemesis, checker")
+    r.add_argument("--hosts", type=int, default=3)
+    r.add_argument("--duration", type=float, default=45, help="seconds of workload per run")
+    r.add_argument("--runs", type=int, default=1)
+    r.add_argument("--seed", type=int)
+    r.add_argument("--engine", choices=("emulator", "opensearch"), default="emulator")
+    r.add_argument("--kinds", default=",".join(KINDS), help="faults to inject (comma-separated)")
+    r.add_argument("--lease-ttl", type=int, default=2)
+    r.add_argument("--lock-timeout", type=int, default=5)
+    r.add_argument("--settle", type=float, default=2, help="seconds before the first fault")
+    r.add_argument("--quiet", type=float, default=6, help="seconds without new faults at the end")
+    r.add_argument("--gap", type=float, nargs=2, default=(0.5, 2.5),
+                   help="seconds between faults: a uniform range")
+    r.add_argument("--report", help="append each run's report (JSON) to this file")
+    r.add_argument("--delay-ms", type=int, default=20,
+                   help="rename_delay_ms of every host (a window for the pauses)")
+    lim = sub.add_parser("limit", help="measure a rename stuck in a hung backing call")
+    lim.add_argument("--pause", type=float, nargs="+", default=[6.0])
+    lim.add_argument("--lease-ttl", type=int, default=2)
+    lim.add_argument("--lock-timeout", type=int, default=10)
+    a = ap.parse_args(argv)
+    if a.cmd == "run":
+        a.kinds = [k for k in a.kinds.split(",") if k]
+        bad = set(a.kinds) - set(KINDS)
+        if bad:
+            ap.error("unknown fault kinds: %s" % ", ".join(sorted(bad)))
+        return cmd_run(a)
+    return cmd_limit(a)
+
+
+class Timed(threading.Thread):
+    """os.rename in a thread, recorded as the workload records it."""
+
+    def __init__(self, host, mnt, src, dst):
+        threading.Thread.__init__(self, daemon=True)
+        self.rec = {"host": host, "src": src, "dst": dst}
+        self.mnt = mnt
+
+    def run(self):
+        self.rec["t0"] = mono_ns()
+        try:
+            os.rename(self.mnt + self.rec["src"], self.mnt + self.rec["dst"])
+            self.rec["res"] = 0
+        except OSError as e:
+            self.rec["res"] = e.errno
+        self.rec["t1"] = mono_ns()
+
+
+def wait_line(path, word, n, timeout):
+    """Waits until PATH has N lines containing WORD; returns the last one."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(path) as f:
+                lines = [l for l in f.read().splitlines() if ("\t%s\t" % word) in l]
+        except FileNotFoundError:
+            lines = []
+        if len(lines) >= n:
+            return lines[n - 1]
+        time.sleep(0.01)
+    raise RuntimeError("no %s line %d in %s" % (word, n, path))
+
+
+def limit_once(a, pause, partition):
+    """Host A's rename has its locks and passed its lease check when its
+    cache layer stops answering (SIGSTOP) for PAUSE seconds; with
+    PARTITION, A is also cut off from the lock store meanwhile. Host B
+    then renames another file onto A's target. Returns the checker's
+    report and the measured times."""
+    a.hosts, a.extra_opts = 2, []
+    work = tempfile.mkdtemp(prefix="tlfs-multihost-limit.")
+    run = Run(a, work, 0)
+    rep = {}
+    try:
+        os.makedirs(run.shared)
+        names = {"d0": "/", "d1": "/", "d2": "/", "f": "d0", "y": "d1", "g": "d2"}
+        for n, p in names.items():
+            path = os.path.join(run.shared, p.strip("/"), n)
+            if n in ("f", "y", "g"):
+                with open(path, "w") as f:
+                    f.write(n)
+            else:
+                os.makedirs(path)
+        run.net.up()
+        run.engine = Emulator(run.net.addr, work)
+        run.engine.start()
+        for i in range(2):
+            h = Host(run, i)
+            run.hosts.append(h)
+            h.mount_cache()
+            if i == 0:
+                run.extra_opts = ["rename_delay_ms=300"]
+            h.mount()
+            run.extra_opts = []
+        A, B = run.hosts
+        os.stat(A.mnt + "/d0/f")
+        os.stat(A.mnt + "/d1/y")
+        ra = Timed("h0", A.mnt, "/d0/f", "/d1/y")
+        ra.start()
+        wait_line(A.hold_log, "acquire", 1, 10)
+        t_stop = mono_ns()
+        run.note("pause-cache", "h0", pid=A.cache.pid, phase="start")
+        os.kill(A.cache.pid, signal.SIGSTOP)
+        if partition:
+            run.net.link(0, False)
+            run.note("cut", "h0", phase="start")
+        time.sleep(0.5)
+        rb = Timed("h1", B.mnt, "/d2/g", "/d1/y")
+        rb.start()
+        rest = pause - (mono_ns() - t_stop) / 1e9
+        time.sleep(max(rest, 0))
+        if partition:
+            run.net.link(0, True)
+            run.note("cut", "h0", phase="end")
+        os.kill(A.cache.pid, signal.SIGCONT)
+        run.note("pause-cache", "h0", pid=A.cache.pid, phase="end")
+        ra.join(a.lock_timeout + 30)
+        rb.join(a.lock_timeout + 30)
+        for h in run.hosts:
+            h.stop_all()
+        sh(CTL, "--es_url=" + run.engine.url, "reap", "--dead", check=False)
+        left = run.leftovers()
+    finally:
+        run.cleanup()
+    final, contents = run.final_tree()
+    logs = {}
+    for h in run.hosts:
+        with open(h.hold_log) as f:
+            logs[h.name] = f.read().splitlines()
+    nem = checker.read_jsonl(run.nemesis_log)
+    rep = checker.check(logs, [ra.rec, rb.rec], nem, names, final,
+                        {"f": "f", "y": "y", "g": "g"}, contents, left)
+    # both renames replace d1/y: only the overlap rule and the tree tell
+    rep["violations"] = [v for v in rep["violations"] if v["rule"] in ("overlap", "leftover")]
+    holds = {}
+    for host, lines in logs.items():
+        for l in lines:
+            f = l.split("\t")
+            holds.setdefault(f[3], {})[f[1]] = int(f[0])
+    ha = holds.get("h0#1", {})
+    hb = holds.get("h1#1", {})
+    m = {"pause": pause, "partition": partition,
+         "a_res": errno.errorcode.get(ra.rec["res"], ra.rec["res"]),
+         "b_res": errno.errorcode.get(rb.rec["res"], rb.rec["res"]),
+         "a_held_s": (ha.get("release", 0) - ha.get("acquire", 0)) / 1e9,
+         "b_waited_s": ((hb.get("acquire") or rb.rec["t1"]) - rb.rec["t0"]) / 1e9,
+         "violations": [v["rule"] for v in rep["violations"]]}
+    if "acquire" in hb and "release" in ha:
+        m["overlap_s"] = max(0, ha["release"] - hb["acquire"]) / 1e9
+        m["a_renamed_after_b_took_over_s"] = (ha["release"] - hb["acquire"]) / 1e9
+    m["final"] = {"/".join(p for p in (parent, name) if p != "/"): contents.get(name)
+                  for name, parent in final}
+    if rep["violations"]:
+        m["what"] = [v["what"] for v in rep["violations"]]
+    shutil.rmtree(work, ignore_errors=True)
+    return rep, m
+
+
+def cmd_limit(a):
+    why = missing()
+    if why:
+        print("multihost skipped: " + why)
+        return 77
+    for pause in a.pause:
+        for partition in (False, True):
+            _, m = limit_once(a, pause, partition)
+            print(json.dumps(m, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
