@@ -98,8 +98,12 @@ def test_es__crossing_directory_moves(backend, es_mounts):
             op.join(20)
         ok = [op for op in ops if op.error is None]
         assert len(ok) == 1, [op.error for op in ops]
+        # The loser fails cleanly: ENOENT when it waited for the winner's
+        # move; EINVAL when it started only after that move had finished while
+        # its kernel still cached the moved directory (entry_timeout): it then
+        # asks, in the backing's tree, to move a directory into itself.
         for op in ops:
-            assert op.error is None or op.errno == errno.ENOENT
+            assert op.error is None or op.errno in (errno.ENOENT, errno.EINVAL), op.error
         # nothing lost, nothing detached: both files reachable from the root
         found = set()
         for dirpath, _, files in os.walk(a.bpath(root)):
