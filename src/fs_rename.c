@@ -10,12 +10,17 @@
  * A key is the path of an entry below the backing root, of any length: the
  * parent's path as the kernel names its fd (one readlink() of
  * /proc/self/fd/N) when that fits in a page, else found by walking up
- * through ".." to the backing root. That is this host's view; once the
- * locks are held, the check looks each key's parent up again from the
- * backing root, which asks the shared storage (a cached entry that expired
- * is revalidated), and refuses with ENOENT unless it reaches the very
- * directory the rename acts on. With lock_scope=namespace the operations
- * that create or remove a name take the entry's plan too (entry_lock()).
+ * through ".." to the backing root; one readlink() serves both keys when
+ * both names are in one directory. That is this host's view. Once the
+ * locks are held, when the store reports other writers possible
+ * (TL_CAP_OTHER_WRITERS), the check looks each key's parent up again from
+ * the backing root, which asks the shared storage (a cached entry that
+ * expired is revalidated), and refuses with ENOENT unless it reaches the
+ * very directory the rename acts on. Without other writers only a rename
+ * through this mount that completed meanwhile can have moved a key, and
+ * then one readlink() per directory compares. With lock_scope=namespace
+ * the operations that create or remove a name take the entry's plan too
+ * (entry_lock()).
  */
 #include <config.h>
 
@@ -191,58 +196,146 @@ static bool key_reaches(struct tlfs *fs, const char *key, size_t len, struct ll_
 	return same;
 }
 
-/* The path of DIR below the backing root ("" for the root, else "/a/b")
- * into a new string *OUT. The fast path is one readlink() of its fd; when
- * the kernel cannot name it in PATH_MAX bytes, or the name it gives ends
- * in " (deleted)" (a removed directory, or one really named so: only a
- * lookup tells), path_by_walk() finds it. Returns 0, -ENOENT (removed or
- * outside the backing tree), -ENOMEM. */
-static int dir_path(struct tlfs *fs, struct ll_inode *dir, char **out)
+/* The path of DIR below the backing root as this host sees it now, by one
+ * readlink() of its fd into BUF (PATH_MAX + 1 bytes): sets *REL to it (""
+ * for the root, else "/a/b", inside BUF) and returns its length. A name
+ * that ends in " (deleted)" (a removed directory, or one really named so:
+ * only a lookup tells) sets *SUSPECT. Returns -1 when the kernel cannot
+ * name DIR in PATH_MAX bytes (deeper than a page), -2 when DIR is outside
+ * the backing tree. */
+static ssize_t dir_path_fast(struct tlfs *fs, struct ll_inode *dir, char *buf, const char **rel,
+			     bool *suspect)
 {
 	static const char deleted[] = " (deleted)";
 	const size_t dlen = sizeof(deleted) - 1;
-	char proc[64], buf[PATH_MAX + 1];
+	char proc[64];
 	size_t rootlen = strlen(fs->root_path);
 	ssize_t n;
 
-	*out = NULL;
-	if (dir == fs->root)
-		return (*out = strdup("")) ? 0 : -ENOMEM;
+	*suspect = false;
+	if (dir == fs->root) {
+		*rel = "";
+		return 0;
+	}
 	proc_name(dir->fd, proc);
-	n = readlink(proc, buf, sizeof(buf) - 1);
-	if (n < 0 || (size_t)n >= sizeof(buf) - 1)
-		return path_by_walk(fs, dir, out); /* ENAMETOOLONG: deeper than a page */
+	n = readlink(proc, buf, PATH_MAX);
+	if (n < 0 || n >= PATH_MAX)
+		return -1; /* ENAMETOOLONG: deeper than a page */
 	buf[n] = '\0';
 	if (strncmp(buf, fs->root_path, rootlen) != 0 ||
 	    (buf[rootlen] != '/' && buf[rootlen] != '\0'))
-		return -ENOENT; /* moved out of the backing tree */
-	if ((size_t)n >= dlen && memcmp(buf + n - dlen, deleted, dlen) == 0 &&
-	    !key_reaches(fs, buf + rootlen, (size_t)n - rootlen, dir))
-		return path_by_walk(fs, dir, out);
-	return (*out = strdup(buf + rootlen)) ? 0 : -ENOMEM;
+		return -2; /* moved out of the backing tree */
+	*suspect = (size_t)n >= dlen && memcmp(buf + n - dlen, deleted, dlen) == 0;
+	*rel = buf + rootlen;
+	return n - (ssize_t)rootlen;
+}
+
+/* The path of DIR below the backing root ("" for the root, else "/a/b")
+ * into a new string *OUT of *LEN bytes, with EXTRA more bytes allocated
+ * after it. The fast path is one readlink() of its fd (dir_path_fast());
+ * when that cannot tell, or gives a name ending in " (deleted)" that a
+ * lookup does not confirm, path_by_walk() finds it. Returns 0, -ENOENT
+ * (removed or outside the backing tree), -ENOMEM. */
+static int dir_path(struct tlfs *fs, struct ll_inode *dir, size_t extra, char **out,
+		    size_t *len)
+{
+	char buf[PATH_MAX + 1], *walked, *p;
+	const char *rel;
+	bool suspect;
+	ssize_t n = dir_path_fast(fs, dir, buf, &rel, &suspect);
+	int err;
+
+	*out = NULL;
+	if (n == -2)
+		return -ENOENT;
+	if (n >= 0 && (!suspect || key_reaches(fs, rel, (size_t)n, dir))) {
+		p = malloc((size_t)n + 1 + extra);
+		if (!p)
+			return -ENOMEM;
+		memcpy(p, rel, (size_t)n + 1);
+		*out = p;
+		*len = (size_t)n;
+		return 0;
+	}
+	err = path_by_walk(fs, dir, &walked);
+	if (err)
+		return err;
+	*len = strlen(walked);
+	p = realloc(walked, *len + 1 + extra);
+	if (!p) {
+		free(walked);
+		return -ENOMEM;
+	}
+	*out = p;
+	return 0;
+}
+
+/* True when DIR's path as this host sees it now (dir_path_fast()) is the
+ * first LEN bytes of KEY; when one readlink() cannot tell, when the key
+ * still reaches DIR from the backing root (key_reaches()). */
+static bool dir_path_is(struct tlfs *fs, struct ll_inode *dir, const char *key, size_t len)
+{
+	char buf[PATH_MAX + 1];
+	const char *rel;
+	bool suspect;
+	ssize_t n = dir_path_fast(fs, dir, buf, &rel, &suspect);
+
+	if (n == -2)
+		return false;
+	if (n < 0 || suspect)
+		return key_reaches(fs, key, len, dir);
+	if (n == 0)
+		return len <= 1; /* the root: keys "/name" */
+	return (size_t)n == len && memcmp(rel, key, len) == 0;
+}
+
+/* Appends "/NAME" to the LEN bytes of directory path P (allocated with
+ * room for it) and NUL-terminates; NAME NULL makes the directory's own
+ * key ("/" for the root). */
+static void key_finish(char *p, size_t len, const char *name, size_t nlen)
+{
+	if (!name) {
+		if (len == 0)
+			memcpy(p, "/", 2);
+		return;
+	}
+	p[len] = '/';
+	memcpy(p + len + 1, name, nlen + 1);
 }
 
 /* The key of NAME in directory DIR (or of DIR itself when NAME is NULL):
  * the directory's current path below the backing root (dir_path()) and
- * NAME, of any length. Writes a new string to *OUT. Returns 0, -ENOENT
- * (the directory is gone or outside the backing tree), -ENOMEM. */
-static int key_of(struct tlfs *fs, struct ll_inode *dir, const char *name, char **out)
+ * NAME, of any length. Writes a new string to *OUT and the length of its
+ * directory part to *DLEN (when not NULL). Returns 0, -ENOENT (the
+ * directory is gone or outside the backing tree), -ENOMEM. */
+static int key_of(struct tlfs *fs, struct ll_inode *dir, const char *name, char **out,
+		  size_t *dlen)
 {
-	char *rel;
+	size_t nlen = name ? strlen(name) : 0, len;
 	int err;
 
-	*out = NULL;
-	err = dir_path(fs, dir, &rel);
+	err = dir_path(fs, dir, nlen + 1, out, &len);
 	if (err)
 		return err;
-	if (name)
-		err = asprintf(out, "%s/%s", rel, name) < 0 ? -ENOMEM : 0;
-	else
-		err = (*out = strdup(*rel ? rel : "/")) ? 0 : -ENOMEM;
-	free(rel);
-	if (err)
-		*out = NULL;
-	return err;
+	key_finish(*out, len, name, nlen);
+	if (dlen)
+		*dlen = len;
+	return 0;
+}
+
+/* The key of NAME in the directory whose path is the first DLEN bytes of
+ * KEY (another key of that directory), into a new string *OUT. Returns 0
+ * or -ENOMEM. */
+static int key_sibling(const char *key, size_t dlen, const char *name, char **out)
+{
+	size_t nlen = strlen(name);
+
+	*out = malloc(dlen + 1 + nlen + 1);
+	if (!*out)
+		return -ENOMEM;
+	memcpy(*out, key, dlen);
+	key_finish(*out, dlen, name, nlen);
+	return 0;
 }
 
 /* Takes the entry plan of NAME in PARENT when lock_scope=namespace. */
@@ -256,7 +349,7 @@ int entry_lock(struct tlfs *fs, fuse_req_t req, struct ll_inode *parent, const c
 	if (fs->cfg->lock_scope != TL_SCOPE_NAMESPACE || fs->cfg->lock_strategy == TL_STRATEGY_NONE)
 		return 0;
 	creds_daemon(fs);
-	err = key_of(fs, parent, name, &key);
+	err = key_of(fs, parent, name, &key, NULL);
 	if (err)
 		return err;
 	err = lockplan_entry(fs->cfg->lock_strategy, key, &l->plan);
@@ -372,14 +465,20 @@ static int walk_below(struct tlfs *fs, const char *key, struct key_list *out)
 	return err;
 }
 
-/* True when KEY, the key of an entry of DIR, still names an entry of DIR
- * as the shared storage sees it now: its parent, looked up again from the
- * backing root component by component, is DIR itself. A readlink() of
- * DIR's fd would not do: it is this host's cached view, which another
- * host's rename of an ancestor leaves as it was. */
+/* True when KEY, the key of an entry of DIR, still names an entry of DIR.
+ * When the store reports other writers possible, as the shared storage
+ * sees it now: its parent, looked up again from the backing root
+ * component by component, is DIR itself. A readlink() of DIR's fd would
+ * not do: it is this host's cached view, which another host's rename of
+ * an ancestor leaves as it was. Without other writers this host's view is
+ * the storage's, and one readlink() tells (dir_path_is()). */
 static bool key_still(struct tlfs *fs, struct ll_inode *dir, const char *key)
 {
-	return key_reaches(fs, key, path_parent_len(key, strlen(key)), dir);
+	size_t plen = path_parent_len(key, strlen(key));
+
+	if (!lockmgr_other_writers_possible(&fs->mgr))
+		return dir_path_is(fs, dir, key, plen);
+	return key_reaches(fs, key, plen, dir);
 }
 
 /* The slot of fs->flag_refused_on for rename FLAGS (one of them set). */
@@ -519,6 +618,7 @@ void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 	struct tl_plan *plan = NULL;
 	struct tl_holder holder;
 	char *from = NULL, *to = NULL;
+	size_t dlen;
 	int64_t t0 = tl_log_level >= LOG_DEBUG ? tl_mono_ms() : 0; /* for the debug line only */
 	uint64_t gen = __atomic_load_n(&fs->rename_gen, __ATOMIC_ACQUIRE);
 	int res;
@@ -547,9 +647,10 @@ void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 		fuse_reply_err(req, -res);
 		return;
 	}
-	res = key_of(fs, p1, name, &from);
-	if (!res)
-		res = key_of(fs, p2, newname, &to);
+	res = key_of(fs, p1, name, &from, &dlen);
+	if (!res)	/* one directory: one readlink() serves both keys */
+		res = p2 == p1 ? key_sibling(from, dlen, newname, &to)
+			       : key_of(fs, p2, newname, &to, NULL);
 	if (res)
 		goto out_free_keys;
 	if (fs->cfg->lock_strategy == TL_STRATEGY_DOCUMENT) {
