@@ -43,14 +43,25 @@ struct mem_waiter {
 struct mem_entry {
 	struct mem_entry *next;
 	uint64_t hash;
-	char *key;
 	unsigned int shared;     /* shared holders */
 	bool excl;               /* held exclusive */
 	int64_t since_ms;        /* wall clock when it became held */
-	char holder[128];        /* the latest holder, for listings */
+	uint32_t holder_pid;     /* the latest holder, for listings: its pid */
+	char holder_id[sizeof(((struct tl_holder *)0)->id)]; /* and its id */
 	struct mem_waiter *w;    /* waiter marks */
 	size_t nw, wcap;
+	size_t keycap;           /* bytes allocated for KEY */
+	char key[];              /* one allocation with the entry */
 };
+
+/* Freed entries kept for reuse (an uncontended rename makes and frees one
+ * per key of its plan): at most MEM_SPARE_MAX, with room for keys of at
+ * least MEM_KEY_MIN bytes. */
+#define MEM_SPARE_MAX 64
+#define MEM_KEY_MIN 96
+
+/* Plans this long keep their entry pointers on the stack. */
+#define MEM_PLAN_STACK 32
 
 struct mem_store {
 	struct lockstore base;
@@ -60,6 +71,8 @@ struct mem_store {
 	struct mem_entry **buckets; /* protected by mutex */
 	size_t nbuckets;
 	size_t count;            /* protected by mutex */
+	struct mem_entry *spare; /* protected by mutex; chained by next */
+	size_t nspare;           /* protected by mutex */
 };
 
 static uint64_t key_hash(const char *k)
@@ -107,29 +120,43 @@ static struct mem_entry *entry_find(struct mem_store *s, const char *key, uint64
 	return NULL;
 }
 
+/* Must be called with mutex held. Makes the entry of KEY (hash H), known
+ * to be missing. Returns NULL when out of memory. */
+static struct mem_entry *entry_new(struct mem_store *s, const char *key, uint64_t h)
+{
+	size_t len = strlen(key), cap;
+	struct mem_entry *e;
+
+	if (s->count >= s->nbuckets)
+		table_grow(s); /* a failed grow only makes chains longer */
+	e = s->spare;
+	if (e && e->keycap > len) {
+		s->spare = e->next;
+		s->nspare--;
+		cap = e->keycap;
+	} else {
+		cap = len + 1 > MEM_KEY_MIN ? len + 1 : MEM_KEY_MIN;
+		e = malloc(sizeof(*e) + cap);
+		if (!e)
+			return NULL;
+	}
+	memset(e, 0, sizeof(*e));
+	e->keycap = cap;
+	memcpy(e->key, key, len + 1);
+	e->hash = h;
+	e->next = s->buckets[h & (s->nbuckets - 1)];
+	s->buckets[h & (s->nbuckets - 1)] = e;
+	s->count++;
+	return e;
+}
+
 /* Must be called with mutex held. Returns NULL when out of memory. */
 static struct mem_entry *entry_get(struct mem_store *s, const char *key)
 {
 	uint64_t h = key_hash(key);
 	struct mem_entry *e = entry_find(s, key, h);
 
-	if (e)
-		return e;
-	if (s->count >= s->nbuckets)
-		table_grow(s); /* a failed grow only makes chains longer */
-	e = calloc(1, sizeof(*e));
-	if (!e)
-		return NULL;
-	e->key = strdup(key);
-	if (!e->key) {
-		free(e);
-		return NULL;
-	}
-	e->hash = h;
-	e->next = s->buckets[h & (s->nbuckets - 1)];
-	s->buckets[h & (s->nbuckets - 1)] = e;
-	s->count++;
-	return e;
+	return e ? e : entry_new(s, key, h);
 }
 
 /* Frees E when nothing holds or waits for it. Must be called with mutex
@@ -148,8 +175,13 @@ static void entry_put(struct mem_store *s, struct mem_entry *e)
 	}
 	s->count--;
 	free(e->w);
-	free(e->key);
-	free(e);
+	if (s->nspare < MEM_SPARE_MAX) {
+		e->next = s->spare;
+		s->spare = e;
+		s->nspare++;
+	} else {
+		free(e);
+	}
 }
 
 static bool modes_conflict(enum tl_lock_mode a, enum tl_lock_mode b)
@@ -165,8 +197,8 @@ static bool entry_blocks(const struct mem_entry *e, enum tl_lock_mode mode, uint
 	size_t i;
 
 	if (e->excl || (mode == TL_EXCLUSIVE && e->shared)) {
-		snprintf(why->holder, sizeof(why->holder), "%.96s (%s%s)", e->holder,
-			 e->excl ? "exclusive" : "shared", e->shared > 1 ? ", and others" : "");
+		snprintf(why->holder, sizeof(why->holder), "pid %u, %.80s (%s%s)", e->holder_pid,
+			 e->holder_id, e->excl ? "exclusive" : "shared", e->shared > 1 ? ", and others" : "");
 		why->held_ms = tl_wall_ms() - e->since_ms;
 		return true;
 	}
@@ -248,15 +280,29 @@ static int mem_try_acquire(struct lockstore *st, const struct tl_plan *plan, str
 			   struct tl_conflict *why)
 {
 	struct mem_store *s = (struct mem_store *)st;
-	struct mem_entry **got = NULL;
-	size_t i;
+	struct mem_entry *stack[MEM_PLAN_STACK], **got = stack;
+	uint64_t stack_hash[MEM_PLAN_STACK], *hash = stack_hash;
+	size_t i, idlen;
+	int64_t now_ms = -1;
 	int err = 0;
 
+	if (plan->n > MEM_PLAN_STACK) {
+		got = malloc(plan->n * sizeof(*got));
+		hash = malloc(plan->n * sizeof(*hash));
+		if (!got || !hash) {
+			err = -ENOMEM;
+			goto out_free;
+		}
+	}
+	/* hashed outside the mutex */
+	for (i = 0; i < plan->n; i++)
+		hash[i] = key_hash(plan->items[i].key);
 	pthread_mutex_lock(&s->mutex);
 	for (i = 0; i < plan->n; i++) {
 		const struct tl_lock_item *it = &plan->items[i];
-		struct mem_entry *e = entry_find(s, it->key, key_hash(it->key));
+		struct mem_entry *e = entry_find(s, it->key, hash[i]);
 
+		got[i] = e;
 		if (e && entry_blocks(e, it->mode, h->ticket, why)) {
 			snprintf(why->key, sizeof(why->key), "%s", it->key);
 			err = -EAGAIN;
@@ -279,28 +325,32 @@ static int mem_try_acquire(struct lockstore *st, const struct tl_plan *plan, str
 		h->priv = mh;
 		goto out_unlock;
 	}
-	err = -ENOMEM;
-	got = calloc(plan->n ? plan->n : 1, sizeof(*got));
-	if (!got)
-		goto out_unlock;
 	for (i = 0; i < plan->n; i++) {
-		got[i] = entry_get(s, plan->items[i].key);
 		if (!got[i])
+			got[i] = entry_new(s, plan->items[i].key, hash[i]);
+		if (!got[i]) {
+			err = -ENOMEM;
 			goto out_unwind;
+		}
 	}
+	idlen = strnlen(h->id, sizeof(h->id) - 1);
 	for (i = 0; i < plan->n; i++) {
 		struct mem_entry *e = got[i];
 
-		if (!e->excl && !e->shared)
-			e->since_ms = tl_wall_ms();
+		if (!e->excl && !e->shared) {
+			if (now_ms < 0)
+				now_ms = tl_wall_ms();
+			e->since_ms = now_ms;
+		}
 		if (plan->items[i].mode == TL_EXCLUSIVE)
 			e->excl = true;
 		else
 			e->shared++;
-		snprintf(e->holder, sizeof(e->holder), "pid %u, %s", h->pid, h->id);
+		e->holder_pid = h->pid;
+		memcpy(e->holder_id, h->id, idlen);
+		e->holder_id[idlen] = '\0';
 	}
 	marks_drop(s, plan, h);
-	err = 0;
 	goto out_unlock;
 
 out_unwind:
@@ -309,7 +359,11 @@ out_unwind:
 			entry_put(s, got[i]);
 out_unlock:
 	pthread_mutex_unlock(&s->mutex);
-	free(got);
+out_free:
+	if (got != stack)
+		free(got);
+	if (hash != stack_hash)
+		free(hash);
 	return err;
 }
 
@@ -348,12 +402,17 @@ static void mem_abandon(struct lockstore *st, const struct tl_plan *plan, struct
 static int mem_release(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h)
 {
 	struct mem_store *s = (struct mem_store *)st;
+	uint64_t stack_hash[MEM_PLAN_STACK], *hash = NULL;
 	size_t i;
 
+	if (plan->n <= MEM_PLAN_STACK)
+		hash = stack_hash; /* hashed outside the mutex */
+	for (i = 0; hash && i < plan->n; i++)
+		hash[i] = key_hash(plan->items[i].key);
 	pthread_mutex_lock(&s->mutex);
 	for (i = plan->n; i-- > 0;) {
 		const struct tl_lock_item *it = &plan->items[i];
-		struct mem_entry *e = entry_find(s, it->key, key_hash(it->key));
+		struct mem_entry *e = entry_find(s, it->key, hash ? hash[i] : key_hash(it->key));
 
 		if (!e)
 			continue; /* cannot happen for a plan we granted */
@@ -393,7 +452,13 @@ static int mem_list(struct lockstore *st, const char *prefix, struct tl_lock_inf
 			    !path_is_ancestor(prefix, e->key))
 				continue;
 			v[k].key = strdup(e->key);
-			v[k].holders = strdup(e->excl || e->shared ? e->holder : "-");
+			if (e->excl || e->shared) {
+				if (asprintf(&v[k].holders, "pid %u, %s", e->holder_pid,
+					     e->holder_id) < 0)
+					v[k].holders = NULL;
+			} else {
+				v[k].holders = strdup("-");
+			}
 			if (!v[k].key || !v[k].holders) {
 				k++;
 				lockstore_free_list(v, k);
@@ -430,9 +495,14 @@ static void mem_close(struct lockstore *st)
 		for (; e; e = next) {
 			next = e->next;
 			free(e->w);
-			free(e->key);
 			free(e);
 		}
+	}
+	while (s->spare) {
+		struct mem_entry *e = s->spare;
+
+		s->spare = e->next;
+		free(e);
 	}
 	free(s->buckets);
 	pthread_cond_destroy(&s->cond);
