@@ -46,40 +46,71 @@ int lockplan_strategy_parse(const char *name, enum tl_strategy *out)
 struct cand {
 	const char *key;
 	size_t len;
+	size_t depth;           /* prefix_depth() of the key, computed once */
 	enum tl_lock_mode mode;
 };
 
+/* A rename's candidates fit in STACK; more go to the heap. */
 struct cands {
 	struct cand *v;
 	size_t n, cap;
+	struct cand stack[24];
 };
 
-static int cands_add(struct cands *c, const char *key, size_t len, enum tl_lock_mode mode)
+static void cands_init(struct cands *c)
+{
+	c->v = c->stack;
+	c->n = 0;
+	c->cap = sizeof(c->stack) / sizeof(c->stack[0]);
+}
+
+static void cands_free(struct cands *c)
+{
+	if (c->v != c->stack)
+		free(c->v);
+}
+
+static size_t prefix_depth(const char *k, size_t len);
+
+/* Adds KEY (its first LEN bytes) of prefix_depth() DEPTH in MODE. */
+static int cands_add_d(struct cands *c, const char *key, size_t len, size_t depth,
+		       enum tl_lock_mode mode)
 {
 	if (c->n == c->cap) {
-		size_t cap = c->cap ? c->cap * 2 : 16;
-		struct cand *v = realloc(c->v, cap * sizeof(*v));
+		size_t cap = c->cap * 2;
+		struct cand *v = c->v == c->stack ? malloc(cap * sizeof(*v))
+						  : realloc(c->v, cap * sizeof(*v));
 
 		if (!v)
 			return -ENOMEM;
+		if (c->v == c->stack)
+			memcpy(v, c->stack, c->n * sizeof(*v));
 		c->v = v;
 		c->cap = cap;
 	}
 	c->v[c->n].key = key;
 	c->v[c->n].len = len;
+	c->v[c->n].depth = depth;
 	c->v[c->n].mode = mode;
 	c->n++;
 	return 0;
 }
 
+static int cands_add(struct cands *c, const char *key, size_t len, enum tl_lock_mode mode)
+{
+	return cands_add_d(c, key, len, prefix_depth(key, len), mode);
+}
+
 /* Adds shared candidates for every proper ancestor of P but the root. */
 static int cands_add_ancestors(struct cands *c, const char *p)
 {
-	size_t len = strlen(p);
+	size_t len = strlen(p), depth;
 	int err;
 
-	for (len = path_parent_len(p, len); len > 1; len = path_parent_len(p, len)) {
-		err = cands_add(c, p, len, TL_SHARED);
+	len = path_parent_len(p, len);
+	depth = prefix_depth(p, len);
+	for (; len > 1; len = path_parent_len(p, len), depth--) {
+		err = cands_add_d(c, p, len, depth, TL_SHARED);
 		if (err)
 			return err;
 	}
@@ -109,8 +140,8 @@ static int cand_cmp(const void *pa, const void *pb)
 
 	if (ap != bp)
 		return ap ? 1 : -1;
-	da = prefix_depth(a->key, a->len);
-	db = prefix_depth(b->key, b->len);
+	da = a->depth;
+	db = b->depth;
 	if (da != db)
 		return da < db ? -1 : 1;
 	n = a->len < b->len ? a->len : b->len;
@@ -123,64 +154,84 @@ static int cand_cmp(const void *pa, const void *pb)
 	return (int)b->mode - (int)a->mode;
 }
 
+/* Sorts C's candidates with cand_cmp(): by insertion while they are few
+ * (a rename's dozen or so: no allocation, no indirect calls), else qsort(). */
+static void cands_sort(struct cands *c)
+{
+	size_t i, j;
+
+	if (c->n > 32) {
+		qsort(c->v, c->n, sizeof(c->v[0]), cand_cmp);
+		return;
+	}
+	for (i = 1; i < c->n; i++) {
+		struct cand x = c->v[i];
+
+		for (j = i; j > 0 && cand_cmp(&c->v[j - 1], &x) > 0; j--)
+			c->v[j] = c->v[j - 1];
+		c->v[j] = x;
+	}
+}
+
+/* The plan is one allocation: the struct, its items, then the strings
+ * (from, to, every key), so lockplan_free() is one free(). */
 static int plan_build(enum tl_strategy s, struct cands *c, const char *from, const char *to,
 		      unsigned int flags, struct tl_plan **out)
 {
 	struct tl_plan *plan;
-	size_t i;
-	int err = -ENOMEM;
+	size_t i, n = 0, size, flen = strlen(from), tlen = to ? strlen(to) : 0;
+	char *str;
 
-	plan = calloc(1, sizeof(*plan));
+	cands_sort(c);
+	size = sizeof(*plan) + flen + 1 + (to ? tlen + 1 : 0);
+	for (i = 0; i < c->n; i++) {
+		if (i > 0 && c->v[i].len == c->v[i - 1].len &&
+		    memcmp(c->v[i].key, c->v[i - 1].key, c->v[i].len) == 0)
+			continue; /* the first of equal keys has the strongest mode */
+		size += sizeof(plan->items[0]) + c->v[i].len + 1;
+		n++;
+	}
+	plan = malloc(size);
 	if (!plan)
-		goto out;
+		return -ENOMEM;
+	memset(plan, 0, sizeof(*plan));
 	plan->strategy = s;
 	plan->flags = flags;
-	plan->from = strdup(from);
-	if (!plan->from)
-		goto out_free_plan;
+	plan->items = n ? (struct tl_lock_item *)(plan + 1) : NULL;
+	str = (char *)(plan + 1) + n * sizeof(plan->items[0]);
+	plan->from = memcpy(str, from, flen + 1);
+	str += flen + 1;
 	if (to) {
-		plan->to = strdup(to);
-		if (!plan->to)
-			goto out_free_plan;
-	}
-	if (c->n) {
-		qsort(c->v, c->n, sizeof(c->v[0]), cand_cmp);
-		plan->items = calloc(c->n, sizeof(plan->items[0]));
-		if (!plan->items)
-			goto out_free_plan;
+		plan->to = memcpy(str, to, tlen + 1);
+		str += tlen + 1;
 	}
 	for (i = 0; i < c->n; i++) {
 		struct tl_lock_item *it;
 
 		if (i > 0 && c->v[i].len == c->v[i - 1].len &&
 		    memcmp(c->v[i].key, c->v[i - 1].key, c->v[i].len) == 0)
-			continue; /* the first of equal keys has the strongest mode */
-		it = &plan->items[plan->n];
-		it->key = strndup(c->v[i].key, c->v[i].len);
-		if (!it->key)
-			goto out_free_plan;
+			continue;
+		it = &plan->items[plan->n++];
+		it->key = memcpy(str, c->v[i].key, c->v[i].len);
+		str[c->v[i].len] = '\0';
+		str += c->v[i].len + 1;
 		it->mode = c->v[i].mode;
-		plan->n++;
 	}
 	*out = plan;
 	return 0;
-
-out_free_plan:
-	lockplan_free(plan);
-out:
-	return err;
 }
 
 int lockplan_rename(enum tl_strategy s, const char *from, const char *to, unsigned int flags,
 		    const char *const *below, size_t nbelow, struct tl_plan **out)
 {
-	struct cands c = {0};
+	struct cands c;
 	size_t i;
 	int err;
 
 	*out = NULL;
 	if (!path_is_normal(from) || !path_is_normal(to))
 		return -EINVAL;
+	cands_init(&c);
 	switch (s) {
 	case TL_STRATEGY_TREE:
 		err = cands_add_ancestors(&c, from);
@@ -216,18 +267,19 @@ int lockplan_rename(enum tl_strategy s, const char *from, const char *to, unsign
 	}
 	if (!err)
 		err = plan_build(s, &c, from, to, flags, out);
-	free(c.v);
+	cands_free(&c);
 	return err;
 }
 
 int lockplan_entry(enum tl_strategy s, const char *path, struct tl_plan **out)
 {
-	struct cands c = {0};
+	struct cands c;
 	int err = 0;
 
 	*out = NULL;
 	if (!path_is_normal(path))
 		return -EINVAL;
+	cands_init(&c);
 	switch (s) {
 	case TL_STRATEGY_TREE:
 		err = cands_add_ancestors(&c, path);
@@ -246,20 +298,11 @@ int lockplan_entry(enum tl_strategy s, const char *path, struct tl_plan **out)
 	}
 	if (!err)
 		err = plan_build(s, &c, path, NULL, 0, out);
-	free(c.v);
+	cands_free(&c);
 	return err;
 }
 
 void lockplan_free(struct tl_plan *plan)
 {
-	size_t i;
-
-	if (!plan)
-		return;
-	for (i = 0; i < plan->n; i++)
-		free(plan->items[i].key);
-	free(plan->items);
-	free(plan->from);
-	free(plan->to);
-	free(plan);
+	free(plan); /* one allocation (plan_build()) */
 }

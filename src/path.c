@@ -50,14 +50,26 @@ int path_normalise(const char *in, char **out)
 
 bool path_is_normal(const char *p)
 {
-	char *n;
-	bool same;
+	/* what path_normalise() leaves as it is, without allocating: "/", or
+	 * "/c1/c2..." with no empty, "." or ".." component */
+	const char *c;
 
-	if (path_normalise(p, &n) != 0)
+	if (!p || p[0] != '/')
 		return false;
-	same = strcmp(n, p) == 0;
-	free(n);
-	return same;
+	if (p[1] == '\0')
+		return true;
+	for (c = p + 1;; c++) {
+		const char *e = c;
+
+		while (*e && *e != '/')
+			e++;
+		if (e == c || (e - c == 1 && c[0] == '.') ||
+		    (e - c == 2 && c[0] == '.' && c[1] == '.'))
+			return false;
+		if (!*e)
+			return true;
+		c = e;
+	}
 }
 
 size_t path_depth(const char *p)

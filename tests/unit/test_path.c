@@ -48,6 +48,32 @@ START_TEST(test_path__normalise)
 }
 END_TEST
 
+/* path_is_normal() scans without allocating: it must say exactly what
+ * "path_normalise() leaves it as it is" says, on every spelling. */
+START_TEST(test_path__is_normal_agrees)
+{
+	static const char *const extra[] = {
+		"/a//b", "/a/b/", "/./a", "/a/.", "/a/..", "/..a", "/a..", "/.../b", "//",
+		"/a/./", "/x/y/z", "/ /", "/ ", ".", "./a", "a/b", "/\xff/.", NULL,
+	};
+	size_t i, n = sizeof(norm_cases) / sizeof(norm_cases[0]);
+
+	for (i = 0; i < n + sizeof(extra) / sizeof(extra[0]); i++) {
+		const char *p = i < n ? norm_cases[i].in : extra[i - n];
+		char *out = NULL;
+		bool want;
+
+		if (!p) {
+			ck_assert(!path_is_normal(NULL));
+			continue;
+		}
+		want = path_normalise(p, &out) == 0 && strcmp(out, p) == 0;
+		ck_assert_msg(path_is_normal(p) == want, "'%s': %d", p, (int)want);
+		free(out);
+	}
+}
+END_TEST
+
 /* Keys have no length limit: PATH_MAX bounds one syscall's path, not how
  * deep an entry sits (rm -rf and find reach deeper through directory fds). */
 START_TEST(test_path__long_paths)
@@ -253,6 +279,7 @@ Suite *make_suite_path(void)
 	TCase *tc = tcase_create("core");
 
 	tcase_add_loop_test(tc, test_path__normalise, 0, sizeof(norm_cases) / sizeof(norm_cases[0]));
+	tcase_add_test(tc, test_path__is_normal_agrees);
 	tcase_add_test(tc, test_path__long_paths);
 	tcase_add_test(tc, test_path__depth_and_parent);
 	tcase_add_test(tc, test_path__ancestors);
