@@ -211,7 +211,22 @@ int fd_errno(int err)
 
 void proc_name(int fd, char buf[64])
 {
-	snprintf(buf, 64, "/proc/self/fd/%d", fd);
+	static const char pre[] = "/proc/self/fd/";
+	char digits[16];
+	unsigned int v = fd < 0 ? 0U - (unsigned int)fd : (unsigned int)fd;
+	size_t n = 0, o = sizeof(pre) - 1;
+
+	/* by hand: it runs on every open, setattr and rename key */
+	memcpy(buf, pre, o);
+	if (fd < 0)
+		buf[o++] = '-';
+	do {
+		digits[n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	while (n)
+		buf[o++] = digits[--n];
+	buf[o] = '\0';
 }
 
 int tlfs_prepare(struct tlfs *fs)
