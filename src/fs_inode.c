@@ -81,7 +81,10 @@ static int creds_switch(pid_t pid, uid_t uid, gid_t gid, fuse_req_t req)
 	gid_t groups[256];
 	int n = 0;
 
-	if (thread_creds.set && thread_creds.pid == pid && thread_creds.uid == uid &&
+	/* the pid only matters for the groups, which root's requests (and the
+	 * daemon's own) never take: no switch between root callers that share
+	 * a gid, nor between them and the daemon */
+	if (thread_creds.set && (thread_creds.pid == pid || uid == 0) && thread_creds.uid == uid &&
 	    thread_creds.gid == gid)
 		return 0;
 	setfsuid(0);
