@@ -70,6 +70,8 @@ struct tlfs {
 	bool switch_creds;       /* root daemon serving other users */
 	struct ll_inode *root;   /* the backing root's inode */
 	char *root_path;         /* BACKING as the kernel names it ("" for /) */
+	int cwd_fd;              /* the daemon's working directory once serving, or
+				  * -1: lock keys then come from /proc (fs_rename.c) */
 	uint64_t rename_gen;     /* atomic: renames done through this mount */
 	/* atomic: st_dev + 1 of a backing filesystem that refused
 	 * RENAME_NOREPLACE ([0]) or RENAME_EXCHANGE ([1]) with EINVAL, 0 for

@@ -240,6 +240,7 @@ int tlfs_prepare(struct tlfs *fs)
 
 	pthread_mutex_init(&fs->itab_mutex, NULL);
 	pthread_mutex_init(&fs->plock_mutex, NULL);
+	fs->cwd_fd = -1;
 	fs->root = calloc(1, sizeof(*fs->root));
 	if (!fs->root)
 		return -ENOMEM;
@@ -276,6 +277,10 @@ void tlfs_release(struct tlfs *fs)
 		}
 	}
 	if (fs->root) {
+		/* set by tlfs_prepare(), which made the root */
+		if (fs->cwd_fd >= 0)
+			close(fs->cwd_fd);
+		fs->cwd_fd = -1;
 		if (fs->root->fd >= 0)
 			close(fs->root->fd);
 		free(fs->root);

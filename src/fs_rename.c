@@ -8,23 +8,25 @@
  *   lockmgr_release(plan)                      on every path
  *
  * A key is the path of an entry below the backing root, of any length: the
- * parent's path as the kernel names its fd (one readlink() of
+ * parent's path as the kernel names it (getcwd() after fchdir() to its fd,
+ * in a working directory of the thread's own, else one readlink() of
  * /proc/self/fd/N) when that fits in a page, else found by walking up
- * through ".." to the backing root; one readlink() serves both keys when
- * both names are in one directory. That is this host's view. Once the
+ * through ".." to the backing root; one lookup serves both keys when both
+ * names are in one directory. That is this host's view. Once the
  * locks are held, when the store reports other writers possible
  * (TL_CAP_OTHER_WRITERS), the check looks each key's parent up again from
  * the backing root, which asks the shared storage (a cached entry that
  * expired is revalidated), and refuses with ENOENT unless it reaches the
  * very directory the rename acts on. Without other writers only a rename
  * through this mount that completed meanwhile can have moved a key, and
- * then one readlink() per directory compares. With lock_scope=namespace
+ * then this host's view of each directory's path compares. With lock_scope=namespace
  * the operations that create or remove a name take the entry's plan too
  * (entry_lock()).
  */
 #include <config.h>
 
 #include <dirent.h>
+#include <sched.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -196,13 +198,39 @@ static bool key_reaches(struct tlfs *fs, const char *key, size_t len, struct ll_
 	return same;
 }
 
-/* The path of DIR below the backing root as this host sees it now, by one
- * readlink() of its fd into BUF (PATH_MAX + 1 bytes): sets *REL to it (""
- * for the root, else "/a/b", inside BUF) and returns its length. A name
- * that ends in " (deleted)" (a removed directory, or one really named so:
- * only a lookup tells) sets *SUSPECT. Returns -1 when the kernel cannot
- * name DIR in PATH_MAX bytes (deeper than a page), -2 when DIR is outside
- * the backing tree. */
+/* DIR's path as the kernel names it, by getcwd() instead of a readlink()
+ * in /proc (whose lookup costs several times more): this thread's working
+ * directory moves to DIR and back to fs->cwd_fd. Each thread first takes
+ * a working directory of its own (unshare(CLONE_FS)), so no other thread
+ * ever sees it move. A removed directory is ENOENT, not a name with
+ * " (deleted)". Returns the length written to BUF (PATH_MAX + 1 bytes),
+ * or -1 when this way cannot tell (deeper than PATH_MAX, removed, not
+ * searchable, outside this root): readlink() then does. */
+static ssize_t dir_getcwd(struct tlfs *fs, struct ll_inode *dir, char *buf)
+{
+	static __thread int own_cwd; /* 1: unshared; -1: cannot (don't move) */
+	ssize_t n = -1;
+
+	if (fs->cwd_fd < 0)
+		return -1;
+	if (!own_cwd)
+		own_cwd = unshare(CLONE_FS) == 0 ? 1 : -1;
+	if (own_cwd < 0 || fchdir(dir->fd) == -1)
+		return -1;
+	if (getcwd(buf, PATH_MAX) != NULL)
+		n = (ssize_t)strlen(buf);
+	if (fchdir(fs->cwd_fd) == -1)
+		own_cwd = -1; /* stays in DIR; this thread uses readlink() from now on */
+	return n;
+}
+
+/* The path of DIR below the backing root as this host sees it now, by
+ * dir_getcwd() or else one readlink() of its fd, into BUF (PATH_MAX + 1
+ * bytes): sets *REL to it ("" for the root, else "/a/b", inside BUF) and
+ * returns its length. A readlink() name that ends in " (deleted)" (a
+ * removed directory, or one really named so: only a lookup tells) sets
+ * *SUSPECT. Returns -1 when the kernel cannot name DIR in PATH_MAX bytes
+ * (deeper than a page), -2 when DIR is outside the backing tree. */
 static ssize_t dir_path_fast(struct tlfs *fs, struct ll_inode *dir, char *buf, const char **rel,
 			     bool *suspect)
 {
@@ -217,15 +245,18 @@ static ssize_t dir_path_fast(struct tlfs *fs, struct ll_inode *dir, char *buf, c
 		*rel = "";
 		return 0;
 	}
-	proc_name(dir->fd, proc);
-	n = readlink(proc, buf, PATH_MAX);
-	if (n < 0 || n >= PATH_MAX)
-		return -1; /* ENAMETOOLONG: deeper than a page */
-	buf[n] = '\0';
+	n = dir_getcwd(fs, dir, buf);
+	if (n < 0) {
+		proc_name(dir->fd, proc);
+		n = readlink(proc, buf, PATH_MAX);
+		if (n < 0 || n >= PATH_MAX)
+			return -1; /* ENAMETOOLONG: deeper than a page */
+		buf[n] = '\0';
+		*suspect = (size_t)n >= dlen && memcmp(buf + n - dlen, deleted, dlen) == 0;
+	}
 	if (strncmp(buf, fs->root_path, rootlen) != 0 ||
 	    (buf[rootlen] != '/' && buf[rootlen] != '\0'))
 		return -2; /* moved out of the backing tree */
-	*suspect = (size_t)n >= dlen && memcmp(buf + n - dlen, deleted, dlen) == 0;
 	*rel = buf + rootlen;
 	return n - (ssize_t)rootlen;
 }
@@ -648,7 +679,7 @@ void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 		return;
 	}
 	res = key_of(fs, p1, name, &from, &dlen);
-	if (!res)	/* one directory: one readlink() serves both keys */
+	if (!res)	/* one directory: one lookup of its path serves both keys */
 		res = p2 == p1 ? key_sibling(from, dlen, newname, &to)
 			       : key_of(fs, p2, newname, &to, NULL);
 	if (res)

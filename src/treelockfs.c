@@ -234,6 +234,8 @@ int main(int argc, char *argv[])
 		goto out_close_store;
 	if (fuse_daemonize(opts.foreground) != 0)
 		goto out_unmount;
+	/* where threads that compute lock keys by getcwd() come back to */
+	fs.cwd_fd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (!opts.foreground)
 		tl_log_use_syslog();
 	if (fuse_set_signal_handlers(se) != 0)
