@@ -101,8 +101,11 @@ static int cands_add(struct cands *c, const char *key, size_t len, enum tl_lock_
 	return cands_add_d(c, key, len, prefix_depth(key, len), mode);
 }
 
-/* Adds shared candidates for every proper ancestor of P but the root. */
-static int cands_add_ancestors(struct cands *c, const char *p)
+/* Adds shared candidates for every proper ancestor of P but the root,
+ * deepest first, down to (not including) the first that is also a proper
+ * ancestor of SEEN (whose own ancestors are candidates already), if SEEN
+ * is not NULL. */
+static int cands_add_ancestors(struct cands *c, const char *p, const char *seen)
 {
 	size_t len = strlen(p), depth;
 	int err;
@@ -110,6 +113,8 @@ static int cands_add_ancestors(struct cands *c, const char *p)
 	len = path_parent_len(p, len);
 	depth = prefix_depth(p, len);
 	for (; len > 1; len = path_parent_len(p, len), depth--) {
+		if (seen && strncmp(seen, p, len) == 0 && seen[len] == '/')
+			break; /* this one and every shallower one are SEEN's too */
 		err = cands_add_d(c, p, len, depth, TL_SHARED);
 		if (err)
 			return err;
@@ -234,9 +239,9 @@ int lockplan_rename(enum tl_strategy s, const char *from, const char *to, unsign
 	cands_init(&c);
 	switch (s) {
 	case TL_STRATEGY_TREE:
-		err = cands_add_ancestors(&c, from);
+		err = cands_add_ancestors(&c, from, NULL);
 		if (!err)
-			err = cands_add_ancestors(&c, to);
+			err = cands_add_ancestors(&c, to, from);
 		if (!err && from[1])
 			err = cands_add(&c, from, strlen(from), TL_EXCLUSIVE);
 		if (!err && to[1])
@@ -282,7 +287,7 @@ int lockplan_entry(enum tl_strategy s, const char *path, struct tl_plan **out)
 	cands_init(&c);
 	switch (s) {
 	case TL_STRATEGY_TREE:
-		err = cands_add_ancestors(&c, path);
+		err = cands_add_ancestors(&c, path, NULL);
 		/* fall through */
 	case TL_STRATEGY_DOCUMENT:
 		if (!err && path[1])

@@ -140,7 +140,15 @@ static struct mem_entry *entry_new(struct mem_store *s, const char *key, uint64_
 		if (!e)
 			return NULL;
 	}
-	memset(e, 0, sizeof(*e));
+	/* field by field: the holder id's bytes need no clearing */
+	e->shared = 0;
+	e->excl = false;
+	e->since_ms = 0;
+	e->holder_pid = 0;
+	e->holder_id[0] = '\0';
+	e->w = NULL;
+	e->nw = 0;
+	e->wcap = 0;
 	e->keycap = cap;
 	memcpy(e->key, key, len + 1);
 	e->hash = h;

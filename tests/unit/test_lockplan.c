@@ -49,6 +49,11 @@ static const struct {
 	{TL_STRATEGY_TREE, "/clinton", "/bill", "X:/bill X:/clinton"},
 	/* across directories: ancestors of both */
 	{TL_STRATEGY_TREE, "/a/b/x", "/c/y", "S:/a S:/c S:/a/b X:/c/y X:/a/b/x"},
+	/* a common part: its ancestors once; a prefix in bytes only is not one */
+	{TL_STRATEGY_TREE, "/a/b/c/x", "/a/b/d/y",
+	 "S:/a S:/a/b S:/a/b/c S:/a/b/d X:/a/b/c/x X:/a/b/d/y"},
+	{TL_STRATEGY_TREE, "/ab/x", "/a/y", "S:/a S:/ab X:/a/y X:/ab/x"},
+	{TL_STRATEGY_TREE, "/a/b/x", "/a/bc/y", "S:/a S:/a/b S:/a/bc X:/a/b/x X:/a/bc/y"},
 	/* nested: destination inside the source's parent chain; exclusive wins */
 	{TL_STRATEGY_TREE, "/a/b", "/a/b/c/d", "S:/a X:/a/b S:/a/b/c X:/a/b/c/d"},
 	{TL_STRATEGY_TREE, "/a/b/c", "/a", "X:/a S:/a/b X:/a/b/c"},
