@@ -58,6 +58,18 @@ struct ll_inode {
 
 struct plock_owner;
 
+/* A rename that succeeded through this mount, kept for the check of the
+ * renames that waited meanwhile (fs_rename.c): its keys, or UNKNOWN when
+ * they are longer than the buffers. */
+#define TLFS_RECENT 64
+#define TLFS_RECENT_KEY 240
+struct recent_rename {
+	uint64_t gen;            /* the rename_gen it made */
+	bool unknown;
+	char from[TLFS_RECENT_KEY];
+	char to[TLFS_RECENT_KEY];
+};
+
 #define TLFS_ITAB_SIZE 4096
 
 /* One mount: its configuration, its lock manager and its tables (as
@@ -72,7 +84,8 @@ struct tlfs {
 	char *root_path;         /* BACKING as the kernel names it ("" for /) */
 	int cwd_fd;              /* the daemon's working directory once serving, or
 				  * -1: lock keys then come from /proc (fs_rename.c) */
-	uint64_t rename_gen;     /* atomic: renames done through this mount */
+	uint64_t rename_gen;     /* atomic: renames done through this mount;
+				  * written under recent_mutex */
 	/* atomic: st_dev + 1 of a backing filesystem that refused
 	 * RENAME_NOREPLACE ([0]) or RENAME_EXCHANGE ([1]) with EINVAL, 0 for
 	 * none; such renames are then refused before taking any lock. A
@@ -86,6 +99,11 @@ struct tlfs {
 	 * held across a syscall */
 	pthread_mutex_t itab_mutex;
 	struct ll_inode *itab[TLFS_ITAB_SIZE]; /* protected by itab_mutex */
+
+	/* the last TLFS_RECENT renames (fs_rename.c), slot gen % TLFS_RECENT;
+	 * recent_mutex is a leaf lock, never held across a syscall */
+	pthread_mutex_t recent_mutex;
+	struct recent_rename recent[TLFS_RECENT]; /* protected by recent_mutex */
 
 	/* the POSIX lock owners (fs_plock.c); plock_mutex is a leaf lock,
 	 * never held across a syscall */

@@ -240,6 +240,7 @@ int tlfs_prepare(struct tlfs *fs)
 
 	pthread_mutex_init(&fs->itab_mutex, NULL);
 	pthread_mutex_init(&fs->plock_mutex, NULL);
+	pthread_mutex_init(&fs->recent_mutex, NULL);
 	fs->cwd_fd = -1;
 	fs->root = calloc(1, sizeof(*fs->root));
 	if (!fs->root)

@@ -512,6 +512,61 @@ static bool key_still(struct tlfs *fs, struct ll_inode *dir, const char *key)
 	return key_reaches(fs, key, plen, dir);
 }
 
+/* Notes the rename FROM -> TO, which just succeeded through this mount,
+ * and counts it in fs->rename_gen. */
+static void recent_note(struct tlfs *fs, const char *from, const char *to)
+{
+	size_t fl = strlen(from), tl = strlen(to);
+	struct recent_rename *r;
+	uint64_t g;
+
+	pthread_mutex_lock(&fs->recent_mutex);
+	g = __atomic_load_n(&fs->rename_gen, __ATOMIC_RELAXED) + 1;
+	r = &fs->recent[g % TLFS_RECENT];
+	r->gen = g;
+	r->unknown = fl >= sizeof(r->from) || tl >= sizeof(r->to);
+	if (!r->unknown) {
+		memcpy(r->from, from, fl + 1);
+		memcpy(r->to, to, tl + 1);
+	}
+	__atomic_store_n(&fs->rename_gen, g, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&fs->recent_mutex);
+}
+
+/* True when the directory path P (its first LEN bytes) is K or below K. */
+static bool at_or_below(const char *k, const char *p, size_t len)
+{
+	size_t kl = strlen(k);
+
+	return kl <= len && memcmp(k, p, kl) == 0 && (kl == len || p[kl] == '/');
+}
+
+/* True when a rename through this mount that succeeded after generation
+ * GEN may have moved the directory of key FROM or of key TO: it renamed
+ * (or exchanged) that directory or one of its ancestors. Only such a
+ * rename changes a directory's path; the others leave the keys as they
+ * were computed. Also true when that cannot be told: more than
+ * TLFS_RECENT renames since, or keys too long to keep. */
+static bool recent_may_move(struct tlfs *fs, uint64_t gen, const char *from, const char *to)
+{
+	size_t fp = path_parent_len(from, strlen(from)), tp = path_parent_len(to, strlen(to));
+	bool may;
+	uint64_t g, now;
+
+	pthread_mutex_lock(&fs->recent_mutex);
+	now = __atomic_load_n(&fs->rename_gen, __ATOMIC_RELAXED);
+	may = now - gen > TLFS_RECENT;
+	for (g = gen + 1; !may && g <= now; g++) {
+		const struct recent_rename *r = &fs->recent[g % TLFS_RECENT];
+
+		may = r->gen != g || r->unknown || at_or_below(r->from, from, fp) ||
+		      at_or_below(r->to, from, fp) || at_or_below(r->from, to, tp) ||
+		      at_or_below(r->to, to, tp);
+	}
+	pthread_mutex_unlock(&fs->recent_mutex);
+	return may;
+}
+
 /* The slot of fs->flag_refused_on for rename FLAGS (one of them set). */
 static unsigned int flag_slot(unsigned int flags)
 {
@@ -713,12 +768,15 @@ void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 	 * we waited for moved one of them, the path the caller named is gone:
 	 * that is the guide's ENOENT, and renaming by the directory fds now
 	 * would act on a path nobody locked. When the store has no other
-	 * writers only renames through this mount can have moved them, and
-	 * none completed since the keys were computed when the generation is
-	 * unchanged. One parent's check serves both keys when the directories
-	 * are one inode: the two keys then share their parent part. */
+	 * writers only renames through this mount can have moved them: none
+	 * did when the generation is unchanged, or when none of those that
+	 * completed since renamed one of the keys' directories or their
+	 * ancestors (recent_may_move()). One parent's check serves both keys
+	 * when the directories are one inode: the two keys then share their
+	 * parent part. */
 	if ((lockmgr_other_writers_possible(&fs->mgr) ||
-	     __atomic_load_n(&fs->rename_gen, __ATOMIC_ACQUIRE) != gen) &&
+	     (__atomic_load_n(&fs->rename_gen, __ATOMIC_ACQUIRE) != gen &&
+	      recent_may_move(fs, gen, from, to))) &&
 	    (!key_still(fs, p1, from) || (p2 != p1 && !key_still(fs, p2, to)))) {
 		tl_log(LOG_INFO, "rename '%s' -> '%s': moved while it waited", from, to);
 		res = -ENOENT;
@@ -732,7 +790,7 @@ void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 	res = renameat2(p1->fd, name, p2->fd, newname, flags);
 	res = res == -1 ? -errno : 0;
 	if (!res)
-		__atomic_add_fetch(&fs->rename_gen, 1, __ATOMIC_RELEASE);
+		recent_note(fs, from, to);
 	flag_learn(fs, p1, flags, res, from, to);
 
 out_release_locks:
