@@ -84,6 +84,10 @@ struct tlfs {
 	char *root_path;         /* BACKING as the kernel names it ("" for /) */
 	int cwd_fd;              /* the daemon's working directory once serving, or
 				  * -1: lock keys then come from /proc (fs_rename.c) */
+	bool cwd_stays;          /* a request thread's working directory may stay
+				  * where a key put it: nothing in a request
+				  * thread resolves a relative path (the mem
+				  * store; the es store's TLS files may) */
 	uint64_t rename_gen;     /* atomic: renames done through this mount;
 				  * written under recent_mutex */
 	/* atomic: st_dev + 1 of a backing filesystem that refused

@@ -200,26 +200,40 @@ static bool key_reaches(struct tlfs *fs, const char *key, size_t len, struct ll_
 
 /* DIR's path as the kernel names it, by getcwd() instead of a readlink()
  * in /proc (whose lookup costs several times more): this thread's working
- * directory moves to DIR and back to fs->cwd_fd. Each thread first takes
- * a working directory of its own (unshare(CLONE_FS)), so no other thread
- * ever sees it move. A removed directory is ENOENT, not a name with
- * " (deleted)". Returns the length written to BUF (PATH_MAX + 1 bytes),
- * or -1 when this way cannot tell (deeper than PATH_MAX, removed, not
- * searchable, outside this root): readlink() then does. */
+ * directory moves to DIR, and back to fs->cwd_fd unless fs->cwd_stays
+ * (then the next key in the same directory needs no move: getcwd() only).
+ * Each thread first takes a working directory of its own
+ * (unshare(CLONE_FS)), so no other thread ever sees it move. A removed
+ * directory is ENOENT, not a name with " (deleted)". Returns the length
+ * written to BUF (PATH_MAX + 1 bytes), or -1 when this way cannot tell
+ * (deeper than PATH_MAX, removed, not searchable, outside this root):
+ * readlink() then does. */
 static ssize_t dir_getcwd(struct tlfs *fs, struct ll_inode *dir, char *buf)
 {
 	static __thread int own_cwd; /* 1: unshared; -1: cannot (don't move) */
+	static __thread bool at;     /* the working directory stays at: */
+	static __thread dev_t at_dev;
+	static __thread ino_t at_ino;
 	ssize_t n = -1;
 
 	if (fs->cwd_fd < 0)
 		return -1;
 	if (!own_cwd)
 		own_cwd = unshare(CLONE_FS) == 0 ? 1 : -1;
-	if (own_cwd < 0 || fchdir(dir->fd) == -1)
+	if (own_cwd < 0)
 		return -1;
+	/* the working directory holds its inode: one with the same st_dev and
+	 * st_ino is that very directory */
+	if (!at || at_dev != dir->dev || at_ino != dir->ino) {
+		if (fchdir(dir->fd) == -1)
+			return -1;
+		at = fs->cwd_stays;
+		at_dev = dir->dev;
+		at_ino = dir->ino;
+	}
 	if (getcwd(buf, PATH_MAX) != NULL)
 		n = (ssize_t)strlen(buf);
-	if (fchdir(fs->cwd_fd) == -1)
+	if (!fs->cwd_stays && fchdir(fs->cwd_fd) == -1)
 		own_cwd = -1; /* stays in DIR; this thread uses readlink() from now on */
 	return n;
 }

@@ -236,6 +236,7 @@ int main(int argc, char *argv[])
 		goto out_unmount;
 	/* where threads that compute lock keys by getcwd() come back to */
 	fs.cwd_fd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	fs.cwd_stays = strcmp(lockmgr_store_name(&fs.mgr), "mem") == 0;
 	if (!opts.foreground)
 		tl_log_use_syslog();
 	if (fuse_set_signal_handlers(se) != 0)
