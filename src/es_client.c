@@ -420,6 +420,7 @@ static void batch_lead(struct es_client *c)
 int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root)
 {
 	struct es_batch_req me = {.data = b->data, .len = b->len, .deadline_ms = deadline_ms};
+	bool led = false;
 
 	*root = NULL;
 	if (b->err)
@@ -436,6 +437,7 @@ int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root)
 	while (!me.done) {
 		if (c->inflight < ES_BATCH_INFLIGHT && c->queue) {
 			batch_lead(c);
+			led = true;
 			continue;
 		}
 		if (me.deadline_ms && !me.taken) {
@@ -458,9 +460,11 @@ int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root)
 			pthread_cond_wait(&c->batch_cond, &c->batch_mutex);
 		}
 	}
-	/* a slot freed while nobody was leading: hand the queue on */
-	if (c->queue && c->inflight < ES_BATCH_INFLIGHT)
-		pthread_cond_broadcast(&c->batch_cond);
+	/* the thread that sent our request runs already: it sends what
+	 * queued meanwhile too (once: its own rename goes on after that),
+	 * sparing the queue a wake-up before its request leaves */
+	if (led && c->queue && c->inflight < ES_BATCH_INFLIGHT)
+		batch_lead(c);
 	pthread_mutex_unlock(&c->batch_mutex);
 	*root = me.root;
 	return me.err;

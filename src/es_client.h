@@ -31,7 +31,7 @@ struct es_batch_req;
  * to find a free slot sends every queued one (up to ES_BATCH_MAX of them,
  * ES_BATCH_MAX_BYTES) as one _bulk. A bulk submitted when a slot is free
  * and nothing is queued is sent at once, alone: batching never waits. */
-#define ES_BATCH_INFLIGHT 1
+#define ES_BATCH_INFLIGHT 2
 #define ES_BATCH_MAX 64
 #define ES_BATCH_MAX_BYTES (4u << 20)
 

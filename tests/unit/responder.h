@@ -54,6 +54,8 @@ struct responder {
 	int nreqs;
 	bool stop;
 	bool concurrent;
+	int hang_next_ms;      /* set by HANDLER: this reply waits so long,
+				* without mu (other connections go on) */
 	pthread_t conn_th[RESP_MAX_CONNS];
 	int nconn;
 };

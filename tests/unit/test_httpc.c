@@ -138,6 +138,11 @@ static void serve(struct responder *r, int c)
 		if (r->handler) {
 			reply.status = r->handler(r, &r->reqs[idx < RESP_MAX_REQS ? idx : 0], &dyn);
 			reply.body = dyn ? dyn : "{}";
+			if (r->hang_next_ms) {
+				reply.action = RESP_HANG;
+				reply.hang_ms = r->hang_next_ms;
+				r->hang_next_ms = 0;
+			}
 		} else if (r->next < r->nreplies) {
 			reply = r->replies[r->next++];
 		}

@@ -31,7 +31,8 @@ struct fake {
 	int root_status;       /* GET / status, 200 by default */
 	int bulk_503;          /* answer the next N bulks with 503 */
 	char refuse[64];       /* key refused (409 on create, 400 script on update) */
-	int hold_bulk_ms;      /* the next bulk is answered this late */
+	int hold_bulks;        /* the next N bulks are answered ... */
+	int hold_bulk_ms;      /* ... this late (other requests go on) */
 	int fail_skip;         /* bulks answered normally before fail_status ... */
 	int fail_status;       /* ... answers every further bulk (0: none) */
 };
@@ -171,9 +172,9 @@ static int fake_es(struct responder *r, const struct resp_req *req, char **body)
 		return 200;
 	}
 	if (strcmp(req->method, "POST") == 0 && strcmp(req->path, "/locks/_bulk") == 0) {
-		if (f->hold_bulk_ms) {
-			usleep((useconds_t)f->hold_bulk_ms * 1000);
-			f->hold_bulk_ms = 0;
+		if (f->hold_bulks > 0) {
+			f->hold_bulks--;
+			r->hang_next_ms = f->hold_bulk_ms;
 		}
 		if (f->fail_status && f->fail_skip-- <= 0) {
 			*body = strdup(f->fail_status == 400
@@ -508,16 +509,31 @@ static void jobs_init(struct job *jobs, size_t n, struct lockstore *st, const ch
 	}
 }
 
-/* Runs job 0 alone (its bulk is held HOLD_MS by the fake server), then,
- * while it is held, jobs 1..N-1 at once; waits for them all. */
+/* The jobs that fill every sending slot first (their requests go alone). */
+#define OPENERS ES_BATCH_INFLIGHT
+
+/* Runs jobs 0..OPENERS-1 first, one by one, each until its bulk reached
+ * the fake server, which answers those HOLD_MS late: every sending slot is
+ * taken; then, while they are held, jobs OPENERS..N-1 at once. Waits for
+ * all. */
 static void jobs_run(struct fixture *fx, struct job *jobs, size_t n, int hold_ms)
 {
+	int base = count(fx, "POST", "/locks/_bulk");
 	size_t i;
 
+	pthread_mutex_lock(&fx->r.mu);
+	fx->f.hold_bulks = OPENERS;
 	fx->f.hold_bulk_ms = hold_ms;
-	ck_assert_int_eq(pthread_create(&jobs[0].th, NULL, job_main, &jobs[0]), 0);
-	usleep(150 * 1000);
-	for (i = 1; i < n; i++)
+	pthread_mutex_unlock(&fx->r.mu);
+	for (i = 0; i < OPENERS; i++) {
+		int64_t until = tl_mono_ms() + 5000;
+
+		ck_assert_int_eq(pthread_create(&jobs[i].th, NULL, job_main, &jobs[i]), 0);
+		while (count(fx, "POST", "/locks/_bulk") < base + (int)i + 1 && tl_mono_ms() < until)
+			usleep(2000);
+		ck_assert_int_eq(count(fx, "POST", "/locks/_bulk"), base + (int)i + 1);
+	}
+	for (i = OPENERS; i < n; i++)
 		ck_assert_int_eq(pthread_create(&jobs[i].th, NULL, job_main, &jobs[i]), 0);
 	for (i = 0; i < n; i++)
 		pthread_join(jobs[i].th, NULL);
@@ -542,33 +558,58 @@ static void fx_open_concurrent(struct fixture *fx)
 	ck_assert_int_eq(fx->st->ops->start(fx->st), 0);
 }
 
+/* The bulk requests that hold the item OP of "/<TOP><i>/x" for every
+ * job i in [FROM, TO). */
+static int bulks_with_all(struct fixture *fx, const char *op, const char *top, size_t from,
+			  size_t to)
+{
+	char needle[96];
+	int i, n = 0;
+	size_t k;
+
+	pthread_mutex_lock(&fx->r.mu);
+	for (i = 0; i < fx->r.nreqs; i++) {
+		if (strcmp(fx->r.reqs[i].path, "/locks/_bulk") != 0)
+			continue;
+		for (k = from; k < to; k++) {
+			snprintf(needle, sizeof(needle), "{\"%s\":{\"_id\":\"/%s%zu/x\"", op, top, k);
+			if (!strstr(fx->r.reqs[i].body, needle))
+				break;
+		}
+		if (k == to)
+			n++;
+	}
+	pthread_mutex_unlock(&fx->r.mu);
+	return n;
+}
+
 START_TEST(test_lockstore_es__concurrent_renames_share_bulks)
 {
 	struct fixture fx;
-	struct job jobs[7];
+	struct job jobs[OPENERS + 6];
+	size_t n = OPENERS + 6, i;
 	int before;
-	size_t i;
 
 	fx_open_concurrent(&fx);
-	jobs_init(jobs, 7, fx.st, "g");
+	jobs_init(jobs, n, fx.st, "g");
 	before = count(&fx, "POST", "/locks/_bulk");
-	jobs_run(&fx, jobs, 7, 1000);
-	for (i = 0; i < 7; i++)
+	jobs_run(&fx, jobs, n, 1000);
+	for (i = 0; i < n; i++)
 		ck_assert_int_eq(jobs[i].err, 0);
-	/* job 0 alone, then the six that queued meanwhile in one request */
-	ck_assert_int_eq(count(&fx, "POST", "/locks/_bulk") - before, 2);
-	ck_assert(any_bulk_has(&fx, "{\"create\":{\"_id\":\"/g1/x\"", "{\"create\":{\"_id\":\"/g6/y\""));
+	/* each opener alone, then the six that queued meanwhile in one request */
+	ck_assert_int_eq(count(&fx, "POST", "/locks/_bulk") - before, OPENERS + 1);
+	ck_assert_int_eq(bulks_with_all(&fx, "create", "g", OPENERS, n), 1);
 	/* releases share requests the same way */
 	before = count(&fx, "POST", "/locks/_bulk");
-	for (i = 0; i < 7; i++)
+	for (i = 0; i < n; i++)
 		jobs[i].release = true;
-	jobs_run(&fx, jobs, 7, 1000);
-	for (i = 0; i < 7; i++) {
+	jobs_run(&fx, jobs, n, 1000);
+	for (i = 0; i < n; i++) {
 		ck_assert_int_eq(jobs[i].err, 0);
 		ck_assert_ptr_null(jobs[i].h.priv);
 	}
-	ck_assert_int_eq(count(&fx, "POST", "/locks/_bulk") - before, 2);
-	ck_assert(any_bulk_has(&fx, "{\"update\":{\"_id\":\"/g1/x\"", "{\"update\":{\"_id\":\"/g6/y\""));
+	ck_assert_int_eq(count(&fx, "POST", "/locks/_bulk") - before, OPENERS + 1);
+	ck_assert_int_eq(bulks_with_all(&fx, "update", "g", OPENERS, n), 1);
 	/* alone again: one request each, sent at once */
 	jobs[0].release = false;
 	before = count(&fx, "POST", "/locks/_bulk");
@@ -578,7 +619,7 @@ START_TEST(test_lockstore_es__concurrent_renames_share_bulks)
 	jobs[0].release = true;
 	job_main(&jobs[0]);
 	ck_assert_int_eq(count(&fx, "POST", "/locks/_bulk") - before, 2);
-	jobs_free(jobs, 7);
+	jobs_free(jobs, n);
 	fx_done(&fx);
 }
 END_TEST
@@ -586,31 +627,38 @@ END_TEST
 START_TEST(test_lockstore_es__refusal_stays_with_its_rename)
 {
 	struct fixture fx;
-	struct job jobs[3];
-	size_t i;
+	struct job jobs[OPENERS + 2];
+	size_t n = OPENERS + 2, i, a = OPENERS, b = OPENERS + 1;
+	char key[32];
 
 	fx_open_concurrent(&fx);
-	jobs_init(jobs, 3, fx.st, "r");
-	snprintf(fx.f.refuse, sizeof(fx.f.refuse), "/r1/x");
-	jobs_run(&fx, jobs, 3, 1000);
-	/* jobs 1 and 2 travelled together; only job 1 met the conflict */
-	ck_assert(any_bulk_has(&fx, "{\"create\":{\"_id\":\"/r1/x\"", "{\"create\":{\"_id\":\"/r2/x\""));
-	ck_assert_int_eq(jobs[0].err, 0);
-	ck_assert_int_eq(jobs[1].err, -EAGAIN);
-	ck_assert_str_eq(jobs[1].why.key, "/r1/x");
-	ck_assert_int_eq(jobs[2].err, 0);
-	/* job 1's granted /r1/y was rolled back; job 2's locks were not */
-	ck_assert(any_bulk_has(&fx, "{\"update\":{\"_id\":\"/r1/y\"", "ctx.op = 'delete'"));
+	jobs_init(jobs, n, fx.st, "r");
+	snprintf(fx.f.refuse, sizeof(fx.f.refuse), "/r%zu/x", a);
+	jobs_run(&fx, jobs, n, 1000);
+	/* jobs A and B travelled together; only A met the conflict */
+	ck_assert_int_eq(bulks_with_all(&fx, "create", "r", a, n), 1);
+	for (i = 0; i < OPENERS; i++)
+		ck_assert_int_eq(jobs[i].err, 0);
+	ck_assert_int_eq(jobs[a].err, -EAGAIN);
+	ck_assert_str_eq(jobs[a].why.key, fx.f.refuse);
+	ck_assert_int_eq(jobs[b].err, 0);
+	/* A's granted /rA/y was rolled back; B's locks were neither rolled
+	 * back nor marked */
+	snprintf(key, sizeof(key), "{\"update\":{\"_id\":\"/r%zu/y\"", a);
+	ck_assert(any_bulk_has(&fx, key, "ctx.op = 'delete'"));
+	snprintf(key, sizeof(key), "/r%zu/", b);
 	for (i = 0; i < (size_t)fx.r.nreqs; i++)
 		if (strcmp(fx.r.reqs[i].path, "/locks/_bulk") == 0 &&
 		    strstr(fx.r.reqs[i].body, "\"waiters\":{"))
-			ck_assert_ptr_null(strstr(fx.r.reqs[i].body, "/r2/"));
-	for (i = 0; i < 3; i += 2) {
+			ck_assert_ptr_null(strstr(fx.r.reqs[i].body, key));
+	for (i = 0; i < n; i++) {
+		if (i == a)
+			continue;
 		jobs[i].release = true;
 		job_main(&jobs[i]);
 		ck_assert_int_eq(jobs[i].err, 0);
 	}
-	jobs_free(jobs, 3);
+	jobs_free(jobs, n);
 	fx_done(&fx);
 }
 END_TEST
@@ -618,32 +666,35 @@ END_TEST
 START_TEST(test_lockstore_es__failed_bulk_fails_every_rename_in_it)
 {
 	struct fixture fx;
-	struct job jobs[5];
-	size_t i;
+	struct job jobs[OPENERS + 4];
+	size_t n = OPENERS + 4, i;
 
 	fx_open_concurrent(&fx);
 	/* refused for good (HTTP 400): each rename of the batch gets EACCES */
-	jobs_init(jobs, 5, fx.st, "f");
-	fx.f.fail_skip = 1;
+	jobs_init(jobs, n, fx.st, "f");
+	fx.f.fail_skip = OPENERS;
 	fx.f.fail_status = 400;
-	jobs_run(&fx, jobs, 5, 1000);
-	ck_assert_int_eq(jobs[0].err, 0);
-	for (i = 1; i < 5; i++) {
+	jobs_run(&fx, jobs, n, 1000);
+	for (i = 0; i < OPENERS; i++)
+		ck_assert_int_eq(jobs[i].err, 0);
+	for (i = OPENERS; i < n; i++) {
 		ck_assert_int_eq(jobs[i].err, -EACCES);
 		ck_assert_ptr_nonnull(jobs[i].h.priv);
 	}
-	ck_assert(any_bulk_has(&fx, "{\"create\":{\"_id\":\"/f1/x\"", "{\"create\":{\"_id\":\"/f4/x\""));
-	jobs_free(jobs, 5);
+	ck_assert_int_eq(bulks_with_all(&fx, "create", "f", OPENERS, n), 1);
+	jobs_free(jobs, n);
 	/* unavailable (HTTP 503 on every try): each gets ENOLCK */
-	jobs_init(jobs, 5, fx.st, "u");
-	fx.f.fail_skip = 1;
+	jobs_init(jobs, n, fx.st, "u");
+	fx.f.fail_skip = OPENERS;
 	fx.f.fail_status = 503;
-	jobs_run(&fx, jobs, 5, 1000);
-	ck_assert_int_eq(jobs[0].err, 0);
-	for (i = 1; i < 5; i++)
+	jobs_run(&fx, jobs, n, 1000);
+	for (i = 0; i < OPENERS; i++)
+		ck_assert_int_eq(jobs[i].err, 0);
+	for (i = OPENERS; i < n; i++)
 		ck_assert_int_eq(jobs[i].err, -ENOLCK);
+	ck_assert_int_eq(bulks_with_all(&fx, "create", "u", OPENERS, n), 1);
 	fx.f.fail_status = 0;
-	jobs_free(jobs, 5);
+	jobs_free(jobs, n);
 	fx_done(&fx);
 }
 END_TEST
@@ -651,27 +702,35 @@ END_TEST
 START_TEST(test_lockstore_es__queued_past_deadline_fails_alone)
 {
 	struct fixture fx;
-	struct job jobs[2];
-	int i;
+	struct job jobs[OPENERS + 1];
+	size_t n = OPENERS + 1, i;
+	char key[32];
+	int k;
 
 	fx_open_concurrent(&fx);
-	jobs_init(jobs, 2, fx.st, "d");
-	jobs[1].timeout_ms = 200;
-	jobs_run(&fx, jobs, 2, 1500);
-	/* job 1 queued behind job 0's slow request and gave up at its own
-	 * deadline (plus the grace), long before job 0's answer came */
-	ck_assert_int_eq(jobs[1].err, -ENOLCK);
-	ck_assert_int_lt(jobs[1].took_ms, 1000);
-	ck_assert_int_eq(jobs[0].err, 0);
-	ck_assert_int_ge(jobs[0].took_ms, 1400);
+	jobs_init(jobs, n, fx.st, "d");
+	jobs[OPENERS].timeout_ms = 200;
+	jobs_run(&fx, jobs, n, 1500);
+	/* the last job queued behind the slow requests and gave up at its own
+	 * deadline (plus the grace), long before their answers came */
+	ck_assert_int_eq(jobs[OPENERS].err, -ENOLCK);
+	ck_assert_int_lt(jobs[OPENERS].took_ms, 1000);
+	for (i = 0; i < OPENERS; i++) {
+		ck_assert_int_eq(jobs[i].err, 0);
+		ck_assert_int_ge(jobs[i].took_ms, 1400);
+	}
+	/* it never reached the store */
+	snprintf(key, sizeof(key), "/d%zu/x", n - 1);
 	pthread_mutex_lock(&fx.r.mu);
-	for (i = 0; i < fx.r.nreqs; i++)
-		ck_assert_ptr_null(strstr(fx.r.reqs[i].body ? fx.r.reqs[i].body : "", "/d1/x"));
+	for (k = 0; k < fx.r.nreqs; k++)
+		ck_assert_ptr_null(strstr(fx.r.reqs[k].body ? fx.r.reqs[k].body : "", key));
 	pthread_mutex_unlock(&fx.r.mu);
-	jobs[0].release = true;
-	job_main(&jobs[0]);
-	ck_assert_int_eq(jobs[0].err, 0);
-	jobs_free(jobs, 2);
+	for (i = 0; i < OPENERS; i++) {
+		jobs[i].release = true;
+		job_main(&jobs[i]);
+		ck_assert_int_eq(jobs[i].err, 0);
+	}
+	jobs_free(jobs, n);
 	fx_done(&fx);
 }
 END_TEST
