@@ -420,7 +420,8 @@ static void batch_lead(struct es_client *c)
 int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root)
 {
 	struct es_batch_req me = {.data = b->data, .len = b->len, .deadline_ms = deadline_ms};
-	bool led = false;
+	bool led = false, expired = false;
+	int64_t until = 0;
 
 	*root = NULL;
 	if (b->err)
@@ -428,6 +429,13 @@ int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root)
 	me.nitems = es_bulk_count(b->data, b->len);
 	if (me.nitems <= 0 || !c->batch_ready)
 		return bulk_post(c, b->data, b->len, root); /* not ours to split */
+	/* still queued then (the deadline, or now if it has passed, plus the
+	 * grace every request gets): not sent, this caller's own failure */
+	if (me.deadline_ms) {
+		int64_t now = tl_mono_ms();
+
+		until = (me.deadline_ms > now ? me.deadline_ms : now) + ES_GRACE_MS;
+	}
 	pthread_mutex_lock(&c->batch_mutex);
 	if (c->queue_tail)
 		c->queue_tail->next = &me;
@@ -440,10 +448,7 @@ int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root)
 			led = true;
 			continue;
 		}
-		if (me.deadline_ms && !me.taken) {
-			/* still queued at the deadline (plus the grace every
-			 * request gets): not sent, this caller's own failure */
-			int64_t until = me.deadline_ms + ES_GRACE_MS;
+		if (until && !me.taken) {
 			struct timespec ts = {.tv_sec = until / 1000,
 					      .tv_nsec = (until % 1000) * 1000000};
 
@@ -451,8 +456,7 @@ int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root)
 				queue_remove(c, &me);
 				me.err = -EAGAIN;
 				me.done = true;
-				es_client_set_error(c, "lock_timeout passed while the request "
-						       "waited for the lock store");
+				expired = true;
 				break;
 			}
 			pthread_cond_timedwait(&c->batch_cond, &c->batch_mutex, &ts);
@@ -466,6 +470,9 @@ int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root)
 	if (led && c->queue && c->inflight < ES_BATCH_INFLIGHT)
 		batch_lead(c);
 	pthread_mutex_unlock(&c->batch_mutex);
+	if (expired)
+		es_client_set_error(c, "lock_timeout passed while the request waited for the "
+				       "lock store's other requests");
 	*root = me.root;
 	return me.err;
 }
