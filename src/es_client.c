@@ -68,6 +68,16 @@ int es_client_open(struct es_client *c, const struct httpc_config *hc, const cha
 
 	memset(c, 0, sizeof(*c));
 	pthread_mutex_init(&c->err_mutex, NULL);
+	{
+		pthread_condattr_t ca;
+
+		pthread_mutex_init(&c->batch_mutex, NULL);
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&c->batch_cond, &ca);
+		pthread_condattr_destroy(&ca);
+		c->batch_ready = true;
+	}
 	c->index = strdup(index);
 	if (!c->index)
 		goto out_close;
@@ -93,6 +103,10 @@ void es_client_close(struct es_client *c)
 	free(c->index);
 	free(c->index_esc);
 	pthread_mutex_destroy(&c->err_mutex);
+	if (c->batch_ready) {
+		pthread_cond_destroy(&c->batch_cond);
+		pthread_mutex_destroy(&c->batch_mutex);
+	}
 	memset(c, 0, sizeof(*c));
 }
 
@@ -204,19 +218,19 @@ enum es_call_class es_call(struct es_client *c, const char *method, const char *
 	return ES_CALL_FATAL;
 }
 
-int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root)
+/* One _bulk request of DATA[0..LEN), now, under the calling thread's
+ * deadline; es_bulk_send()'s results. */
+static int bulk_post(struct es_client *c, const char *data, size_t len, cJSON **root)
 {
 	struct httpc_response r;
 	enum es_call_class cc;
 	char *path;
 
 	*root = NULL;
-	if (b->err)
-		return -ENOMEM;
 	path = es_path(c, "_bulk", NULL, NULL);
 	if (!path)
 		return -ENOMEM;
-	cc = es_call(c, "POST", path, HTTPC_NDJSON, b->data, b->len, &r, false);
+	cc = es_call(c, "POST", path, HTTPC_NDJSON, data, len, &r, false);
 	if (cc == ES_CALL_RETRY) {
 		httpc_response_free(&r);
 		free(path);
@@ -240,6 +254,227 @@ int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root)
 	}
 	httpc_response_free(&r);
 	return 0;
+}
+
+long es_bulk_count(const char *data, size_t len)
+{
+	static const char *const ops[] = {"{\"delete\"", "{\"index\"", "{\"create\"",
+					  "{\"update\""};
+	const char *p = data, *end = data + len;
+	long n = 0;
+
+	while (p < end) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		size_t k, l = nl ? (size_t)(nl - p) : (size_t)(end - p);
+
+		for (k = 0; k < 4; k++)
+			if (l >= strlen(ops[k]) && memcmp(p, ops[k], strlen(ops[k])) == 0)
+				break;
+		if (k == 4)
+			return -1;
+		n++;
+		p = nl ? nl + 1 : end;
+		if (k > 0) { /* index, create and update carry a source line */
+			if (p >= end)
+				return -1;
+			nl = memchr(p, '\n', (size_t)(end - p));
+			p = nl ? nl + 1 : end;
+		}
+	}
+	return n;
+}
+
+/* ---- group commit -------------------------------------------------------------------
+ *
+ * A bulk waits in c->queue only while ES_BATCH_INFLIGHT requests are being
+ * sent. Whichever thread finds a free slot (a submitter, or the sender of
+ * the request that just finished, on behalf of the queue) takes the queue
+ * in order and sends it as one _bulk, then hands each submitter its own
+ * items, or the whole request's failure. */
+
+struct es_batch_req {
+	const char *data;
+	size_t len;
+	long nitems;
+	int64_t deadline_ms;      /* the submitter's, 0: none */
+	bool taken, done;         /* taken: in a request being sent */
+	int err;                  /* when done */
+	cJSON *root;              /* when done and err == 0 */
+	struct es_batch_req *next;
+};
+
+/* Under batch_mutex: unlinks Q from the queue. */
+static void queue_remove(struct es_client *c, struct es_batch_req *q)
+{
+	struct es_batch_req **pp, *prev = NULL;
+
+	for (pp = &c->queue; *pp; prev = *pp, pp = &(*pp)->next)
+		if (*pp == q) {
+			*pp = q->next;
+			if (c->queue_tail == q)
+				c->queue_tail = prev;
+			q->next = NULL;
+			return;
+		}
+}
+
+/* Sends the batch V[0..N) as one request and fills in each one's result
+ * (not yet marked done). Runs without batch_mutex. */
+static void batch_send(struct es_client *c, struct es_batch_req **v, size_t n)
+{
+	int64_t own = deadline_ms, earliest = 0;
+	struct buf body = BUF_INIT;
+	cJSON *root = NULL, *items;
+	long total = 0;
+	size_t i;
+	int err;
+
+	for (i = 0; i < n; i++) {
+		if (v[i]->deadline_ms && (!earliest || v[i]->deadline_ms < earliest))
+			earliest = v[i]->deadline_ms;
+		total += v[i]->nitems;
+	}
+	/* the request is capped by the earliest deadline among its members */
+	deadline_ms = earliest;
+	if (n == 1) {
+		err = bulk_post(c, v[0]->data, v[0]->len, &root);
+	} else {
+		for (i = 0; i < n; i++)
+			buf_add(&body, v[i]->data, v[i]->len);
+		err = body.err ? -ENOMEM : bulk_post(c, body.data, body.len, &root);
+	}
+	deadline_ms = own;
+	buf_free(&body);
+	items = root ? cJSON_GetObjectItemCaseSensitive(root, "items") : NULL;
+	if (!err && cJSON_GetArraySize(items) != total) {
+		tl_log(LOG_ERR, "lock store answered a bulk of %ld items with %d items", total,
+		       cJSON_GetArraySize(items));
+		err = -EAGAIN;
+	}
+	if (err) {
+		for (i = 0; i < n; i++)
+			v[i]->err = err;
+		cJSON_Delete(root);
+		return;
+	}
+	if (n == 1) {
+		v[0]->err = 0;
+		v[0]->root = root;
+		return;
+	}
+	for (i = 0; i < n; i++) {
+		cJSON *mine = cJSON_CreateObject(), *arr = cJSON_CreateArray();
+		long k;
+
+		if (!mine || !arr || !cJSON_AddItemToObject(mine, "items", arr)) {
+			cJSON_Delete(mine);
+			cJSON_Delete(arr);
+			mine = NULL;
+		}
+		for (k = 0; k < v[i]->nitems; k++) {
+			cJSON *it = cJSON_DetachItemFromArray(items, 0);
+
+			if (mine)
+				cJSON_AddItemToArray(arr, it);
+			else
+				cJSON_Delete(it);
+		}
+		/* out of memory: the items are lost, the request may have been
+		 * applied: the caller treats it like a failed request */
+		v[i]->root = mine;
+		v[i]->err = mine ? 0 : -EAGAIN;
+	}
+	cJSON_Delete(root);
+}
+
+/* Under batch_mutex, with a free slot: takes queued bulks in order (at
+ * least one, then up to ES_BATCH_MAX or ES_BATCH_MAX_BYTES), sends them
+ * without the mutex, then marks them done and wakes their submitters. */
+static void batch_lead(struct es_client *c)
+{
+	struct es_batch_req *v[ES_BATCH_MAX];
+	size_t n = 0, bytes = 0, i;
+
+	while (c->queue && n < ES_BATCH_MAX &&
+	       (n == 0 || bytes + c->queue->len <= ES_BATCH_MAX_BYTES)) {
+		struct es_batch_req *q = c->queue;
+
+		c->queue = q->next;
+		if (!c->queue)
+			c->queue_tail = NULL;
+		q->next = NULL;
+		q->taken = true;
+		bytes += q->len;
+		v[n++] = q;
+	}
+	c->inflight++;
+	pthread_mutex_unlock(&c->batch_mutex);
+	batch_send(c, v, n);
+	pthread_mutex_lock(&c->batch_mutex);
+	c->inflight--;
+	for (i = 0; i < n; i++)
+		v[i]->done = true;
+	pthread_cond_broadcast(&c->batch_cond);
+}
+
+int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root)
+{
+	struct es_batch_req me = {.data = b->data, .len = b->len, .deadline_ms = deadline_ms};
+	bool led = false, expired = false;
+	int64_t until = 0;
+
+	*root = NULL;
+	if (b->err)
+		return -ENOMEM;
+	me.nitems = es_bulk_count(b->data, b->len);
+	if (me.nitems <= 0 || !c->batch_ready)
+		return bulk_post(c, b->data, b->len, root); /* not ours to split */
+	/* still queued then (the deadline, or now if it has passed, plus the
+	 * grace every request gets): not sent, this caller's own failure */
+	if (me.deadline_ms) {
+		int64_t now = tl_mono_ms();
+
+		until = (me.deadline_ms > now ? me.deadline_ms : now) + ES_GRACE_MS;
+	}
+	pthread_mutex_lock(&c->batch_mutex);
+	if (c->queue_tail)
+		c->queue_tail->next = &me;
+	else
+		c->queue = &me;
+	c->queue_tail = &me;
+	while (!me.done) {
+		if (c->inflight < ES_BATCH_INFLIGHT && c->queue) {
+			batch_lead(c);
+			led = true;
+			continue;
+		}
+		if (until && !me.taken) {
+			struct timespec ts = {.tv_sec = until / 1000,
+					      .tv_nsec = (until % 1000) * 1000000};
+
+			if (tl_mono_ms() >= until) {
+				queue_remove(c, &me);
+				me.err = -EAGAIN;
+				me.done = true;
+				expired = true;
+				break;
+			}
+			pthread_cond_timedwait(&c->batch_cond, &c->batch_mutex, &ts);
+		} else {
+			pthread_cond_wait(&c->batch_cond, &c->batch_mutex);
+		}
+	}
+	/* the thread that sent our request runs already: it sends what
+	 * queued meanwhile too (once: its own rename goes on after that),
+	 * sparing the queue a wake-up before its request leaves */
+	if (led && c->queue && c->inflight < ES_BATCH_INFLIGHT)
+		batch_lead(c);
+	pthread_mutex_unlock(&c->batch_mutex);
+	if (expired)
+		es_client_set_error(c, "lock_timeout passed while the request waited for the "
+				       "lock store's other requests");
+	*root = me.root;
+	return me.err;
 }
 
 enum es_item_state es_item_state(const cJSON *it, long *status_out)

@@ -24,6 +24,17 @@
  * and what fails is kept for the heartbeat. */
 #define ES_GRACE_MS 150
 
+struct es_batch_req;
+
+/* Group commit: at most ES_BATCH_INFLIGHT _bulk requests of one client are
+ * in flight at once; bulks submitted meanwhile queue and the next thread
+ * to find a free slot sends every queued one (up to ES_BATCH_MAX of them,
+ * ES_BATCH_MAX_BYTES) as one _bulk. A bulk submitted when a slot is free
+ * and nothing is queued is sent at once, alone: batching never waits. */
+#define ES_BATCH_INFLIGHT 2
+#define ES_BATCH_MAX 64
+#define ES_BATCH_MAX_BYTES (4u << 20)
+
 struct es_client {
 	struct httpc *http;
 	char *index;           /* as given */
@@ -31,6 +42,11 @@ struct es_client {
 	pthread_mutex_t err_mutex; /* leaf, guards last_err */
 	char last_err[256];    /* the last failure, for start-up messages */
 	unsigned int timeout_ms; /* per request, when no deadline is nearer */
+	pthread_mutex_t batch_mutex; /* leaf, guards the queue and inflight */
+	pthread_cond_t batch_cond;   /* CLOCK_MONOTONIC */
+	struct es_batch_req *queue, *queue_tail;
+	unsigned int inflight;       /* _bulk requests being sent */
+	bool batch_ready;            /* the mutex and cond exist */
 };
 
 enum es_call_class {
@@ -95,10 +111,21 @@ void es_client_last_error(struct es_client *c, char *buf, size_t size);
 cJSON *es_parse(const struct httpc_response *r);
 
 /* Sends the ndjson of B to _bulk. On 0, *ROOT is the parsed response with
- * its "items" array (caller frees). Returns 0, -EAGAIN (the whole request
- * failed in a retryable way: it may or may not have been applied), -EACCES
- * (refused, logged), -ENOMEM (B failed while being built). */
+ * its "items" array (caller frees), holding exactly the items of B, in
+ * order. Returns 0, -EAGAIN (the whole request failed in a retryable way:
+ * it may or may not have been applied; or the calling thread's deadline
+ * passed while B was still queued, and it was not sent), -EACCES (refused,
+ * logged), -ENOMEM (B failed while being built).
+ *
+ * B may travel in one _bulk with the bulks of other threads (group commit,
+ * see ES_BATCH_INFLIGHT): the items of each caller are applied in its
+ * order, a failure of the whole request is every caller's, and the
+ * request's timeout is capped by the earliest deadline among them. */
 int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root);
+
+/* The number of bulk items (action lines) in the ndjson DATA[0..LEN), or
+ * -1 when a line is not an action this client writes. */
+long es_bulk_count(const char *data, size_t len);
 
 /* Classifies bulk response item IT; *STATUS (may be NULL) gets its status.
  * A 404 on update or delete is OK: the document is already gone. */

@@ -59,6 +59,14 @@
  *                        (SCRIPT_EVICT)
  *
  * So an uncontended rename costs exactly two requests whatever its depth.
+ * Renames of one mount that send at the same moment share requests: a
+ * _bulk submitted while another is in flight waits in es_client's queue,
+ * and the next free sender takes the whole queue as one _bulk (group
+ * commit, es_bulk_send()). Each rename still builds, reads and judges only
+ * its own items (all-or-nothing, rollback, waiter marks, as above); a
+ * failure of the whole request is each of its renames' own failure; the
+ * request's timeout is the earliest deadline among them, and a rename
+ * still queued at its deadline fails alone without being sent.
  * A script refusal is HTTP 400 wrapping script_exception, not 409.
  *
  * Per key and holder, the state chart:

@@ -2,7 +2,10 @@
  *
  * A server thread on 127.0.0.1 that records each request and answers it
  * from REPLIES in order, or from HANDLER when set (HANDLER runs under mu,
- * returns the status and may set *BODY to a malloc'd reply body).
+ * returns the status and may set *BODY to a malloc'd reply body). One
+ * connection at a time, unless CONCURRENT: then each connection (up to
+ * RESP_MAX_CONNS) is served by its own thread (clients that send from
+ * several threads keep one connection per thread).
  */
 #ifndef TREELOCKFS_RESPONDER_H
 #define TREELOCKFS_RESPONDER_H
@@ -12,6 +15,7 @@
 #include <stddef.h>
 
 #define RESP_MAX_REQS 256
+#define RESP_MAX_CONNS 32
 
 enum resp_action {
 	RESP_REPLY = 0,
@@ -49,6 +53,11 @@ struct responder {
 	struct resp_req reqs[RESP_MAX_REQS]; /* protected by mu */
 	int nreqs;
 	bool stop;
+	bool concurrent;
+	int hang_next_ms;      /* set by HANDLER: this reply waits so long,
+				* without mu (other connections go on) */
+	pthread_t conn_th[RESP_MAX_CONNS];
+	int nconn;
 };
 
 int responder_start(struct responder *r);

@@ -114,12 +114,72 @@ static void send_reply(int fd, int status, const char *body)
 		return;
 }
 
+/* Answers the requests of connection C until it closes or R stops. */
+static void serve(struct responder *r, int c)
+{
+	for (;;) {
+		struct resp_req req;
+		struct canned reply = {.status = 500, .body = "{}"};
+		char *dyn = NULL;
+		int idx;
+
+		struct pollfd pc = {.fd = c, .events = POLLIN};
+
+		while (!__atomic_load_n(&r->stop, __ATOMIC_SEQ_CST) && poll(&pc, 1, 50) == 0)
+			;
+		if (__atomic_load_n(&r->stop, __ATOMIC_SEQ_CST) || read_request(c, &req))
+			break;
+		pthread_mutex_lock(&r->mu);
+		idx = r->nreqs;
+		if (r->nreqs < RESP_MAX_REQS)
+			r->reqs[r->nreqs++] = req;
+		else
+			free(req.body);
+		if (r->handler) {
+			reply.status = r->handler(r, &r->reqs[idx < RESP_MAX_REQS ? idx : 0], &dyn);
+			reply.body = dyn ? dyn : "{}";
+			if (r->hang_next_ms) {
+				reply.action = RESP_HANG;
+				reply.hang_ms = r->hang_next_ms;
+				r->hang_next_ms = 0;
+			}
+		} else if (r->next < r->nreplies) {
+			reply = r->replies[r->next++];
+		}
+		pthread_mutex_unlock(&r->mu);
+		if (reply.action == RESP_CLOSE) {
+			free(dyn);
+			break;
+		}
+		if (reply.action == RESP_HANG)
+			usleep(reply.hang_ms * 1000);
+		send_reply(c, reply.status, reply.body);
+		free(dyn);
+	}
+	close(c);
+}
+
+struct conn_arg {
+	struct responder *r;
+	int c;
+};
+
+static void *serve_main(void *arg)
+{
+	struct conn_arg *a = arg;
+
+	serve(a->r, a->c);
+	free(a);
+	return NULL;
+}
+
 static void *responder_main(void *arg)
 {
 	struct responder *r = arg;
 
 	while (!__atomic_load_n(&r->stop, __ATOMIC_SEQ_CST)) {
 		struct pollfd p = {.fd = r->fd, .events = POLLIN};
+		struct conn_arg *a;
 		int c;
 
 		if (poll(&p, 1, 50) <= 0)
@@ -127,41 +187,19 @@ static void *responder_main(void *arg)
 		c = accept(r->fd, NULL, NULL);
 		if (c < 0)
 			continue;
-		for (;;) {
-			struct resp_req req;
-			struct canned reply = {.status = 500, .body = "{}"};
-			char *dyn = NULL;
-			int idx;
-
-			struct pollfd pc = {.fd = c, .events = POLLIN};
-
-			while (!__atomic_load_n(&r->stop, __ATOMIC_SEQ_CST) && poll(&pc, 1, 50) == 0)
-				;
-			if (__atomic_load_n(&r->stop, __ATOMIC_SEQ_CST) || read_request(c, &req))
-				break;
-			pthread_mutex_lock(&r->mu);
-			idx = r->nreqs;
-			if (r->nreqs < RESP_MAX_REQS)
-				r->reqs[r->nreqs++] = req;
-			else
-				free(req.body);
-			if (r->handler) {
-				reply.status = r->handler(r, &r->reqs[idx < RESP_MAX_REQS ? idx : 0], &dyn);
-				reply.body = dyn ? dyn : "{}";
-			} else if (r->next < r->nreplies) {
-				reply = r->replies[r->next++];
-			}
-			pthread_mutex_unlock(&r->mu);
-			if (reply.action == RESP_CLOSE) {
-				free(dyn);
-				break;
-			}
-			if (reply.action == RESP_HANG)
-				usleep(reply.hang_ms * 1000);
-			send_reply(c, reply.status, reply.body);
-			free(dyn);
+		if (!r->concurrent || r->nconn == RESP_MAX_CONNS ||
+		    !(a = malloc(sizeof(*a)))) {
+			serve(r, c);
+			continue;
 		}
-		close(c);
+		a->r = r;
+		a->c = c;
+		if (pthread_create(&r->conn_th[r->nconn], NULL, serve_main, a) == 0) {
+			r->nconn++;
+		} else {
+			free(a);
+			serve(r, c);
+		}
 	}
 	return NULL;
 }
@@ -192,6 +230,8 @@ void responder_stop(struct responder *r)
 
 	__atomic_store_n(&r->stop, true, __ATOMIC_SEQ_CST);
 	pthread_join(r->th, NULL);
+	for (i = 0; i < r->nconn; i++)
+		pthread_join(r->conn_th[i], NULL);
 	close(r->fd);
 	for (i = 0; i < r->nreqs; i++)
 		free(r->reqs[i].body);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "es_i.h"
 #include "options.h"
@@ -21,6 +22,7 @@
 #include "lockstore_es.h"
 #include "lockstore_i.h"
 #include "responder.h"
+#include "tlclock.h"
 #include "unit.h"
 
 struct fake {
@@ -29,6 +31,10 @@ struct fake {
 	int root_status;       /* GET / status, 200 by default */
 	int bulk_503;          /* answer the next N bulks with 503 */
 	char refuse[64];       /* key refused (409 on create, 400 script on update) */
+	int hold_bulks;        /* the next N bulks are answered ... */
+	int hold_bulk_ms;      /* ... this late (other requests go on) */
+	int fail_skip;         /* bulks answered normally before fail_status ... */
+	int fail_status;       /* ... answers every further bulk (0: none) */
 };
 
 static char *dup_json(cJSON *j)
@@ -166,6 +172,16 @@ static int fake_es(struct responder *r, const struct resp_req *req, char **body)
 		return 200;
 	}
 	if (strcmp(req->method, "POST") == 0 && strcmp(req->path, "/locks/_bulk") == 0) {
+		if (f->hold_bulks > 0) {
+			f->hold_bulks--;
+			r->hang_next_ms = f->hold_bulk_ms;
+		}
+		if (f->fail_status && f->fail_skip-- <= 0) {
+			*body = strdup(f->fail_status == 400
+					       ? "{\"error\":{\"type\":\"parse_exception\"},\"status\":400}"
+					       : "{\"error\":{\"type\":\"unavailable\"},\"status\":503}");
+			return f->fail_status;
+		}
 		if (f->bulk_503 > 0) {
 			f->bulk_503--;
 			*body = strdup("{\"error\":{\"type\":\"cluster_block_exception\"},\"status\":503}");
@@ -446,6 +462,293 @@ START_TEST(test_lockstore_es__break_encodes_id)
 }
 END_TEST
 
+/* ---- group commit ---------------------------------------------------------------- */
+
+/* One rename of a concurrent test, run in its own thread. */
+struct job {
+	struct lockstore *st;
+	struct tl_plan *plan;
+	struct tl_holder h;
+	struct tl_conflict why;
+	bool release;          /* release instead of acquire */
+	int64_t timeout_ms;    /* the holder's deadline from its start, 0: none */
+	int err;
+	int64_t took_ms;
+	pthread_t th;
+};
+
+static void *job_main(void *arg)
+{
+	struct job *j = arg;
+	int64_t t0 = tl_mono_ms();
+
+	if (j->release) {
+		j->err = j->st->ops->release(j->st, j->plan, &j->h);
+	} else {
+		memset(&j->why, 0, sizeof(j->why));
+		j->h.deadline_us = j->timeout_ms ? tl_mono_us() + j->timeout_ms * 1000 : 0;
+		j->err = j->st->ops->try_acquire(j->st, j->plan, &j->h, &j->why);
+	}
+	j->took_ms = tl_mono_ms() - t0;
+	return NULL;
+}
+
+static void jobs_init(struct job *jobs, size_t n, struct lockstore *st, const char *top)
+{
+	char from[64], to[64];
+	size_t i;
+
+	memset(jobs, 0, n * sizeof(*jobs));
+	for (i = 0; i < n; i++) {
+		snprintf(from, sizeof(from), "/%s%zu/x", top, i);
+		snprintf(to, sizeof(to), "/%s%zu/y", top, i);
+		ck_assert_int_eq(
+			lockplan_rename(TL_STRATEGY_TREE, from, to, 0, NULL, 0, &jobs[i].plan), 0);
+		holder_init(&jobs[i].h, 100 + i);
+		jobs[i].st = st;
+	}
+}
+
+/* The jobs that fill every sending slot first (their requests go alone). */
+#define OPENERS ES_BATCH_INFLIGHT
+
+/* Runs jobs 0..OPENERS-1 first, one by one, each until its bulk reached
+ * the fake server, which answers those HOLD_MS late: every sending slot is
+ * taken; then, while they are held, jobs OPENERS..N-1 at once. Waits for
+ * all. */
+static void jobs_run(struct fixture *fx, struct job *jobs, size_t n, int hold_ms)
+{
+	int base = count(fx, "POST", "/locks/_bulk");
+	size_t i;
+
+	pthread_mutex_lock(&fx->r.mu);
+	fx->f.hold_bulks = OPENERS;
+	fx->f.hold_bulk_ms = hold_ms;
+	pthread_mutex_unlock(&fx->r.mu);
+	for (i = 0; i < OPENERS; i++) {
+		int64_t until = tl_mono_ms() + 5000;
+
+		ck_assert_int_eq(pthread_create(&jobs[i].th, NULL, job_main, &jobs[i]), 0);
+		while (count(fx, "POST", "/locks/_bulk") < base + (int)i + 1 && tl_mono_ms() < until)
+			usleep(2000);
+		ck_assert_int_eq(count(fx, "POST", "/locks/_bulk"), base + (int)i + 1);
+	}
+	for (i = OPENERS; i < n; i++)
+		ck_assert_int_eq(pthread_create(&jobs[i].th, NULL, job_main, &jobs[i]), 0);
+	for (i = 0; i < n; i++)
+		pthread_join(jobs[i].th, NULL);
+}
+
+static void jobs_free(struct job *jobs, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		if (jobs[i].h.priv)
+			jobs[i].st->ops->abandon(jobs[i].st, jobs[i].plan, &jobs[i].h);
+		lockplan_free(jobs[i].plan);
+	}
+}
+
+static void fx_open_concurrent(struct fixture *fx)
+{
+	fx_init(fx);
+	fx->r.concurrent = true;
+	ck_assert_int_eq(lockstore_es_open(&fx->cfg, &fx->st), 0);
+	ck_assert_int_eq(fx->st->ops->start(fx->st), 0);
+}
+
+/* The bulk requests that hold the item OP of "/<TOP><i>/x" for every
+ * job i in [FROM, TO). */
+static int bulks_with_all(struct fixture *fx, const char *op, const char *top, size_t from,
+			  size_t to)
+{
+	char needle[96];
+	int i, n = 0;
+	size_t k;
+
+	pthread_mutex_lock(&fx->r.mu);
+	for (i = 0; i < fx->r.nreqs; i++) {
+		if (strcmp(fx->r.reqs[i].path, "/locks/_bulk") != 0)
+			continue;
+		for (k = from; k < to; k++) {
+			snprintf(needle, sizeof(needle), "{\"%s\":{\"_id\":\"/%s%zu/x\"", op, top, k);
+			if (!strstr(fx->r.reqs[i].body, needle))
+				break;
+		}
+		if (k == to)
+			n++;
+	}
+	pthread_mutex_unlock(&fx->r.mu);
+	return n;
+}
+
+START_TEST(test_lockstore_es__concurrent_renames_share_bulks)
+{
+	struct fixture fx;
+	struct job jobs[OPENERS + 6];
+	size_t n = OPENERS + 6, i;
+	int before;
+
+	fx_open_concurrent(&fx);
+	jobs_init(jobs, n, fx.st, "g");
+	before = count(&fx, "POST", "/locks/_bulk");
+	jobs_run(&fx, jobs, n, 1000);
+	for (i = 0; i < n; i++)
+		ck_assert_int_eq(jobs[i].err, 0);
+	/* each opener alone, then the six that queued meanwhile in one request */
+	ck_assert_int_eq(count(&fx, "POST", "/locks/_bulk") - before, OPENERS + 1);
+	ck_assert_int_eq(bulks_with_all(&fx, "create", "g", OPENERS, n), 1);
+	/* releases share requests the same way */
+	before = count(&fx, "POST", "/locks/_bulk");
+	for (i = 0; i < n; i++)
+		jobs[i].release = true;
+	jobs_run(&fx, jobs, n, 1000);
+	for (i = 0; i < n; i++) {
+		ck_assert_int_eq(jobs[i].err, 0);
+		ck_assert_ptr_null(jobs[i].h.priv);
+	}
+	ck_assert_int_eq(count(&fx, "POST", "/locks/_bulk") - before, OPENERS + 1);
+	ck_assert_int_eq(bulks_with_all(&fx, "update", "g", OPENERS, n), 1);
+	/* alone again: one request each, sent at once */
+	jobs[0].release = false;
+	before = count(&fx, "POST", "/locks/_bulk");
+	job_main(&jobs[0]);
+	ck_assert_int_eq(jobs[0].err, 0);
+	ck_assert_int_lt(jobs[0].took_ms, 500);
+	jobs[0].release = true;
+	job_main(&jobs[0]);
+	ck_assert_int_eq(count(&fx, "POST", "/locks/_bulk") - before, 2);
+	jobs_free(jobs, n);
+	fx_done(&fx);
+}
+END_TEST
+
+START_TEST(test_lockstore_es__refusal_stays_with_its_rename)
+{
+	struct fixture fx;
+	struct job jobs[OPENERS + 2];
+	size_t n = OPENERS + 2, i, a = OPENERS, b = OPENERS + 1;
+	char key[32];
+
+	fx_open_concurrent(&fx);
+	jobs_init(jobs, n, fx.st, "r");
+	snprintf(fx.f.refuse, sizeof(fx.f.refuse), "/r%zu/x", a);
+	jobs_run(&fx, jobs, n, 1000);
+	/* jobs A and B travelled together; only A met the conflict */
+	ck_assert_int_eq(bulks_with_all(&fx, "create", "r", a, n), 1);
+	for (i = 0; i < OPENERS; i++)
+		ck_assert_int_eq(jobs[i].err, 0);
+	ck_assert_int_eq(jobs[a].err, -EAGAIN);
+	ck_assert_str_eq(jobs[a].why.key, fx.f.refuse);
+	ck_assert_int_eq(jobs[b].err, 0);
+	/* A's granted /rA/y was rolled back; B's locks were neither rolled
+	 * back nor marked */
+	snprintf(key, sizeof(key), "{\"update\":{\"_id\":\"/r%zu/y\"", a);
+	ck_assert(any_bulk_has(&fx, key, "ctx.op = 'delete'"));
+	snprintf(key, sizeof(key), "/r%zu/", b);
+	for (i = 0; i < (size_t)fx.r.nreqs; i++)
+		if (strcmp(fx.r.reqs[i].path, "/locks/_bulk") == 0 &&
+		    strstr(fx.r.reqs[i].body, "\"waiters\":{"))
+			ck_assert_ptr_null(strstr(fx.r.reqs[i].body, key));
+	for (i = 0; i < n; i++) {
+		if (i == a)
+			continue;
+		jobs[i].release = true;
+		job_main(&jobs[i]);
+		ck_assert_int_eq(jobs[i].err, 0);
+	}
+	jobs_free(jobs, n);
+	fx_done(&fx);
+}
+END_TEST
+
+START_TEST(test_lockstore_es__failed_bulk_fails_every_rename_in_it)
+{
+	struct fixture fx;
+	struct job jobs[OPENERS + 4];
+	size_t n = OPENERS + 4, i;
+
+	fx_open_concurrent(&fx);
+	/* refused for good (HTTP 400): each rename of the batch gets EACCES */
+	jobs_init(jobs, n, fx.st, "f");
+	fx.f.fail_skip = OPENERS;
+	fx.f.fail_status = 400;
+	jobs_run(&fx, jobs, n, 1000);
+	for (i = 0; i < OPENERS; i++)
+		ck_assert_int_eq(jobs[i].err, 0);
+	for (i = OPENERS; i < n; i++) {
+		ck_assert_int_eq(jobs[i].err, -EACCES);
+		ck_assert_ptr_nonnull(jobs[i].h.priv);
+	}
+	ck_assert_int_eq(bulks_with_all(&fx, "create", "f", OPENERS, n), 1);
+	jobs_free(jobs, n);
+	/* unavailable (HTTP 503 on every try): each gets ENOLCK */
+	jobs_init(jobs, n, fx.st, "u");
+	fx.f.fail_skip = OPENERS;
+	fx.f.fail_status = 503;
+	jobs_run(&fx, jobs, n, 1000);
+	for (i = 0; i < OPENERS; i++)
+		ck_assert_int_eq(jobs[i].err, 0);
+	for (i = OPENERS; i < n; i++)
+		ck_assert_int_eq(jobs[i].err, -ENOLCK);
+	ck_assert_int_eq(bulks_with_all(&fx, "create", "u", OPENERS, n), 1);
+	fx.f.fail_status = 0;
+	jobs_free(jobs, n);
+	fx_done(&fx);
+}
+END_TEST
+
+START_TEST(test_lockstore_es__queued_past_deadline_fails_alone)
+{
+	struct fixture fx;
+	struct job jobs[OPENERS + 1];
+	size_t n = OPENERS + 1, i;
+	char key[32];
+	int k;
+
+	fx_open_concurrent(&fx);
+	jobs_init(jobs, n, fx.st, "d");
+	jobs[OPENERS].timeout_ms = 200;
+	jobs_run(&fx, jobs, n, 1500);
+	/* the last job queued behind the slow requests and gave up at its own
+	 * deadline (plus the grace), long before their answers came */
+	ck_assert_int_eq(jobs[OPENERS].err, -ENOLCK);
+	ck_assert_int_lt(jobs[OPENERS].took_ms, 1000);
+	for (i = 0; i < OPENERS; i++) {
+		ck_assert_int_eq(jobs[i].err, 0);
+		ck_assert_int_ge(jobs[i].took_ms, 1400);
+	}
+	/* it never reached the store */
+	snprintf(key, sizeof(key), "/d%zu/x", n - 1);
+	pthread_mutex_lock(&fx.r.mu);
+	for (k = 0; k < fx.r.nreqs; k++)
+		ck_assert_ptr_null(strstr(fx.r.reqs[k].body ? fx.r.reqs[k].body : "", key));
+	pthread_mutex_unlock(&fx.r.mu);
+	for (i = 0; i < OPENERS; i++) {
+		jobs[i].release = true;
+		job_main(&jobs[i]);
+		ck_assert_int_eq(jobs[i].err, 0);
+	}
+	jobs_free(jobs, n);
+	fx_done(&fx);
+}
+END_TEST
+
+START_TEST(test_lockstore_es__bulk_count)
+{
+	const char *b = "{\"index\":{\"_id\":\"i\"}}\n{\"a\":1}\n{\"delete\":{\"_id\":\"x\"}}\n"
+			"{\"update\":{\"_id\":\"/a\"}}\n{\"script\":{}}\n"
+			"{\"create\":{\"_id\":\"/b\"}}\n{\"delete\":\"not an action\"}\n";
+
+	ck_assert_int_eq(es_bulk_count(b, strlen(b)), 4);
+	ck_assert_int_eq(es_bulk_count("", 0), 0);
+	ck_assert_int_eq(es_bulk_count("{\"other\":1}\n", 12), -1);
+	/* an action that needs a source line without one */
+	ck_assert_int_eq(es_bulk_count("{\"create\":{}}\n", 14), -1);
+}
+END_TEST
+
 Suite *make_suite_lockstore_es(void)
 {
 	Suite *s = suite_create("lockstore_es");
@@ -460,6 +763,11 @@ Suite *make_suite_lockstore_es(void)
 	tcase_add_test(tc, test_lockstore_es__conflict_rolls_back_and_marks);
 	tcase_add_test(tc, test_lockstore_es__retries_503_items);
 	tcase_add_test(tc, test_lockstore_es__break_encodes_id);
+	tcase_add_test(tc, test_lockstore_es__concurrent_renames_share_bulks);
+	tcase_add_test(tc, test_lockstore_es__refusal_stays_with_its_rename);
+	tcase_add_test(tc, test_lockstore_es__failed_bulk_fails_every_rename_in_it);
+	tcase_add_test(tc, test_lockstore_es__queued_past_deadline_fails_alone);
+	tcase_add_test(tc, test_lockstore_es__bulk_count);
 	suite_add_tcase(s, tc);
 	return s;
 }
