@@ -15,6 +15,9 @@ sys.path.insert(0, HERE)
 
 import multihost  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(HERE))
+from backends import engines_available  # noqa: E402
+
 
 def quick_args(**kw):
     a = argparse.Namespace(hosts=3, duration=40, runs=1, seed=None, engine="emulator",
@@ -32,13 +35,18 @@ def machine():
         pytest.skip(why)
 
 
-def test_multihost__quick_run_under_the_nemesis_has_no_violation(machine, tmp_path):
+@pytest.mark.parametrize("engine", ["emulator", "opensearch"])
+def test_multihost__quick_run_under_the_nemesis_has_no_violation(machine, engine, tmp_path):
+    if engine == "opensearch":
+        why = engines_available()
+        if why:
+            pytest.skip("real OpenSearch: " + why)
     seed = int(os.environ.get("MULTIHOST_SEED") or int.from_bytes(os.urandom(3), "big"))
-    run = multihost.Run(quick_args(), str(tmp_path), seed)
+    run = multihost.Run(quick_args(engine=engine), str(tmp_path), seed)
     rep = run.go()
-    print("\nmultihost: seed %d, %d renames %s (%d returned 0 unseen by any daemon), %d holds "
+    print("\nmultihost (%s): seed %d, %d renames %s (%d returned 0 unseen by any daemon), %d holds "
           "(%d killed, %d fenced), overlaps tolerated %d, ambiguous %d, faults %s"
-          % (seed, rep["renames"], rep["results"], rep["renames_unseen"], rep["holds"],
+          % (engine, seed, rep["renames"], rep["results"], rep["renames_unseen"], rep["holds"],
              rep["holds_killed"], rep["holds_fenced"], rep["overlaps_tolerated"],
              rep["overlaps_ambiguous"], rep["faults"]))
     for kind, why in rep["skipped_faults"].items():
