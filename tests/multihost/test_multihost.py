@@ -1,6 +1,7 @@
 """The quick form of the multi-host run (multihost.py): three hosts in
 network namespaces over one shared directory, each with its own client
-cache and treelockfs with the es store (the emulator on the bridge), a
+cache and treelockfs with the es store (the emulator, and a real OpenSearch
+where a JDK and Maven are, each listening on the bridge), a
 workload on every host, and a nemesis that cuts, pauses, kills and skews
 hosts and restarts the lock store. The checker must find no violation,
 and every fault kind must have been injected (or skipped with a reason)."""
