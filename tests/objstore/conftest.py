@@ -2,9 +2,10 @@
 per-host s3fs mount of it, an Elasticsearch lock store and treelockfs
 mounts (the integration tier's Mount) over the s3fs mounts.
 
-The lock store is the es8 emulator, or the backend TREELOCKFS_OBJSTORE_ES
-names (e.g. "opensearch": a real node from tests/engines, needs java and
-mvn). Nothing here kills or unmounts what it did not start.
+The lock store is the es8 emulator and a real OpenSearch node from
+tests/engines (where java and mvn are), or the backends that
+TREELOCKFS_OBJSTORE_ES lists (a comma list, e.g. "emulator-es8").
+Nothing here kills or unmounts what it did not start.
 """
 import importlib.util
 import os
@@ -71,11 +72,20 @@ def s3fs_hosts(s3, tmp_path):
         m.stop()
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    """The lock store: the es8 emulator unless TREELOCKFS_OBJSTORE_ES
-    names another backend (tests/backends.py)."""
-    name = os.environ.get("TREELOCKFS_OBJSTORE_ES", "emulator-es8")
+STORES = [w.strip() for w in os.environ.get("TREELOCKFS_OBJSTORE_ES", "").split(",")
+          if w.strip()] or ["emulator-es8", "opensearch"]
+
+
+@pytest.fixture(scope="module", params=STORES)
+def store(request, tmp_path_factory):
+    """The lock store: the es8 emulator and a real OpenSearch node (skipped,
+    with the reason, where no JDK and Maven are), or the backends that
+    TREELOCKFS_OBJSTORE_ES lists (tests/backends.py)."""
+    name = request.param
+    if name in backends.ENGINES:
+        why = backends.engines_available()
+        if why:
+            pytest.skip("real %s: %s" % (name, why))
     b = backends.make(name, str(tmp_path_factory.mktemp(name)))
     b.start()
     yield b
