@@ -494,6 +494,15 @@ enum es_item_state es_item_state(const cJSON *it, long *status_out)
 		return strcmp(op, "create") == 0 ? ES_ITEM_REFUSED : ES_ITEM_RETRY;
 	if (status == 400 && es_docs_is_script_refusal(err))
 		return ES_ITEM_REFUSED;
+	if (status == 400 && es_docs_is_missing_script(err)) {
+		/* our stored scripts were deleted: inline from now on */
+		if (es_docs_stored()) {
+			es_docs_set_stored(false);
+			tl_log(LOG_WARNING, "the lock scripts stored in the cluster are gone: "
+			       "sending them inline from now on");
+		}
+		return ES_ITEM_RETRY;
+	}
 	if (status == 429 || status >= 500 || status == 0)
 		return ES_ITEM_RETRY;
 	return ES_ITEM_FATAL;

@@ -128,7 +128,9 @@ int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root);
 long es_bulk_count(const char *data, size_t len);
 
 /* Classifies bulk response item IT; *STATUS (may be NULL) gets its status.
- * A 404 on update or delete is OK: the document is already gone. */
+ * A 404 on update or delete is OK: the document is already gone. A stored
+ * script gone from the cluster switches es_docs to inline scripts and the
+ * item is to be resent. */
 enum es_item_state es_item_state(const cJSON *it, long *status);
 
 /* Reads PREFIX IDS[0..N) (PREFIX may be NULL) with one _mget. Returns the

@@ -7,6 +7,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,16 +62,52 @@ static cJSON *update_action(const char *id)
 	return act;
 }
 
-static cJSON *script_body(const char *source, cJSON *params, cJSON *upsert)
+/* How scripts travel: by id (stored in the cluster) or inline. */
+static atomic_bool use_stored;
+
+const struct es_script es_scripts[] = {
+	{SCRIPT_ACQ_S_ID, SCRIPT_ACQ_S},   {SCRIPT_ACQ_X_ID, SCRIPT_ACQ_X},
+	{SCRIPT_RELEASE_ID, SCRIPT_RELEASE}, {SCRIPT_MARK_ID, SCRIPT_MARK},
+	{SCRIPT_UNMARK_ID, SCRIPT_UNMARK}, {SCRIPT_EVICT_ID, SCRIPT_EVICT},
+};
+const size_t es_nscripts = sizeof(es_scripts) / sizeof(es_scripts[0]);
+
+void es_docs_set_stored(bool stored)
+{
+	atomic_store(&use_stored, stored);
+}
+
+bool es_docs_stored(void)
+{
+	return atomic_load(&use_stored);
+}
+
+cJSON *es_docs_stored_script(const char *source)
 {
 	cJSON *b = cJSON_CreateObject(), *s = cJSON_AddObjectToObject(b, "script");
 
-	cJSON_AddStringToObject(s, "source", source);
 	cJSON_AddStringToObject(s, "lang", "painless");
+	cJSON_AddStringToObject(s, "source", source);
+	return b;
+}
+
+/* {"script": {"id": ID | "source": SOURCE, "params": PARAMS}} with, for
+ * the acquire and mark scripts (UPSERT), an empty scripted upsert: the
+ * script builds a missing document itself. */
+static cJSON *script_body(const char *id, const char *source, cJSON *params, bool upsert)
+{
+	cJSON *b = cJSON_CreateObject(), *s = cJSON_AddObjectToObject(b, "script");
+
+	if (es_docs_stored())
+		cJSON_AddStringToObject(s, "id", id);
+	else
+		cJSON_AddStringToObject(s, "source", source);
 	if (params)
 		cJSON_AddItemToObject(s, "params", params);
-	if (upsert)
-		cJSON_AddItemToObject(b, "upsert", upsert);
+	if (upsert) {
+		cJSON_AddTrueToObject(b, "scripted_upsert");
+		cJSON_AddObjectToObject(b, "upsert");
+	}
 	return b;
 }
 
@@ -125,37 +162,37 @@ static cJSON *exclusive_source(const struct es_req *r, size_t i)
 	return s;
 }
 
-static cJSON *dead_list(const struct es_req *r)
+/* Adds the owners known dead as "dead", when there are any. */
+static void add_dead(cJSON *p, const struct es_req *r)
 {
-	cJSON *a = cJSON_CreateArray();
+	cJSON *a;
 	size_t i;
 
+	if (!r->ndead)
+		return;
+	a = cJSON_AddArrayToObject(p, "dead");
 	for (i = 0; a && i < r->ndead; i++)
 		cJSON_AddItemToArray(a, cJSON_CreateString(r->dead[i]));
-	return a;
 }
 
 static cJSON *acquire_params(const struct es_req *r, size_t i)
 {
 	cJSON *p = cJSON_CreateObject();
+	bool x = r->plan->items[i].mode == TL_EXCLUSIVE;
 
 	cJSON_AddStringToObject(p, "h", r->hkey);
-	cJSON_AddStringToObject(p, "o", r->owner);
+	if (x)
+		cJSON_AddStringToObject(p, "o", r->owner);
 	cJSON_AddNumberToObject(p, "age", (double)r->start_ms);
-	cJSON_AddNumberToObject(p, "tmo", (double)r->tmo_ms);
-	cJSON_AddItemToObject(p, "dead", dead_list(r));
 	add_key(p, "path", r->plan->items[i].key);
-	if (r->plan->items[i].mode == TL_EXCLUSIVE) {
-		cJSON_AddNumberToObject(p, "since", (double)r->now_ms);
+	if (x)
 		cJSON_AddNumberToObject(p, "pid", r->pid);
-	}
+	add_dead(p, r);
 	return p;
 }
 
 void es_docs_acquire(struct buf *b, const struct es_req *r, size_t i)
 {
-	cJSON *up, *hs;
-
 	if (r->plan->items[i].mode == TL_EXCLUSIVE) {
 		if (!r->marked) {
 			es_docs_line(b, action("create", r->ids[i]));
@@ -163,24 +200,17 @@ void es_docs_acquire(struct buf *b, const struct es_req *r, size_t i)
 			return;
 		}
 		es_docs_line(b, action("update", r->ids[i]));
-		es_docs_line(b, script_body(SCRIPT_ACQ_X, acquire_params(r, i),
-					    exclusive_source(r, i)));
+		es_docs_line(b, script_body(SCRIPT_ACQ_X_ID, SCRIPT_ACQ_X, acquire_params(r, i),
+					    true));
 		return;
 	}
-	up = cJSON_CreateObject();
-	cJSON_AddStringToObject(up, "lock_type", "shared");
-	cJSON_AddNumberToObject(up, "lock_count", 1);
-	add_key(up, "path", r->plan->items[i].key);
-	hs = cJSON_AddObjectToObject(up, "holders");
-	cJSON_AddNumberToObject(hs, r->hkey, 1);
-	cJSON_AddNumberToObject(up, "since", (double)r->now_ms);
 	es_docs_line(b, update_action(r->ids[i]));
-	es_docs_line(b, script_body(SCRIPT_ACQ_S, acquire_params(r, i), up));
+	es_docs_line(b, script_body(SCRIPT_ACQ_S_ID, SCRIPT_ACQ_S, acquire_params(r, i), true));
 }
 
 void es_docs_mark(struct buf *b, const struct es_req *r, size_t i)
 {
-	cJSON *p = cJSON_CreateObject(), *up = cJSON_CreateObject(), *ws, *w;
+	cJSON *p = cJSON_CreateObject();
 	const char *mode = r->plan->items[i].mode == TL_EXCLUSIVE ? "exclusive" : "shared";
 
 	cJSON_AddStringToObject(p, "h", r->hkey);
@@ -188,54 +218,39 @@ void es_docs_mark(struct buf *b, const struct es_req *r, size_t i)
 	cJSON_AddStringToObject(p, "mode", mode);
 	cJSON_AddNumberToObject(p, "age", (double)r->start_ms);
 	cJSON_AddNumberToObject(p, "tmo", (double)r->tmo_ms);
-	cJSON_AddStringToObject(up, "lock_type", "shared");
-	cJSON_AddNumberToObject(up, "lock_count", 0);
-	add_key(up, "path", r->plan->items[i].key);
-	ws = cJSON_AddObjectToObject(up, "waiters");
-	w = cJSON_AddObjectToObject(ws, r->hkey);
-	cJSON_AddStringToObject(w, "owner", r->owner);
-	cJSON_AddStringToObject(w, "mode", mode);
-	cJSON_AddNumberToObject(w, "age", (double)r->start_ms);
-	cJSON_AddNumberToObject(w, "tmo", (double)r->tmo_ms);
+	add_key(p, "path", r->plan->items[i].key);
 	es_docs_line(b, update_action(r->ids[i]));
-	es_docs_line(b, script_body(SCRIPT_MARK, p, up));
+	es_docs_line(b, script_body(SCRIPT_MARK_ID, SCRIPT_MARK, p, true));
 }
 
 /* A scripted update of ID with PARAMS {"h": HKEY}. */
-static void holder_script(struct buf *b, const char *id, const char *source, const char *hkey)
+static void holder_script(struct buf *b, const char *id, const char *sid, const char *source,
+			  const char *hkey)
 {
 	cJSON *p = cJSON_CreateObject();
 
 	cJSON_AddStringToObject(p, "h", hkey);
 	es_docs_line(b, update_action(id));
-	es_docs_line(b, script_body(source, p, NULL));
+	es_docs_line(b, script_body(sid, source, p, false));
 }
 
 void es_docs_release(struct buf *b, const char *id, const char *hkey)
 {
-	holder_script(b, id, SCRIPT_RELEASE, hkey);
+	holder_script(b, id, SCRIPT_RELEASE_ID, SCRIPT_RELEASE, hkey);
 }
 
 void es_docs_unmark(struct buf *b, const char *id, const char *hkey)
 {
-	holder_script(b, id, SCRIPT_UNMARK, hkey);
+	holder_script(b, id, SCRIPT_UNMARK_ID, SCRIPT_UNMARK, hkey);
 }
 
 void es_docs_evict(struct buf *b, const char *id, const char *owner)
 {
 	cJSON *p = cJSON_CreateObject();
-	char *prefix = concat(owner, "#");
 
-	if (!prefix) {
-		cJSON_Delete(p);
-		es_docs_line(b, NULL);
-		return;
-	}
 	cJSON_AddStringToObject(p, "o", owner);
-	cJSON_AddStringToObject(p, "p", prefix);
-	free(prefix);
 	es_docs_line(b, update_action(id));
-	es_docs_line(b, script_body(SCRIPT_EVICT, p, NULL));
+	es_docs_line(b, script_body(SCRIPT_EVICT_ID, SCRIPT_EVICT, p, false));
 }
 
 void es_docs_intent(struct buf *b, const struct es_req *r, const char *name)
@@ -410,6 +425,21 @@ bool es_docs_is_script_refusal(const cJSON *err)
 		const char *type = es_jstr(err, "type");
 
 		if (type && strcmp(type, "script_exception") == 0)
+			return true;
+		err = cJSON_GetObjectItemCaseSensitive(err, "caused_by");
+	}
+	return false;
+}
+
+bool es_docs_is_missing_script(const cJSON *err)
+{
+	int depth;
+
+	for (depth = 0; err && depth < 8; depth++) {
+		const char *type = es_jstr(err, "type"), *reason = es_jstr(err, "reason");
+
+		if (type && strcmp(type, "resource_not_found_exception") == 0 && reason &&
+		    strncmp(reason, "unable to find script [", 23) == 0)
 			return true;
 		err = cJSON_GetObjectItemCaseSensitive(err, "caused_by");
 	}

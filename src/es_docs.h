@@ -10,7 +10,12 @@
  * memory runs out the buffer is left failed (b->err, see buf.h), and the
  * caller checks once before sending.
  *
- * Thread rules: none (no shared state).
+ * Scripts travel by id when they are stored in the cluster, else inline
+ * (es_docs_set_stored()): the one setting of this module, process-wide (a
+ * process opens one es store), set while the store opens and switched to
+ * inline should a stored script go missing.
+ *
+ * Thread rules: any thread (the setting is atomic).
  */
 #ifndef TREELOCKFS_ES_DOCS_H
 #define TREELOCKFS_ES_DOCS_H
@@ -27,6 +32,9 @@
 #define ES_INTENT_PREFIX "intent:"
 #define ES_META_NAME "treelockfs"
 #define ES_FORMAT_VERSION 1
+/* The version in the stored scripts' ids ("treelockfs-rel-v1"): bumped
+ * whenever a script's source changes (es_scripts.h). */
+#define ES_SCRIPTS_VERSION "v1"
 /* retry_on_conflict of scripted updates: concurrent shared updates of one
  * document are retried inside Elasticsearch */
 #define ES_RETRY_ON_CONFLICT 5
@@ -46,14 +54,35 @@ struct es_req {
 	size_t ndead;
 };
 
+/* One script of the store: its versioned stored id and its source. */
+struct es_script {
+	const char *id;
+	const char *source;
+};
+
+/* Every script, for storing them (es_index.c). */
+extern const struct es_script es_scripts[];
+extern const size_t es_nscripts;
+
+/* Scripts by id (STORED: stored in the cluster) or inline (the default). */
+void es_docs_set_stored(bool stored);
+bool es_docs_stored(void);
+
+/* The body of PUT _scripts/<id> for SOURCE. Returns a new object or NULL. */
+cJSON *es_docs_stored_script(const char *source);
+
+/* True when the error object ERR (or one it was caused by) says that a
+ * stored script is missing from the cluster. */
+bool es_docs_is_missing_script(const cJSON *err);
+
 /* Appends J as one ndjson line and frees J; J NULL (out of memory) fails B. */
 void es_docs_line(struct buf *b, cJSON *j);
 
 /* The acquire item of plan key I of R: create (exclusive, first attempt),
- * scripted update with upsert (exclusive after a refusal, shared). */
+ * scripted update with scripted upsert (exclusive after a refusal, shared). */
 void es_docs_acquire(struct buf *b, const struct es_req *r, size_t i);
 
-/* The waiter mark of plan key I of R (scripted update with upsert). */
+/* The waiter mark of plan key I of R (scripted update, scripted upsert). */
 void es_docs_mark(struct buf *b, const struct es_req *r, size_t i);
 
 /* Drops holder HKEY's share of document ID (deleted when nothing is left). */

@@ -123,6 +123,118 @@ int es_index_verify(struct es_client *c, enum tl_strategy s, char **have)
 	return strcmp(*have, want) == 0 ? 0 : -EINVAL;
 }
 
+/* How the scripts travel, for treelockctl check; written while the store
+ * opens (one thread), read afterwards. */
+static char scripts_note[200] = "inline (not checked)";
+
+const char *es_index_scripts_note(void)
+{
+	return scripts_note;
+}
+
+/* R's status and error type as " (HTTP 403 security_exception)". */
+static void status_note(const struct httpc_response *r, char *buf, size_t size)
+{
+	char type[96] = "";
+	cJSON *root = es_parse(r);
+
+	es_docs_error_type(root, type, sizeof(type));
+	cJSON_Delete(root);
+	snprintf(buf, size, "HTTP %ld%s%s", r->status, *type ? " " : "", type);
+}
+
+/* One script: 1 stored (found with our source, or stored now), 0 not
+ * usable by id (*WHY says why), -EAGAIN, -ENOMEM. */
+static int script_stored(struct es_client *c, const struct es_script *sc, bool for_ctl,
+			 char *why, size_t size)
+{
+	struct httpc_response r;
+	enum es_call_class cc;
+	char *path = NULL, *body;
+	cJSON *root, *req;
+	const char *have;
+	int ret;
+
+	if (asprintf(&path, "/_scripts/%s", sc->id) < 0)
+		return -ENOMEM;
+	cc = es_call(c, "GET", path, NULL, NULL, 0, &r, true);
+	if (cc == ES_CALL_OK) {
+		root = es_parse(&r);
+		have = es_jstr(cJSON_GetObjectItemCaseSensitive(root, "script"), "source");
+		ret = have && strcmp(have, sc->source) == 0;
+		if (!ret)
+			snprintf(why, size, "stored script %s is not ours", sc->id);
+		cJSON_Delete(root);
+		goto out;
+	}
+	if (cc == ES_CALL_RETRY) {
+		ret = -EAGAIN;
+		goto out;
+	}
+	if (r.status != 404 || for_ctl) {
+		char st[128];
+
+		status_note(&r, st, sizeof(st));
+		if (r.status == 404)
+			snprintf(why, size, "not stored in the cluster yet; a mount stores them");
+		else
+			snprintf(why, size, "cannot read stored scripts: %s", st);
+		ret = 0;
+		goto out;
+	}
+	httpc_response_free(&r);
+	req = es_docs_stored_script(sc->source);
+	body = req ? cJSON_PrintUnformatted(req) : NULL;
+	cJSON_Delete(req);
+	if (!body) {
+		free(path);
+		return -ENOMEM;
+	}
+	cc = es_call(c, "PUT", path, HTTPC_JSON, body, strlen(body), &r, true);
+	free(body);
+	if (cc == ES_CALL_OK) {
+		ret = 1;
+	} else if (cc == ES_CALL_RETRY) {
+		ret = -EAGAIN;
+	} else {
+		char st[128];
+
+		status_note(&r, st, sizeof(st));
+		snprintf(why, size, "cannot store scripts: %s", st);
+		ret = 0;
+	}
+out:
+	httpc_response_free(&r);
+	free(path);
+	return ret;
+}
+
+int es_index_scripts(struct es_client *c, bool for_ctl)
+{
+	char why[160] = "";
+	size_t i;
+	int ret = 1;
+
+	for (i = 0; i < es_nscripts && ret == 1; i++)
+		ret = script_stored(c, &es_scripts[i], for_ctl, why, sizeof(why));
+	if (ret < 0)
+		return ret;
+	es_docs_set_stored(ret == 1);
+	if (ret == 1)
+		snprintf(scripts_note, sizeof(scripts_note), "stored in the cluster (treelockfs-*-%s)",
+			 ES_SCRIPTS_VERSION);
+	else
+		snprintf(scripts_note, sizeof(scripts_note), "inline (%s)", why);
+	if (!for_ctl) {
+		if (ret == 1)
+			tl_log(LOG_NOTICE, "lock scripts: %s", scripts_note);
+		else
+			tl_log(LOG_NOTICE, "lock scripts: sent %s: every request carries them",
+			       scripts_note);
+	}
+	return 0;
+}
+
 int es_index_bootstrap(struct es_client *c, enum tl_strategy s, bool for_ctl)
 {
 	const char *want = lockplan_strategy_name(s);
@@ -162,7 +274,7 @@ int es_index_bootstrap(struct es_client *c, enum tl_strategy s, bool for_ctl)
 		return -EINVAL;
 	}
 	free(have);
-	return 0;
+	return es_index_scripts(c, for_ctl);
 }
 
 int es_index_check_cluster(struct es_client *c, char *version, size_t size, bool *opensearch)

@@ -34,9 +34,22 @@ int es_index_read_mapping(struct es_client *c, char **strategy, bool *keyword_pa
  * "already exists" is fine) and checks that it records strategy S.
  * A mount refuses an index that records no strategy or lacks the keyword
  * mapping (auto-created by a write after the store lost it).
+ * Then es_index_scripts().
  * Returns 0, -EINVAL (another strategy or not ours, logged), -EAGAIN (worth
  * retrying), -ENOLCK, -ENOMEM. */
 int es_index_bootstrap(struct es_client *c, enum tl_strategy s, bool for_ctl);
+
+/* Makes the lock scripts (es_docs.h) usable by id: each is read
+ * (GET _scripts/<id>) and, when missing and not FOR_CTL, stored (PUT);
+ * where that is refused (no privilege, stored scripts disabled) or a
+ * stored script is not ours, they travel inline. Sets es_docs_set_stored()
+ * and, unless FOR_CTL, logs which. Returns 0, -EAGAIN (worth retrying),
+ * -ENOMEM. Called by es_index_bootstrap() once the index is ours. */
+int es_index_scripts(struct es_client *c, bool for_ctl);
+
+/* How the scripts travel, as es_index_scripts() found ("stored in the
+ * cluster (...)" or "inline (why)"), for treelockctl check. */
+const char *es_index_scripts_note(void);
 
 /* Checks, while mounted, that the index still carries our mapping and
  * strategy S, and re-creates it when it is gone (the store lost it).
