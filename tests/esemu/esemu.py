@@ -106,6 +106,9 @@ API_PARAMS = {
     "mget": {"stored_fields", "preference", "realtime", "refresh", "routing", "_source", "_source_excludes",
              "_source_includes"},
     "search": SEARCH_PARAMS,
+    "put_script": {"timeout", "master_timeout", "context"},
+    "get_script": {"master_timeout"},
+    "delete_script": {"timeout", "master_timeout"},
 }
 # parameters that only Elasticsearch 8.x knows (rest-api-spec of 8.15)
 ES8_EXTRA_PARAMS = {"index": {"require_data_stream"}, "bulk": {"require_data_stream", "list_executed_pipelines"},
@@ -116,7 +119,7 @@ ES7_EXTRA_PARAMS = {"indices.create": {"include_type_name"},
                     "bulk": {"type"}, "mget": set(), "search": set()}
 
 # apis that take a body; others refuse one (400 "does not support having a body")
-BODY_APIS = {"indices.create", "index", "create", "update", "bulk", "mget", "search"}
+BODY_APIS = {"indices.create", "index", "create", "update", "bulk", "mget", "search", "put_script"}
 
 # routes: (segments, {method: api}); "{x}" is a path parameter
 ROUTES = [
@@ -126,6 +129,8 @@ ROUTES = [
     (["_mget"], {"GET": "mget", "POST": "mget"}),
     (["_search"], {"GET": "search", "POST": "search"}),
     (["_mapping"], {"GET": "indices.get_mapping"}),
+    (["_scripts", "{id}"], {"PUT": "put_script", "POST": "put_script", "GET": "get_script",
+                            "DELETE": "delete_script"}),
     (["{index}"], {"PUT": "indices.create", "HEAD": "indices.exists", "DELETE": "indices.delete"}),
     (["{index}", "_mapping"], {"GET": "indices.get_mapping"}),
     (["{index}", "_refresh"], {"POST": "indices.refresh", "GET": "indices.refresh"}),
@@ -354,6 +359,7 @@ class Control(object):
         self.fail_rate = args.fail_rate or 0.0
         self.rng = random.Random(args.seed)
         self.blocks = {}  # opaque id -> mode
+        self.forbid = set()  # apis answered 403 (a user without the privilege)
         self.stopping = False
 
     def count(self, api):
@@ -667,6 +673,15 @@ class Emulator(object):
     # ------------------------------------------------------------ painless
     def run_script(self, script, ctx_fields, idx, doc_id):
         src, params, lang = script
+        if isinstance(src, StoredRef):
+            # a stored script is looked up when it runs (an upsert that
+            # does not run it never notices that it is missing)
+            stored = self.store.scripts.get(src.id)
+            if stored is None:
+                reason = "unable to find script [%s] in cluster state" % src.id
+                raise EsError(400, "illegal_argument_exception", "failed to execute script",
+                              caused_by={"type": "resource_not_found_exception", "reason": reason})
+            src = stored["source"]
         try:
             compiled = painless.compile_script(src)
         except painless.CompileError as e:
@@ -686,6 +701,7 @@ class Emulator(object):
             raise EsError(400, "x_content_parse_exception", "[1:1] [UpdateRequest] failed to parse field [script]",
                           caused_by={"type": "illegal_argument_exception", "reason": "expected a script"})
         source = None
+        stored_id = None
         params = {}
         lang = None
         for k, v in s.items():
@@ -701,11 +717,7 @@ class Emulator(object):
             elif k == "lang":
                 lang = v
             elif k == "id":
-                raise EsError(400, "illegal_argument_exception", "failed to execute script",
-                              caused_by={"type": "resource_not_found_exception",
-                                         "reason": "unable to find script [%s] in cluster state" % v},
-                              root=[{"type": "resource_not_found_exception",
-                                     "reason": "unable to find script [%s] in cluster state" % v}])
+                stored_id = v
             elif k == "options":
                 pass
             else:
@@ -715,6 +727,24 @@ class Emulator(object):
                                          "reason": "[script] unknown field [%s]%s" % (
                                              k, did_you_mean(k, ["source", "id", "lang", "params", "options"])
                                              .replace(" -> did you mean", " did you mean"))})
+        if stored_id is not None and source is None:
+            if not isinstance(stored_id, str):
+                raise EsError(400, "x_content_parse_exception",
+                              "[1:1] [UpdateRequest] failed to parse field [script]",
+                              caused_by={"type": "illegal_argument_exception", "reason": "expected a string id"})
+            if lang is not None:
+                raise EsError(400, "x_content_parse_exception",
+                              "[1:1] [UpdateRequest] failed to parse field [script]",
+                              caused_by={"type": "illegal_argument_exception",
+                                         "reason": "illegally specified <lang> for a stored script"})
+            return (StoredRef(stored_id), params, "painless")
+        if stored_id is not None:
+            raise EsError(400, "x_content_parse_exception", "[1:1] [UpdateRequest] failed to parse field [script]",
+                          caused_by={"type": "x_content_parse_exception",
+                                     "reason": "[1:1] [script] failed to parse field [source]",
+                                     "caused_by": {"type": "illegal_argument_exception",
+                                                   "reason": "must only use one of [source, id] when specifying "
+                                                             "a script"}})
         if source is None:
             raise EsError(400, "x_content_parse_exception", "[1:1] [UpdateRequest] failed to parse field [script]",
                           caused_by={"type": "illegal_argument_exception",
@@ -733,6 +763,62 @@ class Emulator(object):
         return (source, params, lang)
 
     # ------------------------------------------------------------ handlers
+    def forbidden(self, action):
+        """403 as the security layer answers a user without the privilege
+        for ACTION (a fault the tests inject: /_esemu/forbid)."""
+        user = self.user or "anonymous"
+        if self.flavor.startswith("opensearch"):
+            reason = "no permissions for [%s] and User [name=%s, backend_roles=[], requestedTenant=null]" \
+                % (action, user)
+        else:
+            reason = "action [%s] is unauthorized for user [%s]" % (action, user)
+        return EsError(403, "security_exception", reason)
+
+    def h_put_script(self, req):
+        for p in ("timeout", "master_timeout", "context"):
+            req.param(p)
+        req.prepared()
+        if "put_script" in self.control.forbid:
+            raise self.forbidden("cluster:admin/script/put")
+        body = self.json_body(req, required=True)
+        script = body.get("script") if isinstance(body, dict) else None
+        if not isinstance(script, dict):
+            # no "script" object: the template form, whose language is mustache
+            raise EsError(400, "illegal_argument_exception",
+                          "unable to put stored script with unsupported lang [mustache]")
+        lang, source = script.get("lang"), script.get("source")
+        if lang is None:
+            raise EsError(400, "illegal_argument_exception", "must specify lang for stored script")
+        if source is None:
+            raise EsError(400, "illegal_argument_exception", "must specify source for stored script")
+        self.store.put_script(req.pp["id"], {"lang": lang, "source": source})
+        self.store.persist()
+        return 200, {"acknowledged": True}
+
+    def h_get_script(self, req):
+        req.param("master_timeout")
+        req.prepared()
+        if "get_script" in self.control.forbid:
+            raise self.forbidden("cluster:admin/script/get")
+        sid = req.pp["id"]
+        stored = self.store.scripts.get(sid)
+        if stored is None:
+            return 404, {"_id": sid, "found": False}
+        return 200, {"_id": sid, "found": True, "script": {"lang": stored["lang"], "source": stored["source"]}}
+
+    def h_delete_script(self, req):
+        for p in ("timeout", "master_timeout"):
+            req.param(p)
+        req.prepared()
+        if "delete_script" in self.control.forbid:
+            raise self.forbidden("cluster:admin/script/delete")
+        sid = req.pp["id"]
+        if not self.store.delete_script(sid):
+            raise EsError(404, "resource_not_found_exception",
+                          "stored script [%s] does not exist and cannot be deleted" % sid)
+        self.store.persist()
+        return 200, {"acknowledged": True}
+
     def h_info(self, req):
         req.prepared()
         fl = self.fl
@@ -1734,6 +1820,14 @@ def validation_source_missing():
     return st.validation_error("source is missing", "content type is missing")
 
 
+class StoredRef(object):
+    """The id of a stored script, in place of a source until it runs."""
+    __slots__ = ("id",)
+
+    def __init__(self, sid):
+        self.id = sid
+
+
 def script_error(src, reason, stack, pos, exc_type, message):
     if len(src) > 256:  # the engine quotes a long script cut at 256 characters
         src = src[:256] + " ..."
@@ -2199,6 +2293,7 @@ class Handler(BaseHTTPRequestHandler):
                 ctl.blocks.clear()
                 ctl.paused = False
                 ctl.latency_ms = 0
+                ctl.forbid = set()
                 ctl.lock.notify_all()
             return self.send_admin(200, {"acknowledged": True})
         if cmd == "pause" and m == "POST":
@@ -2217,6 +2312,14 @@ class Handler(BaseHTTPRequestHandler):
                 return self.send_admin(400, {"error": "kind must be 503, 429 or reset"})
             with ctl.lock:
                 ctl.fail_queue = [kind] * max(0, count)
+            return self.send_admin(200, {"acknowledged": True})
+        if cmd == "forbid" and m == "POST":
+            apis = data.get("apis", [])
+            known = {"put_script", "get_script", "delete_script"}
+            if not isinstance(apis, list) or not set(apis) <= known:
+                return self.send_admin(400, {"error": "apis: a list of " + ", ".join(sorted(known))})
+            with ctl.lock:
+                ctl.forbid = set(apis)
             return self.send_admin(200, {"acknowledged": True})
         if cmd == "latency" and m == "POST":
             with ctl.lock:
@@ -2253,7 +2356,8 @@ class Handler(BaseHTTPRequestHandler):
             with ctl.lock:
                 return self.send_admin(200, {"paused": ctl.paused, "latency_ms": ctl.latency_ms,
                                              "pending_failures": list(ctl.fail_queue),
-                                             "blocks": dict(ctl.blocks), "flavor": emu.flavor})
+                                             "blocks": dict(ctl.blocks), "flavor": emu.flavor,
+                                             "forbid": sorted(ctl.forbid)})
         return self.send_admin(404, {"error": "unknown admin endpoint [%s %s]" % (m, path)})
 
     def send_admin(self, status, obj):

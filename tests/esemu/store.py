@@ -1142,6 +1142,7 @@ class Store(object):
     def __init__(self, flavor="es7", data_file=None, auto_refresh=False):
         self.flavor = flavor
         self.indices = {}
+        self.scripts = {}  # stored scripts: id -> {"lang", "source"} (cluster state)
         self.lock = threading.RLock()
         self.data_file = data_file
         self.gen = 0
@@ -1492,13 +1493,26 @@ class Store(object):
         if not idxs and query is not None:
             self._compile_query(query, QueryContext(Index("_probe"), {}, self.flavor))
 
+    # ---------------------------------------------------------------- stored scripts
+    def put_script(self, sid, script):
+        with self.lock:
+            self.scripts[sid] = script
+            self._dirty()
+
+    def delete_script(self, sid):
+        with self.lock:
+            if self.scripts.pop(sid, None) is None:
+                return False
+            self._dirty()
+            return True
+
     # ---------------------------------------------------------------- persistence
     def _dirty(self):
         self.gen += 1
 
     def dump(self):
         with self.lock:
-            out = {"format": 1, "flavor": self.flavor, "indices": {}}
+            out = {"format": 1, "flavor": self.flavor, "indices": {}, "scripts": dict(self.scripts)}
             for name, idx in self.indices.items():
                 with idx.lock:
                     now = time.monotonic()
@@ -1542,6 +1556,7 @@ class Store(object):
         with open(self.data_file) as f:
             data = json.load(f)
         now = time.monotonic()
+        self.scripts = dict(data.get("scripts") or {})
         for name, d in data.get("indices", {}).items():
             idx = Index(name, d.get("mappings") or {}, d.get("settings") or {}, d.get("uuid"), d.get("created"))
             idx.max_seq_nos = {int(k): v for k, v in (d.get("max_seq_nos") or {}).items()}
@@ -1557,5 +1572,6 @@ class Store(object):
     def reset(self):
         with self.lock:
             self.indices.clear()
+            self.scripts.clear()
             self._dirty()
         self.persist()
