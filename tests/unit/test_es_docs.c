@@ -54,6 +54,24 @@ static cJSON *line(const struct buf *b, int n)
 	return cJSON_ParseWithLength(s, (size_t)(e - s));
 }
 
+/* The "script" object of line N of B. */
+static cJSON *script_of(const struct buf *b, int n, cJSON **root)
+{
+	*root = line(b, n);
+	ck_assert_ptr_nonnull(*root);
+	return cJSON_GetObjectItem(*root, "script");
+}
+
+/* A scripted upsert: the script builds the document, the item has none. */
+static void assert_scripted_upsert(const cJSON *body)
+{
+	const cJSON *up = cJSON_GetObjectItem(body, "upsert");
+
+	ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(body, "scripted_upsert")));
+	ck_assert(cJSON_IsObject(up));
+	ck_assert_ptr_null(up->child);
+}
+
 START_TEST(test_es_docs__acquire_first_attempt)
 {
 	struct tl_plan *p = two_item_plan();
@@ -61,30 +79,30 @@ START_TEST(test_es_docs__acquire_first_attempt)
 	char *dead[] = {"gone:1:ff"};
 	struct buf b = BUF_INIT;
 	struct es_req r;
-	cJSON *j;
+	cJSON *j, *s;
 
+	es_docs_set_stored(false);
 	req_init(&r, p, ids, dead, 1, false);
 	es_docs_acquire(&b, &r, 0);
 	es_docs_acquire(&b, &r, 1);
 	ck_assert_int_eq(b.err, 0);
-	/* shared: scripted update with upsert, dead owners as params */
+	/* shared: scripted update, scripted upsert; only what the script reads */
 	j = line(&b, 0);
 	ck_assert_str_eq(es_jstr(cJSON_GetObjectItem(j, "update"), "_id"), "/a");
 	ck_assert_int_eq(es_jint(cJSON_GetObjectItem(j, "update"), "retry_on_conflict", 0), 5);
 	cJSON_Delete(j);
-	j = line(&b, 1);
-	ck_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "script"), "params")
-				 ->child->valuestring,
-			 "h1:7:ab#3");
-	ck_assert_str_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(
-							    cJSON_GetObjectItem(j, "script"),
-							    "params"),
-						    "dead"),
-					    0)->valuestring,
-			 "gone:1:ff");
-	ck_assert_str_eq(es_jstr(cJSON_GetObjectItem(j, "upsert"), "lock_type"), "shared");
-	ck_assert_int_eq(es_jint(cJSON_GetObjectItem(j, "upsert"), "lock_count", 0), 1);
-	ck_assert_int_eq(es_jint(cJSON_GetObjectItem(j, "upsert"), "since", 0), 2000);
+	s = script_of(&b, 1, &j);
+	ck_assert_ptr_nonnull(strstr(es_jstr(s, "source"), "s.holders.put(params.h, 1)"));
+	ck_assert_ptr_null(cJSON_GetObjectItem(s, "id"));
+	ck_assert_ptr_null(cJSON_GetObjectItem(s, "lang")); /* painless is the default */
+	{
+		char *t = cJSON_PrintUnformatted(cJSON_GetObjectItem(s, "params"));
+
+		ck_assert_str_eq(t, "{\"h\":\"h1:7:ab#3\",\"age\":1000,\"path\":\"/a\","
+				    "\"dead\":[\"gone:1:ff\"]}");
+		free(t);
+	}
+	assert_scripted_upsert(j);
 	cJSON_Delete(j);
 	/* exclusive, first attempt: the guide's create */
 	j = line(&b, 2);
@@ -99,26 +117,101 @@ START_TEST(test_es_docs__acquire_first_attempt)
 }
 END_TEST
 
+START_TEST(test_es_docs__acquire_by_stored_id)
+{
+	struct tl_plan *p = two_item_plan();
+	char *ids[] = {"/a", "/a/b"};
+	struct buf b = BUF_INIT;
+	struct es_req r;
+	cJSON *j, *s;
+
+	es_docs_set_stored(true);
+	req_init(&r, p, ids, NULL, 0, false);
+	es_docs_acquire(&b, &r, 0);
+	es_docs_release(&b, "/a", "h1:7:ab#3");
+	es_docs_set_stored(false);
+	ck_assert_int_eq(b.err, 0);
+	/* the whole item, byte for byte: no source, no dead owners */
+	ck_assert_str_eq(b.data,
+			 "{\"update\":{\"_id\":\"/a\",\"retry_on_conflict\":5}}\n"
+			 "{\"script\":{\"id\":\"treelockfs-acqs-" ES_SCRIPTS_VERSION "\","
+			 "\"params\":{\"h\":\"h1:7:ab#3\",\"age\":1000,\"path\":\"/a\"}},"
+			 "\"scripted_upsert\":true,\"upsert\":{}}\n"
+			 "{\"update\":{\"_id\":\"/a\",\"retry_on_conflict\":5}}\n"
+			 "{\"script\":{\"id\":\"treelockfs-rel-" ES_SCRIPTS_VERSION "\","
+			 "\"params\":{\"h\":\"h1:7:ab#3\"}}}\n");
+	s = script_of(&b, 1, &j);
+	ck_assert_ptr_null(cJSON_GetObjectItem(s, "source"));
+	cJSON_Delete(j);
+	buf_free(&b);
+	lockplan_free(p);
+}
+END_TEST
+
+START_TEST(test_es_docs__scripts_table)
+{
+	size_t i, k;
+
+	ck_assert_uint_eq(es_nscripts, 6);
+	for (i = 0; i < es_nscripts; i++) {
+		cJSON *j = es_docs_stored_script(es_scripts[i].source);
+		char *t = cJSON_PrintUnformatted(j);
+		size_t n = strlen(es_scripts[i].id), v = strlen(ES_SCRIPTS_VERSION);
+
+		/* versioned ids, unique */
+		ck_assert(strncmp(es_scripts[i].id, "treelockfs-", 11) == 0);
+		ck_assert(n > v + 1 && strcmp(es_scripts[i].id + n - v, ES_SCRIPTS_VERSION) == 0);
+		for (k = 0; k < i; k++)
+			ck_assert_str_ne(es_scripts[i].id, es_scripts[k].id);
+		ck_assert(strncmp(t, "{\"script\":{\"lang\":\"painless\",\"source\":\"def s = ", 45) ==
+			  0);
+		free(t);
+		cJSON_Delete(j);
+	}
+}
+END_TEST
+
+START_TEST(test_es_docs__missing_script_error)
+{
+	cJSON *e = cJSON_Parse("{\"type\":\"illegal_argument_exception\",\"reason\":\"failed to "
+			       "execute script\",\"caused_by\":{\"type\":\"resource_not_found_exception\","
+			       "\"reason\":\"unable to find script [treelockfs-rel-v1] in cluster "
+			       "state\"}}");
+	cJSON *other = cJSON_Parse("{\"type\":\"resource_not_found_exception\",\"reason\":\"no such "
+				   "index [x]\"}");
+
+	ck_assert(es_docs_is_missing_script(e));
+	ck_assert(!es_docs_is_missing_script(other));
+	ck_assert(!es_docs_is_script_refusal(e));
+	ck_assert(!es_docs_is_missing_script(NULL));
+	cJSON_Delete(e);
+	cJSON_Delete(other);
+}
+END_TEST
+
 START_TEST(test_es_docs__acquire_after_refusal_is_scripted)
 {
 	struct tl_plan *p = two_item_plan();
 	char *ids[] = {"/a", "/a/b"};
 	struct buf b = BUF_INIT;
 	struct es_req r;
-	cJSON *j;
+	cJSON *j, *s;
+	char *t;
 
+	es_docs_set_stored(false);
 	req_init(&r, p, ids, NULL, 0, true);
 	es_docs_acquire(&b, &r, 1);
 	j = line(&b, 0);
 	ck_assert_str_eq(es_jstr(cJSON_GetObjectItem(j, "update"), "_id"), "/a/b");
 	cJSON_Delete(j);
-	j = line(&b, 1);
-	ck_assert_ptr_nonnull(strstr(es_jstr(cJSON_GetObjectItem(j, "script"), "source"),
-				     "throw new IllegalStateException('shared')"));
-	ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(
-				 cJSON_GetObjectItem(cJSON_GetObjectItem(j, "script"), "params"), "dead")),
-			 0);
-	ck_assert_str_eq(es_jstr(cJSON_GetObjectItem(j, "upsert"), "lock_type"), "exclusive");
+	s = script_of(&b, 1, &j);
+	ck_assert_ptr_nonnull(strstr(es_jstr(s, "source"), "throw new IllegalStateException('shared')"));
+	/* no dead owners: no "dead" */
+	t = cJSON_PrintUnformatted(cJSON_GetObjectItem(s, "params"));
+	ck_assert_str_eq(t, "{\"h\":\"h1:7:ab#3\",\"o\":\"h1:7:ab\",\"age\":1000,\"path\":\"/a/b\","
+			    "\"pid\":42}");
+	free(t);
+	assert_scripted_upsert(j);
 	cJSON_Delete(j);
 	buf_free(&b);
 	lockplan_free(p);
@@ -131,23 +224,24 @@ START_TEST(test_es_docs__mark_release_evict)
 	char *ids[] = {"/a", "/a/b"};
 	struct buf b = BUF_INIT;
 	struct es_req r;
-	cJSON *j, *w;
+	cJSON *j, *s;
+	char *t;
 
+	es_docs_set_stored(false);
 	req_init(&r, p, ids, NULL, 0, true);
 	es_docs_mark(&b, &r, 1);
 	es_docs_release(&b, "/a", "h1:7:ab#3");
 	es_docs_evict(&b, "/a", "dead:1:00");
 	es_docs_unmark(&b, "/a/b", "h1:7:ab#3");
-	j = line(&b, 1);
-	w = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "upsert"), "waiters"),
-				"h1:7:ab#3");
-	ck_assert_str_eq(es_jstr(w, "mode"), "exclusive");
-	ck_assert_int_eq(es_jint(w, "age", 0), 1000);
-	ck_assert_int_eq(es_jint(w, "tmo", 0), 40000);
-	ck_assert_int_eq(es_jint(cJSON_GetObjectItem(j, "upsert"), "lock_count", -1), 0);
+	s = script_of(&b, 1, &j);
+	t = cJSON_PrintUnformatted(cJSON_GetObjectItem(s, "params"));
+	ck_assert_str_eq(t, "{\"h\":\"h1:7:ab#3\",\"o\":\"h1:7:ab\",\"mode\":\"exclusive\","
+			    "\"age\":1000,\"tmo\":40000,\"path\":\"/a/b\"}");
+	free(t);
+	assert_scripted_upsert(j);
 	cJSON_Delete(j);
 	ck_assert_ptr_nonnull(strstr(b.data, "\"params\":{\"h\":\"h1:7:ab#3\"}"));
-	ck_assert_ptr_nonnull(strstr(b.data, "\"params\":{\"o\":\"dead:1:00\",\"p\":\"dead:1:00#\"}"));
+	ck_assert_ptr_nonnull(strstr(b.data, "\"params\":{\"o\":\"dead:1:00\"}}}\n"));
 	/* four items, two lines each */
 	j = line(&b, 7);
 	ck_assert_ptr_nonnull(cJSON_GetObjectItem(j, "script"));
@@ -266,6 +360,9 @@ Suite *make_suite_es_docs(void)
 	TCase *tc = tcase_create("core");
 
 	tcase_add_test(tc, test_es_docs__acquire_first_attempt);
+	tcase_add_test(tc, test_es_docs__acquire_by_stored_id);
+	tcase_add_test(tc, test_es_docs__scripts_table);
+	tcase_add_test(tc, test_es_docs__missing_script_error);
 	tcase_add_test(tc, test_es_docs__acquire_after_refusal_is_scripted);
 	tcase_add_test(tc, test_es_docs__mark_release_evict);
 	tcase_add_test(tc, test_es_docs__intent_and_delete);

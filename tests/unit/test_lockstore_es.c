@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "es_docs.h"
 #include "es_i.h"
 #include "options.h"
 #include "lockplan.h"
@@ -35,6 +36,8 @@ struct fake {
 	int hold_bulk_ms;      /* ... this late (other requests go on) */
 	int fail_skip;         /* bulks answered normally before fail_status ... */
 	int fail_status;       /* ... answers every further bulk (0: none) */
+	int script_put;        /* status of PUT _scripts (0: no such route) */
+	int scripts_stored;    /* PUT _scripts answered 200 */
 };
 
 static char *dup_json(cJSON *j)
@@ -191,6 +194,22 @@ static int fake_es(struct responder *r, const struct resp_req *req, char **body)
 	}
 	if (strcmp(req->method, "POST") == 0 && strcmp(req->path, "/locks/_mget") == 0)
 		return fake_mget(f, req, body);
+	if (f->script_put && strncmp(req->path, "/_scripts/treelockfs-", 21) == 0) {
+		if (strcmp(req->method, "GET") == 0) {
+			*body = strdup("{\"found\":false}");
+			return 404;
+		}
+		if (strcmp(req->method, "PUT") == 0 && strstr(req->body, "\"lang\":\"painless\"")) {
+			if (f->script_put == 200) {
+				f->scripts_stored++;
+				*body = strdup("{\"acknowledged\":true}");
+			} else {
+				*body = strdup("{\"error\":{\"type\":\"security_exception\"},"
+					       "\"status\":403}");
+			}
+			return f->script_put;
+		}
+	}
 	if (strcmp(req->method, "DELETE") == 0) {
 		*body = strdup("{\"result\":\"deleted\"}");
 		return 200;
@@ -338,7 +357,7 @@ START_TEST(test_lockstore_es__one_bulk_per_acquire_and_release)
 	ck_assert_ptr_nonnull(strstr(b->body, "{\"create\":{\"_id\":\"/a/b/c\"}}"));
 	ck_assert_ptr_nonnull(strstr(b->body, "{\"create\":{\"_id\":\"/a/d e\"}}"));
 	ck_assert_ptr_nonnull(strstr(b->body, "\"lock_type\":\"exclusive\""));
-	ck_assert_ptr_nonnull(strstr(b->body, "\"upsert\":{\"lock_type\":\"shared\",\"lock_count\":1"));
+	ck_assert_ptr_nonnull(strstr(b->body, "\"scripted_upsert\":true,\"upsert\":{}"));
 	ck_assert(strstr(b->body, "intent:") < strstr(b->body, "\"/a\""));
 	ck_assert(fx.st->ops->lease_fresh(fx.st));
 	ck_assert_int_eq(fx.st->ops->release(fx.st, plan, &h), 0);
@@ -350,6 +369,47 @@ START_TEST(test_lockstore_es__one_bulk_per_acquire_and_release)
 	ck_assert_ptr_null(h.priv);
 	lockplan_free(plan);
 	fx_done(&fx);
+}
+END_TEST
+
+/* Scripts stored at mount travel by id; where storing them is refused,
+ * inline. */
+START_TEST(test_lockstore_es__scripts_stored_or_inline)
+{
+	static const int puts[] = {200, 403};
+	size_t k;
+
+	for (k = 0; k < 2; k++) {
+		struct fixture fx;
+		struct tl_plan *plan = NULL;
+		struct tl_holder h;
+		struct tl_conflict why;
+		const struct resp_req *b;
+		bool stored = puts[k] == 200;
+
+		fx_init(&fx);
+		fx.f.script_put = puts[k];
+		ck_assert_int_eq(lockstore_es_open(&fx.cfg, &fx.st), 0);
+		ck_assert_int_eq(fx.st->ops->start(fx.st), 0);
+		/* all six stored; at a refusal the first PUT is the last */
+		ck_assert_int_eq(fx.f.scripts_stored, stored ? 6 : 0);
+		ck_assert_int_eq(count(&fx, "PUT", "/_scripts/treelockfs-acqs-" ES_SCRIPTS_VERSION), 1);
+		ck_assert_int_eq(count(&fx, "PUT", "/_scripts/treelockfs-rel-" ES_SCRIPTS_VERSION),
+				 stored ? 1 : 0);
+		ck_assert_int_eq(lockplan_rename(TL_STRATEGY_TREE, "/a/b", "/a/c", 0, NULL, 0, &plan),
+				 0);
+		holder_init(&h, 1);
+		ck_assert_int_eq(fx.st->ops->try_acquire(fx.st, plan, &h, &why), 0);
+		b = last(&fx, "/locks/_bulk");
+		ck_assert_int_eq(strstr(b->body, "\"id\":\"treelockfs-acqs-") != NULL, stored);
+		ck_assert_int_eq(strstr(b->body, "\"source\":\"def s = ") == NULL, stored);
+		ck_assert_int_eq(fx.st->ops->release(fx.st, plan, &h), 0);
+		b = last(&fx, "/locks/_bulk");
+		ck_assert_int_eq(strstr(b->body, "\"id\":\"treelockfs-rel-") != NULL, stored);
+		lockplan_free(plan);
+		fx_done(&fx);
+		es_docs_set_stored(false);
+	}
 }
 END_TEST
 
@@ -404,7 +464,7 @@ START_TEST(test_lockstore_es__conflict_rolls_back_and_marks)
 	ck_assert_int_eq(count(&fx, "POST", "/locks/_mget"), 2);
 	b = last(&fx, "/locks/_bulk");
 	ck_assert_ptr_nonnull(strstr(b->body, "ctx.op = 'delete'"));     /* release script */
-	ck_assert_ptr_nonnull(strstr(b->body, "\"waiters\":{\"hostA:"));  /* mark upsert */
+	ck_assert_ptr_nonnull(strstr(b->body, "\"mode\":\"exclusive\""));  /* mark */
 	/* the intent stays while we wait (a reap finds our marks by it) */
 	ck_assert_ptr_null(strstr(b->body, "{\"delete\":{\"_id\":\"intent:"));
 	/* the retry takes the exclusive key with the script, not create */
@@ -756,6 +816,7 @@ Suite *make_suite_lockstore_es(void)
 
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_lockstore_es__bootstrap_creates_index);
+	tcase_add_test(tc, test_lockstore_es__scripts_stored_or_inline);
 	tcase_add_test(tc, test_lockstore_es__refuses_other_strategy);
 	tcase_add_test(tc, test_lockstore_es__unreachable_and_unauthorised);
 	tcase_add_test(tc, test_lockstore_es__one_bulk_per_acquire_and_release);
