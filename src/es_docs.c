@@ -146,12 +146,26 @@ static void add_key(cJSON *o, const char *name, const char *key)
 		cJSON_Delete(j);
 }
 
+/* Adds "path": the text of plan key I of R, unless the document id says
+ * it already (the id is the key's text but for hashed ids, path.h). */
+static void add_path(cJSON *o, const struct es_req *r, size_t i)
+{
+	cJSON *j = key_string(r->plan->items[i].key);
+
+	if (j && strcmp(j->valuestring, r->ids[i]) == 0) {
+		cJSON_Delete(j);
+		return;
+	}
+	if (!cJSON_AddItemToObject(o, "path", j))
+		cJSON_Delete(j);
+}
+
 static cJSON *exclusive_source(const struct es_req *r, size_t i)
 {
 	cJSON *s = cJSON_CreateObject(), *hs;
 
 	cJSON_AddStringToObject(s, "lock_type", "exclusive");
-	add_key(s, "path", r->plan->items[i].key);
+	add_path(s, r, i);
 	cJSON_AddStringToObject(s, "owner", r->owner);
 	cJSON_AddStringToObject(s, "holder", r->hkey);
 	cJSON_AddStringToObject(s, "process_id", r->hkey);
@@ -184,7 +198,7 @@ static cJSON *acquire_params(const struct es_req *r, size_t i)
 	if (x)
 		cJSON_AddStringToObject(p, "o", r->owner);
 	cJSON_AddNumberToObject(p, "age", (double)r->start_ms);
-	add_key(p, "path", r->plan->items[i].key);
+	add_path(p, r, i);
 	if (x)
 		cJSON_AddNumberToObject(p, "pid", r->pid);
 	add_dead(p, r);
@@ -218,7 +232,7 @@ void es_docs_mark(struct buf *b, const struct es_req *r, size_t i)
 	cJSON_AddStringToObject(p, "mode", mode);
 	cJSON_AddNumberToObject(p, "age", (double)r->start_ms);
 	cJSON_AddNumberToObject(p, "tmo", (double)r->tmo_ms);
-	add_key(p, "path", r->plan->items[i].key);
+	add_path(p, r, i);
 	es_docs_line(b, update_action(r->ids[i]));
 	es_docs_line(b, script_body(SCRIPT_MARK_ID, SCRIPT_MARK, p, true));
 }
@@ -253,6 +267,29 @@ void es_docs_evict(struct buf *b, const char *id, const char *owner)
 	es_docs_line(b, script_body(SCRIPT_EVICT_ID, SCRIPT_EVICT, p, false));
 }
 
+/* True when the keys of plan P follow from its strategy, from and to
+ * (es_docs_intent_keys() derives them): tree and global plans whose from
+ * and to are their own text. */
+static bool keys_derivable(const struct tl_plan *p)
+{
+	char *t = NULL;
+	bool plain;
+
+	if (p->strategy != TL_STRATEGY_TREE && p->strategy != TL_STRATEGY_GLOBAL)
+		return false;
+	if (!p->from || path_key_text(p->from, &t) != 0)
+		return false;
+	plain = strcmp(t, p->from) == 0;
+	free(t);
+	if (plain && p->to) {
+		if (path_key_text(p->to, &t) != 0)
+			return false;
+		plain = strcmp(t, p->to) == 0;
+		free(t);
+	}
+	return plain;
+}
+
 void es_docs_intent(struct buf *b, const struct es_req *r, const char *name)
 {
 	char *id = es_docs_intent_id(r->hkey);
@@ -268,12 +305,68 @@ void es_docs_intent(struct buf *b, const struct es_req *r, const char *name)
 		add_key(s, "to", r->plan->to);
 	cJSON_AddNumberToObject(s, "start", (double)r->start_ms);
 	cJSON_AddNumberToObject(s, "pid", r->pid);
-	keys = cJSON_AddArrayToObject(s, "keys");
-	for (i = 0; i < r->plan->n; i++)
-		cJSON_AddItemToArray(keys, key_string(r->plan->items[i].key));
+	if (!keys_derivable(r->plan)) {
+		keys = cJSON_AddArrayToObject(s, "keys");
+		for (i = 0; i < r->plan->n; i++)
+			cJSON_AddItemToArray(keys, key_string(r->plan->items[i].key));
+	}
 	es_docs_line(b, id ? action("index", id) : NULL);
 	es_docs_line(b, s);
 	free(id);
+}
+
+int es_docs_intent_keys(const cJSON *src, enum tl_strategy s, char ***out, size_t *n)
+{
+	const cJSON *keys = cJSON_GetObjectItemCaseSensitive(src, "keys"), *k;
+	const char *from = es_jstr(src, "from"), *to = es_jstr(src, "to");
+	struct tl_plan *p = NULL;
+	char **v;
+	size_t i = 0, cnt;
+	int err;
+
+	*out = NULL;
+	*n = 0;
+	if (!keys) {
+		if (!from || !*from)
+			return 0;
+		err = to ? lockplan_rename(s, from, to, 0, NULL, 0, &p) : lockplan_entry(s, from, &p);
+		if (err)
+			return err == -ENOMEM ? err : 0; /* not a key of ours: nothing */
+		cnt = p->n;
+	} else {
+		cnt = (size_t)cJSON_GetArraySize(keys);
+	}
+	v = calloc(cnt ? cnt : 1, sizeof(*v));
+	if (!v) {
+		lockplan_free(p);
+		return -ENOMEM;
+	}
+	if (p) {
+		for (i = 0; i < cnt; i++)
+			if (!(v[i] = strdup(p->items[i].key)))
+				break;
+	} else {
+		cJSON_ArrayForEach(k, keys)
+		{
+			if (!cJSON_IsString(k))
+				continue;
+			if (!(v[i] = strdup(k->valuestring)))
+				break;
+			i++;
+		}
+		if (!k)
+			cnt = i;
+	}
+	lockplan_free(p);
+	if (i < cnt) {
+		while (i > 0)
+			free(v[--i]);
+		free(v);
+		return -ENOMEM;
+	}
+	*out = v;
+	*n = cnt;
+	return 0;
 }
 
 void es_docs_intent_delete(struct buf *b, const char *hkey)

@@ -94,8 +94,16 @@ void es_docs_unmark(struct buf *b, const char *id, const char *hkey);
 /* Removes every share and mark of owner OWNER from document ID. */
 void es_docs_evict(struct buf *b, const char *id, const char *owner);
 
-/* Indexes the intent document of R (from, to, keys), NAME is the owner name. */
+/* Indexes the intent document of R (from, to, keys), NAME is the owner name.
+ * "keys" is left out where es_docs_intent_keys() derives them (tree and
+ * global plans of keys that are their own text). */
 void es_docs_intent(struct buf *b, const struct es_req *r, const char *name);
+
+/* The lock keys (their text) named by intent document SRC of an index of
+ * strategy S: its "keys", or those of the plan of its from and to. Writes
+ * a new vector (*N strings; caller frees each and the vector). Returns 0
+ * (maybe none) or -ENOMEM. */
+int es_docs_intent_keys(const cJSON *src, enum tl_strategy s, char ***out, size_t *n);
 
 /* Deletes the intent document of holder HKEY. */
 void es_docs_intent_delete(struct buf *b, const char *hkey);

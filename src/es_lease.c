@@ -728,7 +728,7 @@ int es_reap_owner(struct es_store *es, const char *owner, bool drop_intents, siz
 {
 	struct buf b = BUF_INIT;
 	cJSON *q = NULL, *root;
-	const cJSON *hit, *k;
+	const cJSON *hit;
 	char *id, *kid;
 	size_t nitems = 0;
 	int err = 0;
@@ -754,14 +754,20 @@ int es_reap_owner(struct es_store *es, const char *owner, bool drop_intents, siz
 			continue;
 		if (strncmp(hid, ES_INTENT_PREFIX, strlen(ES_INTENT_PREFIX)) == 0) {
 			/* every key the owner's plan named */
-			cJSON_ArrayForEach(k, cJSON_GetObjectItemCaseSensitive(src, "keys"))
-			{
-				if (!cJSON_IsString(k) || path_text_lock_id(k->valuestring, &kid) != 0)
-					continue;
-				es_docs_evict(&b, kid, owner);
-				free(kid);
-				nitems++;
+			char **keys = NULL;
+			size_t nk = 0, j;
+
+			if (es_docs_intent_keys(src, es->strategy, &keys, &nk) != 0)
+				nk = 0;
+			for (j = 0; j < nk; j++) {
+				if (path_text_lock_id(keys[j], &kid) == 0) {
+					es_docs_evict(&b, kid, owner);
+					free(kid);
+					nitems++;
+				}
+				free(keys[j]);
 			}
+			free(keys);
 			if (drop_intents) {
 				es_docs_delete(&b, hid);
 				nitems++;

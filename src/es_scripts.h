@@ -15,7 +15,8 @@
  * The acquire and mark scripts run as scripted upserts: on a missing
  * document ctx._source is empty and the script builds the document itself
  * (lock_type null), so the item carries no copy of it. A parameter that is
- * absent has its default (dead: nobody known dead).
+ * absent has its default (dead: nobody known dead; path: the document id
+ * is the key's text, and the document has no "path").
  */
 #ifndef TREELOCKFS_ES_SCRIPTS_H
 #define TREELOCKFS_ES_SCRIPTS_H
@@ -24,12 +25,13 @@
 
 #define ES_SCRIPT_ID(name) "treelockfs-" name "-" ES_SCRIPTS_VERSION
 
-/* Shared acquire. params: h holder, age, path, [dead owners]. */
+/* Shared acquire. params: h holder, age, [path], [dead owners]. */
 #define SCRIPT_ACQ_S_ID ES_SCRIPT_ID("acqs")
 static const char SCRIPT_ACQ_S[] =
 	"def s = ctx._source;"
 	" if (s.lock_type == null) { s.lock_type = 'shared'; s.lock_count = 0;"
-	" s.path = params.path; s.holders = new HashMap(); s.since = ctx._now; }"
+	" if (params.path != null) { s.path = params.path; }"
+	" s.holders = new HashMap(); s.since = ctx._now; }"
 	" if (s.lock_type == 'exclusive') { throw new IllegalStateException('exclusive'); }"
 	" if (s.holders == null) { s.holders = new HashMap(); }"
 	" if (s.holders.containsKey(params.h)) { ctx.op = 'noop'; } else {"
@@ -42,11 +44,10 @@ static const char SCRIPT_ACQ_S[] =
 	" throw new IllegalStateException('waiter'); } }"
 	" s.waiters.remove(params.h); }"
 	" s.holders.put(params.h, 1);"
-	" s.lock_count = (s.lock_count == null ? 0 : s.lock_count) + 1;"
-	" if (s.path == null) { s.path = params.path; } }";
+	" s.lock_count = (s.lock_count == null ? 0 : s.lock_count) + 1; }";
 
 /* Exclusive acquire after a refusal (the document may hold waiter marks).
- * params: h, o owner, age, path, pid, [dead]. */
+ * params: h, o owner, age, [path], pid, [dead]. */
 #define SCRIPT_ACQ_X_ID ES_SCRIPT_ID("acqx")
 static const char SCRIPT_ACQ_X[] =
 	"def s = ctx._source;"
@@ -62,7 +63,8 @@ static const char SCRIPT_ACQ_X[] =
 	" && (w.age < params.age || (w.age == params.age && k.compareTo(params.h) < 0))) {"
 	" throw new IllegalStateException('waiter'); } }"
 	" s.waiters.remove(params.h); }"
-	" s.lock_type = 'exclusive'; s.remove('lock_count'); s.path = params.path;"
+	" s.lock_type = 'exclusive'; s.remove('lock_count');"
+	" if (params.path != null) { s.path = params.path; }"
 	" s.owner = params.o; s.holder = params.h; s.process_id = params.h;"
 	" s.holders = new HashMap(); s.holders.put(params.h, 1);"
 	" s.since = ctx._now; s.pid = params.pid; }";
@@ -79,11 +81,12 @@ static const char SCRIPT_RELEASE[] =
 	" if (s.lock_count <= 0 && (s.waiters == null || s.waiters.isEmpty())) {"
 	" ctx.op = 'delete'; } }";
 
-/* Waiter mark. params: h, o, mode, age, tmo, path. */
+/* Waiter mark. params: h, o, mode, age, tmo, [path]. */
 #define SCRIPT_MARK_ID ES_SCRIPT_ID("mark")
 static const char SCRIPT_MARK[] =
 	"def s = ctx._source;"
-	" if (s.lock_type == null) { s.lock_type = 'shared'; s.lock_count = 0; s.path = params.path; }"
+	" if (s.lock_type == null) { s.lock_type = 'shared'; s.lock_count = 0;"
+	" if (params.path != null) { s.path = params.path; } }"
 	" if (s.waiters == null) { s.waiters = new HashMap(); }"
 	" if (s.waiters.containsKey(params.h)) { ctx.op = 'noop'; } else {"
 	" Map w = new HashMap(); w.put('owner', params.o); w.put('mode', params.mode);"

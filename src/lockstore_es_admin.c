@@ -201,7 +201,17 @@ int lockstore_es_intents(struct lockstore *st, unsigned int observe_ms,
 		it->from = strdup(es_jstr(src, "from") ? es_jstr(src, "from") : "?");
 		it->to = es_jstr(src, "to") ? strdup(es_jstr(src, "to")) : NULL;
 		it->start_ms = es_jint(src, "start", -1);
-		it->nkeys = (size_t)cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(src, "keys"));
+		{
+			char **keys = NULL;
+			size_t nk = 0, k;
+
+			if (es_docs_intent_keys(src, es->strategy, &keys, &nk) == 0) {
+				for (k = 0; k < nk; k++)
+					free(keys[k]);
+				free(keys);
+			}
+			it->nkeys = nk;
+		}
 		it->owner_state = ES_OWNER_DEAD; /* no lease document at all */
 		for (i = 0; i < nown; i++)
 			if (strcmp(owners[i].id, it->owner) == 0)

@@ -98,8 +98,8 @@ START_TEST(test_es_docs__acquire_first_attempt)
 	{
 		char *t = cJSON_PrintUnformatted(cJSON_GetObjectItem(s, "params"));
 
-		ck_assert_str_eq(t, "{\"h\":\"h1:7:ab#3\",\"age\":1000,\"path\":\"/a\","
-				    "\"dead\":[\"gone:1:ff\"]}");
+		/* no "path": the id is the key */
+		ck_assert_str_eq(t, "{\"h\":\"h1:7:ab#3\",\"age\":1000,\"dead\":[\"gone:1:ff\"]}");
 		free(t);
 	}
 	assert_scripted_upsert(j);
@@ -108,7 +108,7 @@ START_TEST(test_es_docs__acquire_first_attempt)
 	j = line(&b, 2);
 	ck_assert_str_eq(es_jstr(cJSON_GetObjectItem(j, "create"), "_id"), "/a/b");
 	cJSON_Delete(j);
-	ck_assert_ptr_nonnull(strstr(b.data, "{\"lock_type\":\"exclusive\",\"path\":\"/a/b\","
+	ck_assert_ptr_nonnull(strstr(b.data, "{\"lock_type\":\"exclusive\","
 					     "\"owner\":\"h1:7:ab\",\"holder\":\"h1:7:ab#3\","
 					     "\"process_id\":\"h1:7:ab#3\",\"holders\":{\"h1:7:ab#3\":1},"
 					     "\"since\":2000,\"pid\":42}\n"));
@@ -135,7 +135,7 @@ START_TEST(test_es_docs__acquire_by_stored_id)
 	ck_assert_str_eq(b.data,
 			 "{\"update\":{\"_id\":\"/a\",\"retry_on_conflict\":5}}\n"
 			 "{\"script\":{\"id\":\"treelockfs-acqs-" ES_SCRIPTS_VERSION "\","
-			 "\"params\":{\"h\":\"h1:7:ab#3\",\"age\":1000,\"path\":\"/a\"}},"
+			 "\"params\":{\"h\":\"h1:7:ab#3\",\"age\":1000}},"
 			 "\"scripted_upsert\":true,\"upsert\":{}}\n"
 			 "{\"update\":{\"_id\":\"/a\",\"retry_on_conflict\":5}}\n"
 			 "{\"script\":{\"id\":\"treelockfs-rel-" ES_SCRIPTS_VERSION "\","
@@ -208,8 +208,7 @@ START_TEST(test_es_docs__acquire_after_refusal_is_scripted)
 	ck_assert_ptr_nonnull(strstr(es_jstr(s, "source"), "throw new IllegalStateException('shared')"));
 	/* no dead owners: no "dead" */
 	t = cJSON_PrintUnformatted(cJSON_GetObjectItem(s, "params"));
-	ck_assert_str_eq(t, "{\"h\":\"h1:7:ab#3\",\"o\":\"h1:7:ab\",\"age\":1000,\"path\":\"/a/b\","
-			    "\"pid\":42}");
+	ck_assert_str_eq(t, "{\"h\":\"h1:7:ab#3\",\"o\":\"h1:7:ab\",\"age\":1000,\"pid\":42}");
 	free(t);
 	assert_scripted_upsert(j);
 	cJSON_Delete(j);
@@ -236,7 +235,7 @@ START_TEST(test_es_docs__mark_release_evict)
 	s = script_of(&b, 1, &j);
 	t = cJSON_PrintUnformatted(cJSON_GetObjectItem(s, "params"));
 	ck_assert_str_eq(t, "{\"h\":\"h1:7:ab#3\",\"o\":\"h1:7:ab\",\"mode\":\"exclusive\","
-			    "\"age\":1000,\"tmo\":40000,\"path\":\"/a/b\"}");
+			    "\"age\":1000,\"tmo\":40000}");
 	free(t);
 	assert_scripted_upsert(j);
 	cJSON_Delete(j);
@@ -270,12 +269,71 @@ START_TEST(test_es_docs__intent_and_delete)
 	ck_assert_str_eq(es_jstr(j, "from"), "/a/x");
 	ck_assert_str_eq(es_jstr(j, "to"), "/b/y");
 	ck_assert_str_eq(es_jstr(j, "name"), "h1");
-	ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "keys")), (int)p->n);
+	/* a tree plan's keys follow from from and to: not sent, derived */
+	ck_assert_ptr_null(cJSON_GetObjectItem(j, "keys"));
+	{
+		char **keys = NULL;
+		size_t nk = 0, i;
+
+		ck_assert_int_eq(es_docs_intent_keys(j, TL_STRATEGY_TREE, &keys, &nk), 0);
+		ck_assert_uint_eq(nk, p->n);
+		ck_assert_uint_eq(nk, 4);
+		for (i = 0; i < nk; i++) {
+			ck_assert_str_eq(keys[i], p->items[i].key);
+			free(keys[i]);
+		}
+		free(keys);
+	}
 	cJSON_Delete(j);
 	j = line(&b, 2);
 	ck_assert_str_eq(es_jstr(cJSON_GetObjectItem(j, "delete"), "_id"), "intent:h1:7:ab#3");
 	cJSON_Delete(j);
 	buf_free(&b);
+	lockplan_free(p);
+}
+END_TEST
+
+/* Where the id is not the key (hashed), the key travels as "path"; keys
+ * of a document-strategy plan (entries below) travel in the intent. */
+START_TEST(test_es_docs__path_and_keys_where_not_derivable)
+{
+	struct tl_plan *p = two_item_plan(), *d = NULL;
+	const char *below[] = {"/a/x/1"};
+	char *ids[] = {"sha256:00", "sha256:01"};
+	struct buf b = BUF_INIT;
+	struct es_req r;
+	cJSON *j, *s;
+	char **keys = NULL;
+	size_t nk = 0, i;
+
+	es_docs_set_stored(true);
+	req_init(&r, p, ids, NULL, 0, false);
+	es_docs_acquire(&b, &r, 0);
+	es_docs_acquire(&b, &r, 1);
+	s = script_of(&b, 1, &j);
+	ck_assert_str_eq(es_jstr(cJSON_GetObjectItem(s, "params"), "path"), "/a");
+	cJSON_Delete(j);
+	j = line(&b, 3);
+	ck_assert_str_eq(es_jstr(j, "path"), "/a/b");
+	cJSON_Delete(j);
+	buf_free(&b);
+	es_docs_set_stored(false);
+
+	ck_assert_int_eq(lockplan_rename(TL_STRATEGY_DOCUMENT, "/a/x", "/b", 0, below, 1, &d), 0);
+	req_init(&r, d, ids, NULL, 0, false);
+	es_docs_intent(&b, &r, "h1");
+	j = line(&b, 1);
+	ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "keys")), (int)d->n);
+	ck_assert_int_eq(es_docs_intent_keys(j, TL_STRATEGY_DOCUMENT, &keys, &nk), 0);
+	ck_assert_uint_eq(nk, d->n);
+	for (i = 0; i < nk; i++) {
+		ck_assert_str_eq(keys[i], d->items[i].key);
+		free(keys[i]);
+	}
+	free(keys);
+	cJSON_Delete(j);
+	buf_free(&b);
+	lockplan_free(d);
 	lockplan_free(p);
 }
 END_TEST
@@ -366,6 +424,7 @@ Suite *make_suite_es_docs(void)
 	tcase_add_test(tc, test_es_docs__acquire_after_refusal_is_scripted);
 	tcase_add_test(tc, test_es_docs__mark_release_evict);
 	tcase_add_test(tc, test_es_docs__intent_and_delete);
+	tcase_add_test(tc, test_es_docs__path_and_keys_where_not_derivable);
 	tcase_add_test(tc, test_es_docs__owner_mapping_ids_search);
 	tcase_add_test(tc, test_es_docs__ids_and_holders);
 	tcase_add_test(tc, test_es_docs__script_refusal);
