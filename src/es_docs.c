@@ -299,7 +299,7 @@ void es_docs_intent(struct buf *b, const struct es_req *r, const char *name)
 	cJSON_AddStringToObject(s, "type", "intent");
 	cJSON_AddStringToObject(s, "owner", r->owner);
 	cJSON_AddStringToObject(s, "name", name);
-	cJSON_AddStringToObject(s, "holder", r->hkey);
+	/* no "holder": the id says it ("intent:<holder>") */
 	add_key(s, "from", r->plan->from ? r->plan->from : "");
 	if (r->plan->to)
 		add_key(s, "to", r->plan->to);

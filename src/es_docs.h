@@ -94,7 +94,8 @@ void es_docs_unmark(struct buf *b, const char *id, const char *hkey);
 /* Removes every share and mark of owner OWNER from document ID. */
 void es_docs_evict(struct buf *b, const char *id, const char *owner);
 
-/* Indexes the intent document of R (from, to, keys), NAME is the owner name.
+/* Indexes the intent document of R (owner, NAME the owner name, from, to,
+ * start, pid, keys; its id names the holder).
  * "keys" is left out where es_docs_intent_keys() derives them (tree and
  * global plans of keys that are their own text). */
 void es_docs_intent(struct buf *b, const struct es_req *r, const char *name);

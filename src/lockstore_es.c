@@ -13,17 +13,22 @@
  * start with "owner:" or "intent:". Every key in a document (path, from,
  * to, keys) is its text: JSON carries UTF-8 only.
  *
- *   lock  /a/b   {"lock_type":"exclusive", "path":"/a/b", "owner":O,
+ *   lock  /a/b   {"lock_type":"exclusive", ["path":"/a/b",] "owner":O,
  *                 "holder":H, "process_id":H, "holders":{H:1}, "since":ms,
  *                 "pid":n, ["waiters":{...}]}
- *                {"lock_type":"shared", "lock_count":N, "path":"/a",
+ *                {"lock_type":"shared", "lock_count":N, ["path":"/a",]
  *                 "holders":{H1:1, H2:1}, "since":ms, ["waiters":{...}]}
  *                waiters: {H: {"owner":O, "mode":"exclusive"|"shared",
  *                              "age":start_ms, "tmo":ms}}
+ *                "path" only where the id is not the key's text (hashed
+ *                ids); older releases wrote it always
  *   owner        {"type":"owner", "owner":O, "name":"host", "pid":n,
  *                 "started":ms, "renewed":ms, "ttl_ms":n}
- *   intent       {"type":"intent", "owner":O, "holder":H, "from":..,
- *                 "to":.., "start":ms, "pid":n, "keys":[...]}
+ *   intent       {"type":"intent", "owner":O, "name":.., "from":..,
+ *   intent:H      "to":.., "start":ms, "pid":n, ["keys":[...]]}
+ *                "keys" only where the plan of from and to does not give
+ *                them (es_docs_intent_keys()); older releases wrote them
+ *                and "holder":H always
  *
  * O, the owner id, is "<owner name>:<pid>:<nonce>", one per mount (per
  * lease). H, a holder, is "<O>#<ticket>", one per rename. "holders" counts
@@ -43,12 +48,15 @@
  * document with only waiter marks is {"lock_type":"shared","lock_count":0}.
  *
  * Requests, each a fixed Painless source with parameters (never built
- * from strings):
+ * from strings), stored in the cluster at mount and named by id, or inline
+ * where storing is refused (es_index_scripts()):
  *
  *   acquire (ONE _bulk)  intent index, then per key in plan order:
  *                        X first attempt: create (the guide's exclusive)
- *                        X after a refusal: update SCRIPT_ACQ_X + upsert
- *                        S: update SCRIPT_ACQ_S + upsert (shared, count 1)
+ *                        X after a refusal: update SCRIPT_ACQ_X, scripted
+ *                        upsert
+ *                        S: update SCRIPT_ACQ_S, scripted upsert (the
+ *                        script makes the shared document, count 1)
  *   release (ONE _bulk)  per key, longest first: update SCRIPT_RELEASE
  *                        (drops H; deletes the document when no share and
  *                        no waiter is left), then delete the intent

@@ -196,7 +196,8 @@ int lockstore_es_intents(struct lockstore *st, unsigned int observe_ms,
 		if (!list || !id || strncmp(id, ES_INTENT_PREFIX, strlen(ES_INTENT_PREFIX)) != 0)
 			continue;
 		it = &list[cnt++];
-		it->holder = strdup(es_jstr(src, "holder") ? es_jstr(src, "holder") : id);
+		it->holder = strdup(es_jstr(src, "holder") ? es_jstr(src, "holder")
+							   : id + strlen(ES_INTENT_PREFIX));
 		it->owner = strdup(es_jstr(src, "owner") ? es_jstr(src, "owner") : "?");
 		it->from = strdup(es_jstr(src, "from") ? es_jstr(src, "from") : "?");
 		it->to = es_jstr(src, "to") ? strdup(es_jstr(src, "to")) : NULL;

@@ -269,6 +269,7 @@ START_TEST(test_es_docs__intent_and_delete)
 	ck_assert_str_eq(es_jstr(j, "from"), "/a/x");
 	ck_assert_str_eq(es_jstr(j, "to"), "/b/y");
 	ck_assert_str_eq(es_jstr(j, "name"), "h1");
+	ck_assert_ptr_null(cJSON_GetObjectItem(j, "holder")); /* the id says it */
 	/* a tree plan's keys follow from from and to: not sent, derived */
 	ck_assert_ptr_null(cJSON_GetObjectItem(j, "keys"));
 	{

@@ -1,0 +1,89 @@
+"""The es store's lock scripts: stored in the cluster at mount and referred
+to by id, inline where storing them is refused, inline again should they
+vanish while mounted; treelockctl check says which."""
+import os
+
+import pytest
+
+from conftest import makedirs, write
+from es_helpers import (ES8_AND_ENGINES, ctl, emu, emu_module, es_mounts, es_request,  # noqa: F401
+                        intent_docs, lock_docs, wait_for)
+
+SCRIPT_IDS = ["treelockfs-%s-v1" % n for n in ("acqs", "acqx", "rel", "mark", "unmark", "evict")]
+
+
+def renames_work(m, n=3):
+    makedirs(m, "s/t")
+    write(m, "s/t/f")
+    src = "s/t/f"
+    for i in range(n):
+        dst = "s/t/g%d" % i
+        os.rename(m.path(src), m.path(dst))
+        src = dst
+    os.rename(m.path("s/t"), m.path("s/u"))
+    assert os.path.exists(m.path("s/u/" + os.path.basename(src)))
+
+
+@ES8_AND_ENGINES
+def test_es__scripts_stored_at_mount(backend, es_mounts):
+    for sid in SCRIPT_IDS:  # a fresh cluster (other tests may have stored them)
+        es_request(backend, "DELETE", "/_scripts/" + sid)
+    (a,) = es_mounts(backend, "A")
+    for sid in SCRIPT_IDS:
+        st, body = es_request(backend, "GET", "/_scripts/" + sid)
+        assert st == 200 and body["found"], (sid, body)
+        assert body["script"]["lang"] == "painless"
+    assert "lock scripts: stored in the cluster (treelockfs-*-v1)" in a.log()
+    r = ctl(backend, "check")
+    assert r.returncode == 0, r.stderr
+    assert "scripts:  stored in the cluster (treelockfs-*-v1)" in r.stdout
+    try:
+        renames_work(a)
+    except OSError:
+        print(a.log())
+        raise
+    assert lock_docs(backend) == {}
+    assert intent_docs(backend) == {}
+    # a second mount finds them and stores nothing
+    (b,) = es_mounts(backend, "B")
+    assert "lock scripts: stored in the cluster" in b.log()
+
+
+@pytest.mark.emulator_only("a user without the privilege to store scripts is the emulator's fault")
+def test_es__no_script_privilege_falls_back_inline(emu, es_mounts):
+    emu.admin("POST", "/_esemu/forbid", {"apis": ["put_script"]})
+    (a,) = es_mounts(emu, "A")
+    assert ("lock scripts: sent inline (cannot store scripts: HTTP 403 security_exception)"
+            in a.log()), a.log()
+    st, body = es_request(emu, "GET", "/_scripts/treelockfs-acqs-v1")
+    assert st == 404 and body == {"_id": "treelockfs-acqs-v1", "found": False}
+    emu.reset_stats()
+    renames_work(a)
+    st = emu.stats()
+    assert "put_script" not in st["requests"] and "get_script" not in st["requests"], st
+    assert lock_docs(emu) == {}
+    r = ctl(emu, "check")
+    assert r.returncode == 0, r.stderr
+    # treelockctl only reads: the scripts are not there, so inline for it too
+    assert "scripts:  inline (not stored in the cluster yet; a mount stores them)" in r.stdout
+    emu.admin("POST", "/_esemu/forbid", {"apis": ["get_script"]})
+    r = ctl(emu, "check")
+    assert "scripts:  inline (cannot read stored scripts: HTTP 403 security_exception)" \
+        in r.stdout, r.stdout
+
+
+@ES8_AND_ENGINES
+def test_es__scripts_deleted_while_mounted(backend, es_mounts):
+    (a,) = es_mounts(backend, "A")
+    makedirs(a, "p/q")
+    write(a, "p/q/f")
+    os.rename(a.path("p/q/f"), a.path("p/q/g"))
+    for sid in SCRIPT_IDS:
+        assert es_request(backend, "DELETE", "/_scripts/" + sid)[0] == 200
+    # the next rename meets the missing scripts and goes on inline
+    os.rename(a.path("p/q/g"), a.path("p/q/h"))
+    os.rename(a.path("p/q"), a.path("p/r"))
+    assert os.path.exists(a.path("p/r/h"))
+    wait_for(lambda: "sending them inline from now on" in a.log(), 5, what="the switch logged")
+    assert lock_docs(backend) == {}
+    assert intent_docs(backend) == {}
