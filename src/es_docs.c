@@ -199,8 +199,10 @@ static cJSON *acquire_params(const struct es_req *r, size_t i)
 		cJSON_AddStringToObject(p, "o", r->owner);
 	cJSON_AddNumberToObject(p, "age", (double)r->start_ms);
 	add_path(p, r, i);
-	if (x)
+	if (x) {
 		cJSON_AddNumberToObject(p, "pid", r->pid);
+		cJSON_AddNumberToObject(p, "since", (double)r->now_ms);
+	}
 	add_dead(p, r);
 	return p;
 }

@@ -25,13 +25,14 @@
 
 #define ES_SCRIPT_ID(name) "treelockfs-" name "-" ES_SCRIPTS_VERSION
 
-/* Shared acquire. params: h holder, age, [path], [dead owners]. */
+/* Shared acquire. params: h holder, age, [path], [dead owners]. A shared
+ * document made here is "since" the holder's age (its first attempt). */
 #define SCRIPT_ACQ_S_ID ES_SCRIPT_ID("acqs")
 static const char SCRIPT_ACQ_S[] =
 	"def s = ctx._source;"
 	" if (s.lock_type == null) { s.lock_type = 'shared'; s.lock_count = 0;"
 	" if (params.path != null) { s.path = params.path; }"
-	" s.holders = new HashMap(); s.since = ctx._now; }"
+	" s.holders = new HashMap(); s.since = params.age; }"
 	" if (s.lock_type == 'exclusive') { throw new IllegalStateException('exclusive'); }"
 	" if (s.holders == null) { s.holders = new HashMap(); }"
 	" if (s.holders.containsKey(params.h)) { ctx.op = 'noop'; } else {"
@@ -47,7 +48,7 @@ static const char SCRIPT_ACQ_S[] =
 	" s.lock_count = (s.lock_count == null ? 0 : s.lock_count) + 1; }";
 
 /* Exclusive acquire after a refusal (the document may hold waiter marks).
- * params: h, o owner, age, [path], pid, [dead]. */
+ * params: h, o owner, age, [path], pid, since, [dead]. */
 #define SCRIPT_ACQ_X_ID ES_SCRIPT_ID("acqx")
 static const char SCRIPT_ACQ_X[] =
 	"def s = ctx._source;"
@@ -67,7 +68,7 @@ static const char SCRIPT_ACQ_X[] =
 	" if (params.path != null) { s.path = params.path; }"
 	" s.owner = params.o; s.holder = params.h; s.process_id = params.h;"
 	" s.holders = new HashMap(); s.holders.put(params.h, 1);"
-	" s.since = ctx._now; s.pid = params.pid; }";
+	" s.since = params.since; s.pid = params.pid; }";
 
 /* Release. params: h. */
 #define SCRIPT_RELEASE_ID ES_SCRIPT_ID("rel")

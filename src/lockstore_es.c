@@ -21,7 +21,8 @@
  *                waiters: {H: {"owner":O, "mode":"exclusive"|"shared",
  *                              "age":start_ms, "tmo":ms}}
  *                "path" only where the id is not the key's text (hashed
- *                ids); older releases wrote it always
+ *                ids); older releases wrote it always. A shared document
+ *                is "since" the start_ms of the holder that made it
  *   owner        {"type":"owner", "owner":O, "name":"host", "pid":n,
  *                 "started":ms, "renewed":ms, "ttl_ms":n}
  *   intent       {"type":"intent", "owner":O, "name":.., "from":..,

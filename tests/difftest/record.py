@@ -8,7 +8,8 @@ Needs root and /dev/fuse (it mounts treelockfs for real) and a built tree.
 
 Two corpus files per engine:
   store-ENGINE.jsonl   what the es lock store sends: mounts with
-                       lock_store=es (index bootstrap), renames at several
+                       lock_store=es (index bootstrap, the scripts stored,
+                       then lost under a mount), renames at several
                        depths, contended renames between two mounts,
                        treelockctl (check, locks, owners, intents, break,
                        reap), a lease take-over after kill -9 and a fenced
@@ -44,6 +45,7 @@ from proxy import Proxy  # noqa: E402
 BIN = os.environ.get("TREELOCKFS_BIN", os.path.join(TOP, "src", "treelockfs"))
 CTL = os.environ.get("TREELOCKCTL_BIN", os.path.join(TOP, "src", "treelockctl"))
 FLAVOR = {"opensearch": "opensearch2", "elasticsearch": "es7"}
+SCRIPT_IDS = ["treelockfs-%s-v1" % n for n in ("acqs", "acqx", "rel", "mark", "unmark", "evict")]
 
 
 def is_mounted(path):
@@ -122,8 +124,11 @@ def ctl(url, *args):
 
 def workload(port, raw):
     """The store's real traffic, through recording proxies, into RAW."""
-    # the mounts must bootstrap the index themselves
-    replay.Client(port).request("DELETE", "/treelockfs-locks")
+    # the mounts must bootstrap the index and store the scripts themselves
+    direct = replay.Client(port)
+    direct.request("DELETE", "/treelockfs-locks")
+    for sid in SCRIPT_IDS:
+        direct.request("DELETE", "/_scripts/" + sid)
     work = tempfile.mkdtemp(prefix="difftest-")
     backing = os.path.join(work, "backing")
     os.makedirs(backing)
@@ -152,6 +157,13 @@ def workload(port, raw):
               in_thread(rename, b.path("m/n/o"), b.path("m/n/o2"))]
         for t in ts:
             t.join(30)
+        ctl(pa.url, "check")
+        # the stored scripts vanish under a mount: the next rename meets
+        # the missing ids and goes on inline
+        for sid in SCRIPT_IDS:
+            direct.request("DELETE", "/_scripts/" + sid)
+        os.makedirs(b.path("s/t"))
+        assert rename(b.path("s/t"), b.path("s/u")) == 0
         ctl(pa.url, "check")
         # a holder that is slow: locks, break
         c = Mount(work, backing, "C", pa.url, "rename_delay_ms=3000")
@@ -201,6 +213,7 @@ def workload(port, raw):
     finally:
         for m in mounts:
             m.stop()
+        direct.close()
         pa.stop()
         pe._rec = None
         pe.stop()

@@ -4,7 +4,7 @@ A corpus file (corpus/*.jsonl) is one sequence: JSON lines as the test proxy
 (tests/engines/proxy.py) records them — method, path, content_type,
 request_body, status, response_body — each answer being the one a real node
 gave when the sequence was replayed, in order, from a node without the
-sequence's indices.  The first line is a header: {"engine": "opensearch" |
+sequence's indices and stored scripts.  The first line is a header: {"engine": "opensearch" |
 "elasticsearch", "version": ..., "flavor": the emulator's flavour}.
 
 Only what must differ between two nodes is ignored (see normalize()).
@@ -96,11 +96,23 @@ class Client:
             self.conn = None
 
 
+def scripts_of(exchanges):
+    """Stored script ids a sequence touches (to delete them before a replay)."""
+    out = []
+    for x in exchanges:
+        parts = urllib.parse.urlsplit(x["path"]).path.lstrip("/").split("/")
+        if len(parts) == 2 and parts[0] == "_scripts" and parts[1] and parts[1] not in out:
+            out.append(parts[1])
+    return out
+
+
 def reset(client, exchanges):
-    """Drops every index the sequence touches: the node is then as fresh as
-    far as the sequence can tell."""
+    """Drops every index and stored script the sequence touches: the node is
+    then as fresh as far as the sequence can tell."""
     for name in indices_of(exchanges):
         client.request("DELETE", "/" + urllib.parse.quote(name, safe=""))
+    for sid in scripts_of(exchanges):
+        client.request("DELETE", "/_scripts/" + sid)
 
 
 def replay(client, exchanges):

@@ -208,7 +208,8 @@ START_TEST(test_es_docs__acquire_after_refusal_is_scripted)
 	ck_assert_ptr_nonnull(strstr(es_jstr(s, "source"), "throw new IllegalStateException('shared')"));
 	/* no dead owners: no "dead" */
 	t = cJSON_PrintUnformatted(cJSON_GetObjectItem(s, "params"));
-	ck_assert_str_eq(t, "{\"h\":\"h1:7:ab#3\",\"o\":\"h1:7:ab\",\"age\":1000,\"pid\":42}");
+	ck_assert_str_eq(t, "{\"h\":\"h1:7:ab#3\",\"o\":\"h1:7:ab\",\"age\":1000,\"pid\":42,"
+			    "\"since\":2000}");
 	free(t);
 	assert_scripted_upsert(j);
 	cJSON_Delete(j);
