@@ -673,6 +673,7 @@ class Emulator(object):
     # ------------------------------------------------------------ painless
     def run_script(self, script, ctx_fields, idx, doc_id):
         src, params, lang = script
+        name = None  # how errors quote the script: its source, or a stored one's id
         if isinstance(src, StoredRef):
             # a stored script is looked up when it runs (an upsert that
             # does not run it never notices that it is missing)
@@ -681,18 +682,18 @@ class Emulator(object):
                 reason = "unable to find script [%s] in cluster state" % src.id
                 raise EsError(400, "illegal_argument_exception", "failed to execute script",
                               caused_by={"type": "resource_not_found_exception", "reason": reason})
-            src = stored["source"]
+            name, src = src.id, stored["source"]
         try:
             compiled = painless.compile_script(src)
         except painless.CompileError as e:
             stack, pos = painless.compile_error_stack(src, e)
-            raise script_error(src, "compile error", stack, pos, e.exc_type, e.message)
+            raise script_error(src, "compile error", stack, pos, e.exc_type, e.message, name)
         ctx = painless.Ctx(ctx_fields, self.flavor == "es8")
         try:
             compiled.run({"ctx": ctx, "params": painless.from_json(params, painless.JHashMap)})
         except painless.ScriptRuntimeError as e:
             stack, pos = compiled.snippet(e.offset)
-            raise script_error(src, "runtime error", stack, pos, e.exc_type, e.message)
+            raise script_error(src, "runtime error", stack, pos, e.exc_type, e.message, name)
 
     def parse_script(self, s, lang_param=None):
         if isinstance(s, str):
@@ -1828,8 +1829,10 @@ class StoredRef(object):
         self.id = sid
 
 
-def script_error(src, reason, stack, pos, exc_type, message):
-    if len(src) > 256:  # the engine quotes a long script cut at 256 characters
+def script_error(src, reason, stack, pos, exc_type, message, name=None):
+    if name is not None:  # a stored script is quoted by its id
+        src = name
+    elif len(src) > 256:  # the engine quotes a long script cut at 256 characters
         src = src[:256] + " ..."
     se = {"type": "script_exception", "reason": reason, "script_stack": stack, "script": src, "lang": "painless"}
     if pos is not None:
