@@ -526,6 +526,69 @@ bool es_docs_is_script_refusal(const cJSON *err)
 	return false;
 }
 
+/* Line L (without its newline) with a stored script's id replaced by its
+ * source, appended to OUT; other lines as they are. */
+/* How an item names a stored script. */
+#define BY_ID "\"script\":{\"id\":"
+
+static void inline_line(struct buf *out, const char *l, size_t len)
+{
+	cJSON *j = NULL, *sc, *id, *v;
+	size_t i;
+	char *k;
+
+	if (memmem(l, len, BY_ID, strlen(BY_ID)))
+		j = cJSON_ParseWithLength(l, len);
+	sc = cJSON_GetObjectItemCaseSensitive(j, "script");
+	id = cJSON_GetObjectItemCaseSensitive(sc, "id");
+	for (i = 0; cJSON_IsString(id) && i < es_nscripts; i++) {
+		if (strcmp(id->valuestring, es_scripts[i].id) != 0)
+			continue;
+		/* "source" in the place of "id", before the params */
+		v = cJSON_CreateString(es_scripts[i].source);
+		k = strdup("source");
+		if (!v || !k || !cJSON_ReplaceItemInObjectCaseSensitive(sc, "id", v)) {
+			cJSON_Delete(v);
+			free(k);
+			cJSON_Delete(j);
+			es_docs_line(out, NULL);
+			return;
+		}
+		free(v->string);
+		v->string = k;
+		es_docs_line(out, j);
+		return;
+	}
+	cJSON_Delete(j);
+	buf_add(out, l, len);
+	buf_add(out, "\n", 1);
+}
+
+int es_docs_inline(struct buf *b)
+{
+	struct buf out = BUF_INIT;
+	const char *l = b->data, *end = b->data + b->len, *nl;
+
+	if (b->err)
+		return b->err;
+	if (!b->len || !memmem(b->data, b->len, BY_ID, strlen(BY_ID)))
+		return 0;
+	while (l < end) {
+		nl = memchr(l, '\n', (size_t)(end - l));
+		if (!nl)
+			nl = end;
+		inline_line(&out, l, (size_t)(nl - l));
+		l = nl + 1;
+	}
+	if (out.err) {
+		buf_free(&out);
+		return -ENOMEM;
+	}
+	buf_free(b);
+	*b = out;
+	return 0;
+}
+
 bool es_docs_is_missing_script(const cJSON *err)
 {
 	int depth;

@@ -71,6 +71,12 @@ bool es_docs_stored(void);
 /* The body of PUT _scripts/<id> for SOURCE. Returns a new object or NULL. */
 cJSON *es_docs_stored_script(const char *source);
 
+/* Rewrites the ndjson of B with every stored script of ours named by id
+ * sent inline (its source), for a body built before the stored scripts
+ * went missing. Returns 0 (also when there was nothing to rewrite) or
+ * -ENOMEM (B unchanged). */
+int es_docs_inline(struct buf *b);
+
 /* True when the error object ERR (or one it was caused by) says that a
  * stored script is missing from the cluster. */
 bool es_docs_is_missing_script(const cJSON *err);

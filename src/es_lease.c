@@ -198,6 +198,11 @@ static void pending_flush(struct es_store *es)
 		cJSON *root = NULL;
 
 		next = p->next;
+		if (!es_docs_stored() && es_docs_inline(&b) == 0) {
+			/* kept while the scripts were stored; they are gone */
+			p->body = b.data;
+			p->len = b.len;
+		}
 		if (p->not_before > now || es_bulk_send(&es->cl, &b, &root) != 0) {
 			p->next = keep;
 			keep = p;
@@ -266,6 +271,8 @@ int es_send_idempotent(struct es_store *es, struct buf *b)
 		if (!retry)
 			return 0;
 		err = -EAGAIN; /* resending the whole body is safe: idempotent */
+		if (!es_docs_stored() && es_docs_inline(b) != 0)
+			break; /* the stored scripts went missing: inline from now on */
 	}
 	if (err == -EAGAIN) {
 		pending_add(es, b);

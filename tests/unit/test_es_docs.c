@@ -189,6 +189,39 @@ START_TEST(test_es_docs__missing_script_error)
 }
 END_TEST
 
+/* A body built by id, rewritten inline: the same bytes as built inline. */
+START_TEST(test_es_docs__inline_rewrites_ids)
+{
+	struct tl_plan *p = two_item_plan();
+	char *ids[] = {"/a", "/a/b"};
+	struct buf by_id = BUF_INIT, inl = BUF_INIT;
+	struct es_req r;
+	int pass;
+
+	for (pass = 0; pass < 2; pass++) {
+		struct buf *b = pass ? &inl : &by_id;
+
+		es_docs_set_stored(pass == 0);
+		req_init(&r, p, ids, NULL, 0, false);
+		es_docs_intent(b, &r, "h1");
+		es_docs_acquire(b, &r, 0);
+		es_docs_acquire(b, &r, 1);
+		es_docs_release(b, "/a", "h1:7:ab#3");
+		es_docs_evict(b, "/a", "dead:1:00");
+		es_docs_delete(b, "/x");
+	}
+	ck_assert_ptr_nonnull(strstr(by_id.data, "\"id\":\"treelockfs-rel-"));
+	ck_assert_int_eq(es_docs_inline(&by_id), 0);
+	ck_assert_str_eq(by_id.data, inl.data);
+	/* nothing by id: unchanged */
+	ck_assert_int_eq(es_docs_inline(&inl), 0);
+	ck_assert_str_eq(by_id.data, inl.data);
+	buf_free(&by_id);
+	buf_free(&inl);
+	lockplan_free(p);
+}
+END_TEST
+
 START_TEST(test_es_docs__acquire_after_refusal_is_scripted)
 {
 	struct tl_plan *p = two_item_plan();
@@ -423,6 +456,7 @@ Suite *make_suite_es_docs(void)
 	tcase_add_test(tc, test_es_docs__acquire_by_stored_id);
 	tcase_add_test(tc, test_es_docs__scripts_table);
 	tcase_add_test(tc, test_es_docs__missing_script_error);
+	tcase_add_test(tc, test_es_docs__inline_rewrites_ids);
 	tcase_add_test(tc, test_es_docs__acquire_after_refusal_is_scripted);
 	tcase_add_test(tc, test_es_docs__mark_release_evict);
 	tcase_add_test(tc, test_es_docs__intent_and_delete);
