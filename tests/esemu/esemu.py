@@ -1043,7 +1043,16 @@ class Emulator(object):
                 raise EsError(400, "x_content_parse_exception",
                               "[1:%d] [UpdateRequest] unknown field [%s]%s" % (max(col, 1), k, dym))
             if k == "script":
-                req["script"] = self.parse_script(v, lang_param)
+                try:
+                    req["script"] = self.parse_script(v, lang_param)
+                except EsError as e:
+                    if e.reason.startswith("[1:1] [UpdateRequest] failed to parse field [script]") and \
+                            (e.caused_by or {}).get("reason") == "illegally specified <lang> for a stored script":
+                        # found when the script object ends: the parser stands on its "}"
+                        e.reason = "[1:%d]%s" % (value_end(text, "script"), e.reason[5:])
+                        if e.root:
+                            e.root = [dict(r, reason=e.reason) for r in e.root]
+                    raise
             elif k in ("doc", "upsert"):
                 if not isinstance(v, dict):
                     raise EsError(400, "x_content_parse_exception",
@@ -1819,6 +1828,26 @@ def parse_time(v, default):
 
 def validation_source_missing():
     return st.validation_error("source is missing", "content type is missing")
+
+
+def value_end(text, key):
+    """The 1-based column of the last character of the value of top-level
+    member KEY in the one-line JSON TEXT (1 when it cannot be told)."""
+    if not text:
+        return 1
+    dec = json.JSONDecoder()
+    i = text.find('"%s"' % key)
+    while i >= 0:
+        j = text.find(":", i + len(key) + 2)
+        k = j + 1
+        while 0 < k < len(text) and text[k] in " \t\r\n":
+            k += 1
+        try:
+            _, end = dec.raw_decode(text, k)
+            return end
+        except ValueError:
+            i = text.find('"%s"' % key, i + 1)
+    return 1
 
 
 class StoredRef(object):
