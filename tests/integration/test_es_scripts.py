@@ -7,7 +7,7 @@ import pytest
 
 from conftest import makedirs, write
 from es_helpers import (ES8_AND_ENGINES, ctl, emu, emu_module, es_mounts, es_request,  # noqa: F401
-                        intent_docs, lock_docs, wait_for)
+                        held_by, intent_docs, lock_docs, start_op, wait_for)
 
 SCRIPT_IDS = ["treelockfs-%s-v1" % n for n in ("acqs", "acqx", "rel", "mark", "unmark", "evict")]
 
@@ -77,7 +77,11 @@ def test_es__scripts_deleted_while_mounted(backend, es_mounts):
     (a,) = es_mounts(backend, "A")
     makedirs(a, "p/q")
     write(a, "p/q/f")
-    os.rename(a.path("p/q/f"), a.path("p/q/g"))
+    try:
+        os.rename(a.path("p/q/f"), a.path("p/q/g"))
+    except OSError:
+        print(a.log())
+        raise
     for sid in SCRIPT_IDS:
         assert es_request(backend, "DELETE", "/_scripts/" + sid)[0] == 200
     # the next rename meets the missing scripts and goes on inline
@@ -87,3 +91,23 @@ def test_es__scripts_deleted_while_mounted(backend, es_mounts):
     wait_for(lambda: "sending them inline from now on" in a.log(), 5, what="the switch logged")
     assert lock_docs(backend) == {}
     assert intent_docs(backend) == {}
+
+
+@ES8_AND_ENGINES
+def test_es__scripts_deleted_while_holding(backend, es_mounts):
+    # the release was built by id; it meets the missing scripts and is
+    # sent again inline: nothing stays locked
+    (a,) = es_mounts(backend, "A", opts={"A": ["rename_delay_ms=2000"]})
+    makedirs(a, "p/q")
+    write(a, "p/q/f")
+    op = start_op(os.rename, a.path("p/q/f"), a.path("p/q/g"))
+    wait_for(lambda: held_by(backend, "/p/q/f"), 10, what="locks")
+    for sid in SCRIPT_IDS:
+        assert es_request(backend, "DELETE", "/_scripts/" + sid)[0] == 200
+    op.join(20)
+    assert op.error is None
+    wait_for(lambda: lock_docs(backend) == {}, 10, what="locks released")
+    assert intent_docs(backend) == {}
+    assert "sending them inline from now on" in a.log()
+    os.rename(a.path("p/q/g"), a.path("p/q/h"))
+    assert lock_docs(backend) == {}
