@@ -502,6 +502,11 @@ class Emulator(object):
         self.fl = FLAVORS[args.flavor]
         self.store = st.Store(args.flavor, args.data, auto_refresh=True)
         self.control = Control(args)
+        # the node's script cache: a source compiled first as a stored
+        # script keeps that script's id as its name, which errors quote,
+        # also when the same source later comes inline (never cleared, as
+        # on a node that lives on)
+        self.script_names = {}
         self.cluster_uuid = "esemu" + base64.urlsafe_b64encode(os.urandom(12)).decode()[:17]
         self.user = args.user
         self.password = None
@@ -683,6 +688,8 @@ class Emulator(object):
                 raise EsError(400, "illegal_argument_exception", "failed to execute script",
                               caused_by={"type": "resource_not_found_exception", "reason": reason})
             name, src = src.id, stored["source"]
+        with self.store.lock:
+            name = self.script_names.setdefault(src, name)
         try:
             compiled = painless.compile_script(src)
         except painless.CompileError as e:

@@ -945,6 +945,15 @@ class Index(object):
 
     @property
     def replicas(self):
+        auto = self.settings.get("auto_expand_replicas")
+        if isinstance(auto, str) and "-" in auto and auto != "false":
+            # AutoExpandReplicas on this one data node: as many replicas as
+            # other data nodes (none), within the range
+            low = auto.split("-", 1)[0]
+            try:
+                return max(0, int(low))
+            except ValueError:
+                pass
         try:
             return int(self.settings.get("number_of_replicas", 1))
         except (TypeError, ValueError):
