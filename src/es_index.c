@@ -15,6 +15,11 @@
 #include "lockplan.h"
 #include "log.h"
 
+/* A failure worth retrying left the scripts inline: es_index_verify()
+ * (the heartbeat) tries again. Written by one thread at a time (the
+ * opening one, then the heartbeat). */
+static bool scripts_pending;
+
 int es_index_read_mapping(struct es_client *c, char **strategy, bool *keyword_path)
 {
 	struct httpc_response r;
@@ -120,7 +125,11 @@ int es_index_verify(struct es_client *c, enum tl_strategy s, char **have)
 		return err == -EACCES ? -ENOLCK : err;
 	if (!*have || !kw)
 		return -EPROTO;
-	return strcmp(*have, want) == 0 ? 0 : -EINVAL;
+	if (strcmp(*have, want) != 0)
+		return -EINVAL;
+	if (scripts_pending)
+		es_index_scripts(c, false);
+	return 0;
 }
 
 /* How the scripts travel, for treelockctl check; written while the store
@@ -141,6 +150,19 @@ static void status_note(const struct httpc_response *r, char *buf, size_t size)
 	es_docs_error_type(root, type, sizeof(type));
 	cJSON_Delete(root);
 	snprintf(buf, size, "HTTP %ld%s%s", r->status, *type ? " " : "", type);
+}
+
+/* Why a request R that is worth retrying failed, into WHY. */
+static void retry_note(const struct httpc_response *r, char *why, size_t size)
+{
+	char st[100];
+
+	if (r->status) {
+		status_note(r, st, sizeof(st));
+		snprintf(why, size, "the store failed: %s; storing them again later", st);
+	} else {
+		snprintf(why, size, "the store did not answer; storing them again later");
+	}
 }
 
 /* One script: 1 stored (found with our source, or stored now), 0 not
@@ -168,6 +190,7 @@ static int script_stored(struct es_client *c, const struct es_script *sc, bool f
 		goto out;
 	}
 	if (cc == ES_CALL_RETRY) {
+		retry_note(&r, why, size);
 		ret = -EAGAIN;
 		goto out;
 	}
@@ -195,6 +218,7 @@ static int script_stored(struct es_client *c, const struct es_script *sc, bool f
 	if (cc == ES_CALL_OK) {
 		ret = 1;
 	} else if (cc == ES_CALL_RETRY) {
+		retry_note(&r, why, size);
 		ret = -EAGAIN;
 	} else {
 		char st[128];
@@ -212,13 +236,21 @@ out:
 int es_index_scripts(struct es_client *c, bool for_ctl)
 {
 	char why[160] = "";
+	bool again = scripts_pending;
 	size_t i;
 	int ret = 1;
 
 	for (i = 0; i < es_nscripts && ret == 1; i++)
 		ret = script_stored(c, &es_scripts[i], for_ctl, why, sizeof(why));
-	if (ret < 0)
+	if (ret == -ENOMEM)
 		return ret;
+	/* the store failing now (429, 5xx, no answer) does not hold up the
+	 * start: inline until a later try stores them */
+	scripts_pending = ret == -EAGAIN && !for_ctl;
+	if (ret == -EAGAIN && for_ctl)
+		snprintf(why, sizeof(why), "the store failed to say; try again");
+	if (again && scripts_pending)
+		return 0; /* still failing: said so already */
 	es_docs_set_stored(ret == 1);
 	if (ret == 1)
 		snprintf(scripts_note, sizeof(scripts_note), "stored in the cluster (treelockfs-*-%s)",

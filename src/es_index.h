@@ -42,8 +42,10 @@ int es_index_bootstrap(struct es_client *c, enum tl_strategy s, bool for_ctl);
 /* Makes the lock scripts (es_docs.h) usable by id: each is read
  * (GET _scripts/<id>) and, when missing and not FOR_CTL, stored (PUT);
  * where that is refused (no privilege, stored scripts disabled) or a
- * stored script is not ours, they travel inline. Sets es_docs_set_stored()
- * and, unless FOR_CTL, logs which. Returns 0, -EAGAIN (worth retrying),
+ * stored script is not ours, they travel inline. A store that fails now
+ * (429, 5xx, no answer) does not fail the start: the scripts travel inline
+ * and es_index_verify() tries again. Sets es_docs_set_stored() and, unless
+ * FOR_CTL, logs which (once, not at every failed try). Returns 0 or
  * -ENOMEM. Called by es_index_bootstrap() once the index is ours. */
 int es_index_scripts(struct es_client *c, bool for_ctl);
 
@@ -56,7 +58,8 @@ const char *es_index_scripts_note(void);
  * *HAVE gets the strategy it records (or NULL; caller frees). Returns 0,
  * -EPROTO (not our mapping: auto-created or foreign), -EINVAL (another
  * strategy), -EAGAIN (cannot tell now), -ENOLCK, -ENOMEM. Logs only the
- * re-creation. */
+ * re-creation. Then, when a failure of the store left the scripts inline,
+ * tries es_index_scripts() again. */
 int es_index_verify(struct es_client *c, enum tl_strategy s, char **have);
 
 #endif /* TREELOCKFS_ES_INDEX_H */

@@ -204,8 +204,11 @@ static int fake_es(struct responder *r, const struct resp_req *req, char **body)
 				f->scripts_stored++;
 				*body = strdup("{\"acknowledged\":true}");
 			} else {
-				*body = strdup("{\"error\":{\"type\":\"security_exception\"},"
-					       "\"status\":403}");
+				*body = strdup(f->script_put == 403
+						       ? "{\"error\":{\"type\":\"security_exception\"},"
+							 "\"status\":403}"
+						       : "{\"error\":{\"type\":\"cluster_block_exception\"},"
+							 "\"status\":503}");
 			}
 			return f->script_put;
 		}
@@ -373,13 +376,13 @@ START_TEST(test_lockstore_es__one_bulk_per_acquire_and_release)
 END_TEST
 
 /* Scripts stored at mount travel by id; where storing them is refused,
- * inline. */
+ * or the store fails it (503: the start goes on), inline. */
 START_TEST(test_lockstore_es__scripts_stored_or_inline)
 {
-	static const int puts[] = {200, 403};
+	static const int puts[] = {200, 403, 503};
 	size_t k;
 
-	for (k = 0; k < 2; k++) {
+	for (k = 0; k < 3; k++) {
 		struct fixture fx;
 		struct tl_plan *plan = NULL;
 		struct tl_holder h;
