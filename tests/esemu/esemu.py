@@ -360,6 +360,7 @@ class Control(object):
         self.rng = random.Random(args.seed)
         self.blocks = {}  # opaque id -> mode
         self.forbid = set()  # apis answered 403 (a user without the privilege)
+        self.forbid_status = 403  # or 503: those apis fail for a while
         self.stopping = False
 
     def count(self, api):
@@ -773,7 +774,10 @@ class Emulator(object):
     # ------------------------------------------------------------ handlers
     def forbidden(self, action):
         """403 as the security layer answers a user without the privilege
-        for ACTION (a fault the tests inject: /_esemu/forbid)."""
+        for ACTION (a fault the tests inject: /_esemu/forbid), or, when the
+        fault says 503, the answer of a cluster that cannot serve it now."""
+        if self.control.forbid_status == 503:
+            return unavailable()
         user = self.user or "anonymous"
         if self.flavor.startswith("opensearch"):
             reason = "no permissions for [%s] and User [name=%s, backend_roles=[], requestedTenant=null]" \
@@ -2333,6 +2337,7 @@ class Handler(BaseHTTPRequestHandler):
                 ctl.paused = False
                 ctl.latency_ms = 0
                 ctl.forbid = set()
+                ctl.forbid_status = 403
                 ctl.lock.notify_all()
             return self.send_admin(200, {"acknowledged": True})
         if cmd == "pause" and m == "POST":
@@ -2357,8 +2362,12 @@ class Handler(BaseHTTPRequestHandler):
             known = {"put_script", "get_script", "delete_script"}
             if not isinstance(apis, list) or not set(apis) <= known:
                 return self.send_admin(400, {"error": "apis: a list of " + ", ".join(sorted(known))})
+            status = data.get("status", 403)
+            if status not in (403, 503):
+                return self.send_admin(400, {"error": "status: 403 or 503"})
             with ctl.lock:
                 ctl.forbid = set(apis)
+                ctl.forbid_status = status
             return self.send_admin(200, {"acknowledged": True})
         if cmd == "latency" and m == "POST":
             with ctl.lock:

@@ -111,3 +111,20 @@ def test_es__scripts_deleted_while_holding(backend, es_mounts):
     assert "sending them inline from now on" in a.log()
     os.rename(a.path("p/q/g"), a.path("p/q/h"))
     assert lock_docs(backend) == {}
+
+
+@pytest.mark.emulator_only("a store that fails one API for a while is the emulator's fault")
+def test_es__scripts_stored_once_the_store_recovers(emu, es_mounts):
+    # the store fails PUT _scripts at mount: the mount starts anyway, with
+    # inline scripts, and the heartbeat (every lease_ttl/3) stores them
+    emu.admin("POST", "/_esemu/forbid", {"apis": ["put_script"], "status": 503})
+    (a,) = es_mounts(emu, "A", lease_ttl=1)
+    assert "lock scripts: sent inline (the store failed: HTTP 503 cluster_block_exception; " \
+        "storing them again later)" in a.log(), a.log()
+    renames_work(a)
+    emu.admin("POST", "/_esemu/forbid", {"apis": []})
+    wait_for(lambda: "lock scripts: stored in the cluster" in a.log(), 10, what="scripts stored")
+    for sid in SCRIPT_IDS:
+        assert es_request(emu, "GET", "/_scripts/" + sid)[0] == 200
+    os.rename(a.path("s/u"), a.path("s/v"))
+    assert lock_docs(emu) == {}
