@@ -65,12 +65,16 @@ static cJSON *update_action(const char *id)
 /* How scripts travel: by id (stored in the cluster) or inline. */
 static atomic_bool use_stored;
 
-const struct es_script es_scripts[] = {
+static const struct es_script scripts[] = {
 	{SCRIPT_ACQ_S_ID, SCRIPT_ACQ_S},   {SCRIPT_ACQ_X_ID, SCRIPT_ACQ_X},
 	{SCRIPT_RELEASE_ID, SCRIPT_RELEASE}, {SCRIPT_MARK_ID, SCRIPT_MARK},
 	{SCRIPT_UNMARK_ID, SCRIPT_UNMARK}, {SCRIPT_EVICT_ID, SCRIPT_EVICT},
 };
-const size_t es_nscripts = sizeof(es_scripts) / sizeof(es_scripts[0]);
+const struct es_script *es_docs_scripts(size_t *n)
+{
+	*n = sizeof(scripts) / sizeof(scripts[0]);
+	return scripts;
+}
 
 void es_docs_set_stored(bool stored)
 {
@@ -344,15 +348,18 @@ int es_docs_intent_keys(const cJSON *src, enum tl_strategy s, char ***out, size_
 		return -ENOMEM;
 	}
 	if (p) {
-		for (i = 0; i < cnt; i++)
-			if (!(v[i] = strdup(p->items[i].key)))
+		for (i = 0; i < cnt; i++) {
+			v[i] = strdup(p->items[i].key);
+			if (!v[i])
 				break;
+		}
 	} else {
 		cJSON_ArrayForEach(k, keys)
 		{
 			if (!cJSON_IsString(k))
 				continue;
-			if (!(v[i] = strdup(k->valuestring)))
+			v[i] = strdup(k->valuestring);
+			if (!v[i])
 				break;
 			i++;
 		}
@@ -541,11 +548,11 @@ static void inline_line(struct buf *out, const char *l, size_t len)
 		j = cJSON_ParseWithLength(l, len);
 	sc = cJSON_GetObjectItemCaseSensitive(j, "script");
 	id = cJSON_GetObjectItemCaseSensitive(sc, "id");
-	for (i = 0; cJSON_IsString(id) && i < es_nscripts; i++) {
-		if (strcmp(id->valuestring, es_scripts[i].id) != 0)
+	for (i = 0; cJSON_IsString(id) && i < sizeof(scripts) / sizeof(scripts[0]); i++) {
+		if (strcmp(id->valuestring, scripts[i].id) != 0)
 			continue;
 		/* "source" in the place of "id", before the params */
-		v = cJSON_CreateString(es_scripts[i].source);
+		v = cJSON_CreateString(scripts[i].source);
 		k = strdup("source");
 		if (!v || !k || !cJSON_ReplaceItemInObjectCaseSensitive(sc, "id", v)) {
 			cJSON_Delete(v);

@@ -60,9 +60,8 @@ struct es_script {
 	const char *source;
 };
 
-/* Every script, for storing them (es_index.c). */
-extern const struct es_script es_scripts[];
-extern const size_t es_nscripts;
+/* Every script (*N of them, static storage), for storing them (es_index.c). */
+const struct es_script *es_docs_scripts(size_t *n);
 
 /* Scripts by id (STORED: stored in the cluster) or inline (the default). */
 void es_docs_set_stored(bool stored);

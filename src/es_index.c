@@ -237,11 +237,12 @@ int es_index_scripts(struct es_client *c, bool for_ctl)
 {
 	char why[160] = "";
 	bool again = scripts_pending;
-	size_t i;
+	size_t i, n;
+	const struct es_script *sc = es_docs_scripts(&n);
 	int ret = 1;
 
-	for (i = 0; i < es_nscripts && ret == 1; i++)
-		ret = script_stored(c, &es_scripts[i], for_ctl, why, sizeof(why));
+	for (i = 0; i < n && ret == 1; i++)
+		ret = script_stored(c, &sc[i], for_ctl, why, sizeof(why));
 	if (ret == -ENOMEM)
 		return ret;
 	/* the store failing now (429, 5xx, no answer) does not hold up the

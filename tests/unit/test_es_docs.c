@@ -150,10 +150,11 @@ END_TEST
 
 START_TEST(test_es_docs__scripts_table)
 {
-	size_t i, k;
+	size_t i, k, ns;
+	const struct es_script *es_scripts = es_docs_scripts(&ns);
 
-	ck_assert_uint_eq(es_nscripts, 6);
-	for (i = 0; i < es_nscripts; i++) {
+	ck_assert_uint_eq(ns, 6);
+	for (i = 0; i < ns; i++) {
 		cJSON *j = es_docs_stored_script(es_scripts[i].source);
 		char *t = cJSON_PrintUnformatted(j);
 		size_t n = strlen(es_scripts[i].id), v = strlen(ES_SCRIPTS_VERSION);
