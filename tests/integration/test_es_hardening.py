@@ -291,6 +291,8 @@ def test_es__lock_timeout_bounds_the_rename(emu, es_mounts, fault):
         op = start_op(os.rename, a.path("s/t/f"), a.path("s/t/g"))
         op.join(40)
         assert not op.is_alive()
+        print("\nlock_timeout=3, store %s: the rename returned %s after %.2f s"
+              % (fault, errno.errorcode.get(op.errno, op.errno), op.elapsed))
         assert op.errno in (0, errno.EBUSY, errno.ENOLCK), op.error
         assert op.elapsed < 3 + 1.0, (fault, op.elapsed, op.error)
         if fault == "slow_release":
