@@ -772,12 +772,6 @@ void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 
 		nanosleep(&ts, NULL);
 	}
-	res = lockmgr_check_lease(&fs->mgr);
-	if (res) {
-		tl_log(LOG_ERR, "rename '%s' -> '%s' refused: this mount's lease is no longer fresh",
-		       from, to);
-		goto out_release_locks;
-	}
 	/* The locks are on the paths the names had when we asked. If a rename
 	 * we waited for moved one of them, the path the caller named is gone:
 	 * that is the guide's ENOENT, and renaming by the directory fds now
@@ -799,6 +793,16 @@ void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 	res = creds_enter(fs, req);
 	if (res)
 		goto out_release_locks;
+	/* Last, right before the rename: whatever ran since the locks were
+	 * granted (the checks above walk the backing, and this process may be
+	 * stopped anywhere) counts against the lease. What the rename itself
+	 * takes is the window BUGS describes. */
+	res = lockmgr_check_lease(&fs->mgr);
+	if (res) {
+		tl_log(LOG_ERR, "rename '%s' -> '%s' refused: this mount's lease is no longer fresh",
+		       from, to);
+		goto out_release_locks;
+	}
 	/* by the directories' fds: a directory moved by another host since the
 	 * kernel resolved the names is still the one the kernel meant */
 	res = renameat2(p1->fd, name, p2->fd, newname, flags);
