@@ -26,6 +26,7 @@ FUSERMOUNT = shutil.which("fusermount3")
 
 sys.path.insert(0, os.path.join(SRCDIR, "tests"))
 import backend_fixtures  # noqa: E402
+from mounts import is_mounted  # noqa: E402,F401
 from backend_fixtures import backend, backend_session  # noqa: E402,F401
 
 
@@ -79,17 +80,6 @@ def write(m, rel, text="x"):
 def read(m, rel):
     with open(m.path(*rel.strip("/").split("/"))) as f:
         return f.read()
-
-
-def is_mounted(path):
-    path = os.path.realpath(path)
-    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
-        for line in f:
-            fields = line.split()
-            mnt = fields[4].encode().decode("unicode_escape")
-            if mnt == path:
-                return True
-    return False
 
 
 class Mount:

@@ -59,7 +59,9 @@ CTL = os.environ.get("TREELOCKCTL_BIN") or os.path.join(SRCDIR, "src", "treelock
 ESEMU = os.path.join(SRCDIR, "tests", "esemu", "esemu.py")
 ENGINE_START = os.path.join(SRCDIR, "tests", "engines", "start")
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
 import checker  # noqa: E402
+from mounts import is_mounted  # noqa: E402
 
 INDEX = "treelockfs-locks"
 KINDS = ("cut", "pause", "kill", "engine", "skew")
@@ -104,15 +106,6 @@ def faketime_lib():
         if os.path.exists(p):
             return p
     return None
-
-
-def is_mounted(path):
-    path = os.path.realpath(path)
-    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
-        for line in f:
-            if line.split()[4].encode().decode("unicode_escape") == path:
-                return True
-    return False
 
 
 def unmount(path):

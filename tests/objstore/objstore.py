@@ -13,20 +13,15 @@ import random
 import re
 import shutil
 import subprocess
+import sys
 import time
 import urllib.parse
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from mounts import is_mounted  # noqa: E402
+
 BUCKET = "shared"
-
-
-def is_mounted(path):
-    path = os.path.realpath(path)
-    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
-        for line in f:
-            if line.split()[4].encode().decode("unicode_escape") == path:
-                return True
-    return False
 
 
 def wait_until(pred, timeout, what, step=0.05):
