@@ -54,6 +54,19 @@ static cJSON *line(const struct buf *b, int n)
 	return cJSON_ParseWithLength(s, (size_t)(e - s));
 }
 
+/* Line N of B is an ACTION item for the document ID, retried RETRY times
+ * on a version conflict (0: not retried). */
+static void assert_item(const struct buf *b, int n, const char *action, const char *id, int retry)
+{
+	cJSON *j = line(b, n);
+	const cJSON *a = cJSON_GetObjectItem(j, action);
+
+	ck_assert_ptr_nonnull(a);
+	ck_assert_str_eq(es_jstr(a, "_id"), id);
+	ck_assert_int_eq(es_jint(a, "retry_on_conflict", 0), retry);
+	cJSON_Delete(j);
+}
+
 /* The "script" object of line N of B. */
 static cJSON *script_of(const struct buf *b, int n, cJSON **root)
 {
@@ -87,10 +100,7 @@ START_TEST(test_es_docs__acquire_first_attempt)
 	es_docs_acquire(&b, &r, 1);
 	ck_assert_int_eq(b.err, 0);
 	/* shared: scripted update, scripted upsert; only what the script reads */
-	j = line(&b, 0);
-	ck_assert_str_eq(es_jstr(cJSON_GetObjectItem(j, "update"), "_id"), "/a");
-	ck_assert_int_eq(es_jint(cJSON_GetObjectItem(j, "update"), "retry_on_conflict", 0), 5);
-	cJSON_Delete(j);
+	assert_item(&b, 0, "update", "/a", 5);
 	s = script_of(&b, 1, &j);
 	ck_assert_ptr_nonnull(strstr(es_jstr(s, "source"), "s.holders.put(params.h, 1)"));
 	ck_assert_ptr_null(cJSON_GetObjectItem(s, "id"));
@@ -105,9 +115,7 @@ START_TEST(test_es_docs__acquire_first_attempt)
 	assert_scripted_upsert(j);
 	cJSON_Delete(j);
 	/* exclusive, first attempt: the guide's create */
-	j = line(&b, 2);
-	ck_assert_str_eq(es_jstr(cJSON_GetObjectItem(j, "create"), "_id"), "/a/b");
-	cJSON_Delete(j);
+	assert_item(&b, 2, "create", "/a/b", 0);
 	ck_assert_ptr_nonnull(strstr(b.data, "{\"lock_type\":\"exclusive\","
 					     "\"owner\":\"h1:7:ab\",\"holder\":\"h1:7:ab#3\","
 					     "\"process_id\":\"h1:7:ab#3\",\"holders\":{\"h1:7:ab#3\":1},"
@@ -235,9 +243,7 @@ START_TEST(test_es_docs__acquire_after_refusal_is_scripted)
 	es_docs_set_stored(false);
 	req_init(&r, p, ids, NULL, 0, true);
 	es_docs_acquire(&b, &r, 1);
-	j = line(&b, 0);
-	ck_assert_str_eq(es_jstr(cJSON_GetObjectItem(j, "update"), "_id"), "/a/b");
-	cJSON_Delete(j);
+	assert_item(&b, 0, "update", "/a/b", 0);
 	s = script_of(&b, 1, &j);
 	ck_assert_ptr_nonnull(strstr(es_jstr(s, "source"), "throw new IllegalStateException('shared')"));
 	/* no dead owners: no "dead" */
@@ -297,9 +303,7 @@ START_TEST(test_es_docs__intent_and_delete)
 	req_init(&r, p, ids, NULL, 0, false);
 	es_docs_intent(&b, &r, "h1");
 	es_docs_intent_delete(&b, "h1:7:ab#3");
-	j = line(&b, 0);
-	ck_assert_str_eq(es_jstr(cJSON_GetObjectItem(j, "index"), "_id"), "intent:h1:7:ab#3");
-	cJSON_Delete(j);
+	assert_item(&b, 0, "index", "intent:h1:7:ab#3", 0);
 	j = line(&b, 1);
 	ck_assert_str_eq(es_jstr(j, "from"), "/a/x");
 	ck_assert_str_eq(es_jstr(j, "to"), "/b/y");
@@ -321,9 +325,7 @@ START_TEST(test_es_docs__intent_and_delete)
 		free(keys);
 	}
 	cJSON_Delete(j);
-	j = line(&b, 2);
-	ck_assert_str_eq(es_jstr(cJSON_GetObjectItem(j, "delete"), "_id"), "intent:h1:7:ab#3");
-	cJSON_Delete(j);
+	assert_item(&b, 2, "delete", "intent:h1:7:ab#3", 0);
 	buf_free(&b);
 	lockplan_free(p);
 }
