@@ -185,7 +185,23 @@ def http(url, method="GET", body=None, timeout=10):
         return e.code, json.loads(e.read() or b"null")
 
 
-class Emulator(object):
+class Server(object):
+    """A store server run as a child process, self.proc."""
+
+    stop_grace = 10    # seconds from SIGTERM to SIGKILL
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(self.stop_grace)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.proc = None
+
+
+class Emulator(Server):
     """tests/esemu on the bridge's address; restart keeps port and data."""
 
     name = "emulator"
@@ -230,15 +246,6 @@ class Emulator(object):
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self.proc = None
 
 
 class Forwarder(object):
@@ -302,13 +309,14 @@ class Forwarder(object):
         self.drop_all()
 
 
-class OpenSearch(object):
+class OpenSearch(Server):
     """A real OpenSearch node (tests/engines/start) on loopback, reached
     from the namespaces through a forwarder on the bridge's address; a
     restart kills the node's JVM (kill -9) and starts it again on the same
     data directory."""
 
     name = "opensearch"
+    stop_grace = 60
 
     def __init__(self, addr, work):
         self.addr, self.work = addr, work
@@ -350,14 +358,7 @@ class OpenSearch(object):
         self.stop()
 
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self.proc = None
+        super().stop()
         self.fwd.drop_all()
 
 
