@@ -9,16 +9,10 @@
 #   TREELOCKFS_OBJSTORE_SECONDS  length of each storm (default 8)
 #   TREELOCKFS_OBJSTORE_ROUNDS   storms each way (default 1 with treelockfs;
 #                                without, up to 3 until the damage shows)
-srcdir=${TREELOCKFS_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-PYTHON=${PYTHON:-/usr/bin/python3}
-skip() {
-	echo "object-store tests skipped: $*"
-	exit 77
-}
-"$PYTHON" -c 'import pytest' 2>/dev/null || skip "no python3 with pytest (Debian package python3-pytest)"
-if [ ! -e /dev/fuse ] || ! command -v fusermount3 >/dev/null 2>&1; then
-	skip "no /dev/fuse or fusermount3 (Debian package fuse3)"
-fi
+TIER=objstore WHAT="object-store tests"
+. "$(dirname "$0")/../lib.sh"
+need_pytest
+have_fuse || skip "no /dev/fuse or fusermount3 (Debian package fuse3)"
 [ "$(id -u)" -eq 0 ] || skip "not root (s3fs and treelockfs mount with allow_other)"
 command -v s3fs >/dev/null 2>&1 || skip "no s3fs (Debian package s3fs)"
 GO=${GO:-go}
@@ -50,12 +44,9 @@ fi
 S3SERVER_BIN=$bin
 export S3SERVER_BIN
 
-xml=$(pwd)/tests/objstore/run.xml
-cd "$srcdir" || exit 99
 base=$(mktemp -d "${TMPDIR:-/tmp}/tlfs-objstore.XXXXXX") || exit 99
 # -s: the storms print their figures
-"$PYTHON" -m pytest -q -s -rfEs -p no:cacheprovider --basetemp="$base/t" --junitxml="$xml" \
-	${PYTEST_ARGS:-} tests/objstore
+run_pytest -s --basetemp="$base/t"
 rc=$?
 rm -rf --one-file-system "$base"
 exit $rc
