@@ -35,22 +35,19 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(TOP, "tests"))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(TOP, "tests", "engines"))
 
 import probes  # noqa: E402
 import replay  # noqa: E402
+from mounts import is_mounted  # noqa: E402
 from proxy import Proxy  # noqa: E402
 
 BIN = os.environ.get("TREELOCKFS_BIN", os.path.join(TOP, "src", "treelockfs"))
 CTL = os.environ.get("TREELOCKCTL_BIN", os.path.join(TOP, "src", "treelockctl"))
 FLAVOR = {"opensearch": "opensearch2", "elasticsearch": "es7"}
 SCRIPT_IDS = ["treelockfs-%s-v1" % n for n in ("acqs", "acqx", "rel", "mark", "unmark", "evict")]
-
-
-def is_mounted(path):
-    with open("/proc/self/mounts") as f:
-        return any(l.split()[1] == path for l in f)
 
 
 class Mount:
