@@ -8,8 +8,10 @@ its locks are held they are checked again, and a rename whose directory was
 moved by the rename it waited for fails with ENOENT (the guide's outcome).
 Across mounts (the es store tests) the same happens through the store.
 """
+import errno
 import os
 import subprocess
+import threading
 import time
 
 import pytest
@@ -84,6 +86,80 @@ def test_locking__guide_with_cached_entries_nothing_lost(mount_factory):
         assert files == ["bill/projects/elasticsearch/README.txt"]
     with open(m.bpath(files[0])) as f:
         assert f.read() == "the readme\n"
+    assert m.locks() == []
+
+
+# The renames through a mount that a waiting rename's check remembers
+# (TLFS_RECENT in src/fs.h): older ones are overwritten in a ring.
+RECENT = 64
+
+
+def test_locking__moved_while_waiting_past_the_recent_renames(mount_factory, tmp_path):
+    """The guide's second rename waits for the first, which moves its
+    directory; RECENT more renames through the mount end after the first
+    and before the second checks its keys, so the first's record in the
+    ring of recent renames is overwritten by then. The second must still
+    fail with ENOENT, not rename in the moved directory."""
+    delay = 2.0
+    holds = tmp_path / "holds"
+    m = mount_factory(opts=["rename_delay_ms=%d" % (delay * 1000), "hold_log=" + str(holds),
+                            "max_threads=%d" % (RECENT + 16)])
+    guide_tree(m)
+    for i in range(RECENT):
+        # a directory each: the kernel runs renames in one directory one at a time
+        os.makedirs(m.path("u", str(i)))
+        with open(m.path("u", str(i), "a"), "w") as f:
+            f.write(str(i))
+    es = ("clinton", "projects", "elasticsearch")
+    os.listdir(m.path(*es))
+    results = {}
+
+    def rename(key, src, dst):
+        try:
+            os.rename(src, dst)
+            results[key] = 0
+        except OSError as e:
+            results[key] = e.errno
+
+    def start(key, src, dst):
+        t = threading.Thread(target=rename, args=(key, src, dst))
+        t.start()
+        return t
+
+    threads = [start("first", m.path("clinton"), m.path("bill"))]
+    time.sleep(0.25)
+    threads.append(start("second", m.path(*es, "README.txt"), m.path(*es, "README.asciidoc")))
+    time.sleep(0.35)
+    for i in range(RECENT):
+        threads.append(start(i, m.path("u", str(i), "a"), m.path("u", str(i), "b")))
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    assert results["first"] == 0
+    assert [results[i] for i in range(RECENT)] == [0] * RECENT
+
+    # what the second rename's check met, from the hold log
+    acquired, released = {}, {}
+    for line in holds.read_text().splitlines():
+        f = line.split("\t")
+        if f[1] == "acquire":
+            acquired[f[4]] = (int(f[0]), f[3])
+        else:
+            released[f[3]] = (int(f[0]), int(f[4]))
+    second_from = "/clinton/projects/elasticsearch/README.txt"
+    # its keys are the paths before the move: it came in before the first renamed
+    assert second_from in acquired, sorted(acquired)
+    second_at, second = acquired[second_from]
+    first_done = released[acquired["/clinton"][1]][0]
+    others_done = [released[acquired["/u/%d/a" % i][1]][0] for i in range(RECENT)]
+    assert first_done < min(others_done), "a rename ended before the move"
+    assert max(others_done) < second_at + int(delay * 1e9), \
+        "a rename ended after the second rename checked its keys"
+
+    assert results["second"] == errno.ENOENT
+    assert released[second][1] == errno.ENOENT
+    assert os.listdir(m.bpath("bill", *es[1:])) == ["README.txt"]
+    assert sorted(os.listdir(m.bpath())) == ["bill", "u"]
     assert m.locks() == []
 
 
