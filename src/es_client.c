@@ -208,14 +208,16 @@ enum es_call_class es_call(struct es_client *c, const char *method, const char *
 		es_client_set_error(c, "request '%s %s' answered HTTP %ld%s%s from '%s'", method,
 				    path, r->status, *type ? " " : "", type,
 				    httpc_node_name(c->http, r->node));
-	}
-	if (r->status == 429 || r->status >= 500) {
+		if (r->status != 429 && r->status < 500)
+			return ES_CALL_FATAL;
+		/* the type tells an overloaded node (429 es_rejected_execution_
+		 * exception, circuit_breaking_exception) from a failing one */
 		if (!quiet)
-			tl_log(LOG_WARNING, "lock store request '%s %s' failed: HTTP %ld", method,
-			       path, r->status);
+			tl_log(LOG_WARNING, "lock store request '%s %s' failed: HTTP %ld%s%s from '%s'",
+			       method, path, r->status, *type ? " " : "", type,
+			       httpc_node_name(c->http, r->node));
 		return ES_CALL_RETRY;
 	}
-	return ES_CALL_FATAL;
 }
 
 /* One _bulk request of DATA[0..LEN), now, under the calling thread's
