@@ -20,6 +20,9 @@
 /* Item retries within one store call and their first backoff step. */
 #define ES_ITEM_RETRIES 3
 #define ES_RETRY_BASE_MS 50
+/* The first resend of a kept release, then doubling up to the heartbeat's
+ * period. */
+#define ES_PENDING_FIRST_MS 100
 #define ES_DEFAULT_INDEX "treelockfs-locks"
 #define ES_DEFAULT_TIMEOUT_MS 5000
 /* How long a mount retries a store that fails at start (seconds). */
@@ -99,6 +102,11 @@ struct es_store {
 	struct es_observed obs[ES_MAX_OBSERVED];
 	size_t nobs;
 	struct es_pending *pending;
+	/* kept releases are resent from pending_due on (monotonic ms, 0:
+	 * none kept), not only at the next heartbeat: until they are sent,
+	 * our own renames on those keys would wait for them */
+	int64_t pending_due;
+	int64_t pending_backoff; /* ms, doubles up to the heartbeat period */
 	/* lease documents of our former owner ids (lapsed, then renewed):
 	 * deleted once no rename can act under them (after due_ms), or at a
 	 * clean exit, so that they do not wait for a reap */

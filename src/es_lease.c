@@ -159,7 +159,30 @@ static int lease_write(struct es_store *es, bool create)
 	return err;
 }
 
-/* Keeps a release bulk that could not be sent, for the heartbeat. */
+/* Under es->mutex: when the heartbeat thread resends what is kept. FRESH:
+ * a release was just kept (first resend soon, and wake the thread);
+ * otherwise a resend failed or is not yet due: back off. */
+static void pending_schedule_locked(struct es_store *es, bool fresh)
+{
+	int64_t period = es->ttl_ms / 3 > 50 ? es->ttl_ms / 3 : 50;
+
+	if (!es->pending) {
+		es->pending_due = 0;
+		es->pending_backoff = 0;
+		return;
+	}
+	if (fresh || !es->pending_backoff)
+		es->pending_backoff = ES_PENDING_FIRST_MS;
+	else if (es->pending_backoff < period)
+		es->pending_backoff = es->pending_backoff * 2 < period ? es->pending_backoff * 2
+								       : period;
+	es->pending_due = tl_mono_ms() + es->pending_backoff;
+	if (fresh)
+		pthread_cond_signal(&es->cond);
+}
+
+/* Keeps a release bulk that could not be sent, for the heartbeat thread,
+ * which resends it soon (pending_schedule_locked()). */
 static void pending_add(struct es_store *es, const struct buf *b)
 {
 	struct es_pending *p;
@@ -180,6 +203,7 @@ static void pending_add(struct es_store *es, const struct buf *b)
 	pthread_mutex_lock(&es->mutex);
 	p->next = es->pending;
 	es->pending = p;
+	pending_schedule_locked(es, true);
 	pthread_mutex_unlock(&es->mutex);
 }
 
@@ -221,14 +245,15 @@ static void pending_flush(struct es_store *es)
 		free(p->body);
 		free(p);
 	}
+	pthread_mutex_lock(&es->mutex);
 	if (keep) {
-		pthread_mutex_lock(&es->mutex);
 		for (p = keep; p->next; p = p->next)
 			;
 		p->next = es->pending;
 		es->pending = keep;
-		pthread_mutex_unlock(&es->mutex);
 	}
+	pending_schedule_locked(es, false);
+	pthread_mutex_unlock(&es->mutex);
 }
 
 int es_send_idempotent(struct es_store *es, struct buf *b)
@@ -422,12 +447,15 @@ static void *heartbeat(void *arg)
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		while (!es->stop) {
 			int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+			int64_t wake = next;
 			struct timespec until;
 
-			if (now >= next)
+			if (es->pending_due && es->pending_due < wake)
+				wake = es->pending_due;
+			if (now >= wake)
 				break;
-			until.tv_sec = next / 1000;
-			until.tv_nsec = (next % 1000) * 1000000;
+			until.tv_sec = wake / 1000;
+			until.tv_nsec = (wake % 1000) * 1000000;
 			pthread_cond_timedwait(&es->cond, &es->mutex, &until);
 			clock_gettime(CLOCK_MONOTONIC, &ts);
 		}
@@ -436,6 +464,11 @@ static void *heartbeat(void *arg)
 		pthread_mutex_unlock(&es->mutex);
 		if (stop)
 			break;
+		if (tl_mono_ms() < next) {
+			/* woken for kept releases only */
+			pending_flush(es);
+			continue;
+		}
 		next = tl_mono_ms() + period;
 		index_check(es);
 		err = lease_write(es, !have_doc);

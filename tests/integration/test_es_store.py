@@ -396,6 +396,28 @@ def test_es__store_paused_while_holding(backend, es_mounts):
 
 
 @ES8_AND_ENGINES
+def test_es__kept_release_resent_before_the_heartbeat(backend, es_mounts):
+    """A release the store refuses (429, as an overloaded node answers) is
+    kept and resent within moments, not at the next heartbeat (here 200 s
+    away): until it is, the mount's own renames of those names would wait
+    for locks that nobody holds any more."""
+    (a,) = es_mounts(backend, "A", lease_ttl=600,
+                     opts={"A": ["rename_delay_ms=800", "lock_timeout=60"]})
+    makedirs(a, "k")
+    write(a, "k/f")
+    op = start_op(os.rename, a.path("k/f"), a.path("k/g"))
+    wait_for(lambda: held_by(backend, "/k/f"), 5, what="the locks")
+    backend.fail("429", 3)  # every attempt of the release within its deadline
+    op.join(15)
+    assert op.error is None
+    assert "HTTP 429" in a.log() and "release kept for a later retry" in a.log(), a.log()
+    wait_for(lambda: lock_docs(backend) == {} and intent_docs(backend) == {}, 10,
+             what="the kept release, resent")
+    os.rename(a.path("k/g"), a.path("k/f"))  # the same names again
+    assert os.listdir(a.bpath("k")) == ["f"]
+
+
+@ES8_AND_ENGINES
 def test_es__ctl_break(backend, es_mounts):
     (a,) = es_mounts(backend, "A")
     makedirs(a, "x")
