@@ -456,7 +456,7 @@ int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root)
 
 			if (tl_mono_ms() >= until) {
 				queue_remove(c, &me);
-				me.err = -EAGAIN;
+				me.err = -ETIMEDOUT;
 				me.done = true;
 				expired = true;
 				break;

@@ -113,9 +113,9 @@ cJSON *es_parse(const struct httpc_response *r);
 /* Sends the ndjson of B to _bulk. On 0, *ROOT is the parsed response with
  * its "items" array (caller frees), holding exactly the items of B, in
  * order. Returns 0, -EAGAIN (the whole request failed in a retryable way:
- * it may or may not have been applied; or the calling thread's deadline
- * passed while B was still queued, and it was not sent), -EACCES (refused,
- * logged), -ENOMEM (B failed while being built).
+ * it may or may not have been applied), -ETIMEDOUT (the calling thread's
+ * deadline passed while B was still queued: it was not sent), -EACCES
+ * (refused, logged), -ENOMEM (B failed while being built).
  *
  * B may travel in one _bulk with the bulks of other threads (group commit,
  * see ES_BATCH_INFLIGHT): the items of each caller are applied in its

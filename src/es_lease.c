@@ -272,6 +272,8 @@ int es_send_idempotent(struct es_store *es, struct buf *b)
 			es_sleep_ms(ES_RETRY_BASE_MS << attempt);
 		}
 		err = es_bulk_send(&es->cl, b, &root);
+		if (err == -ETIMEDOUT)
+			err = -EAGAIN; /* not sent: kept below */
 		if (err == -EAGAIN)
 			continue;
 		if (err)

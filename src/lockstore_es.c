@@ -421,6 +421,7 @@ static int try_acquire(struct lockstore *st, const struct tl_plan *plan, struct 
 	struct buf b = BUF_INIT;
 	cJSON *root = NULL;
 	bool fresh, any_refused, intent_ok = false;
+	bool sent = false; /* a request of ours may have reached the store */
 	size_t i, ndead = 0;
 	int err = -ENOMEM, round, index_err;
 
@@ -487,6 +488,9 @@ static int try_acquire(struct lockstore *st, const struct tl_plan *plan, struct 
 		 * retry is safe (scripts are idempotent; a create that 409s
 		 * is checked against our holder id in on_refusal()) */
 		err = es_bulk_send(&es->cl, &b, &root);
+		if (err == -ETIMEDOUT)
+			continue; /* not sent, and the deadline has passed */
+		sent = true;
 		if (err == -EAGAIN)
 			continue;
 		if (err)
@@ -553,7 +557,10 @@ out_held:
 	goto out;
 
 out_rollback:
-	rollback(es, &r);
+	/* nothing to undo when no request of ours left (queued until the
+	 * deadline, or failed while being built) */
+	if (sent)
+		rollback(es, &r);
 	if (err != -EACCES)
 		err = -ENOLCK;
 out:
