@@ -73,6 +73,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def setup(self):
         super().setup()
+        # the status line and headers, then the body, are two writes: with
+        # Nagle's algorithm the second waits for the client's delayed ACK
+        # (40 ms on Linux) and the proxy would add that to every answer
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.upstream = None
         self.server.proxy._track(self.connection, True)
 
@@ -149,6 +153,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self.upstream = http.client.HTTPConnection(p.upstream_host, p.upstream_port,
                                                            timeout=p.upstream_timeout)
             try:
+                if self.upstream.sock is None:
+                    self.upstream.connect()
+                    self.upstream.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 self.upstream.request(self.command, self.path, body=body if body or
                                       self.command in ("POST", "PUT") else None,
                                       headers=headers)
