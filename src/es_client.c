@@ -85,6 +85,7 @@ int es_client_open(struct es_client *c, const struct httpc_config *hc, const cha
 	if (!c->index_esc)
 		goto out_close;
 	c->timeout_ms = hc->timeout_ms ? hc->timeout_ms : 5000;
+	c->max_inflight = ES_BATCH_INFLIGHT;
 	err = httpc_open(hc, &c->http);
 	if (err) {
 		err = err == -ENOMEM ? err : -EINVAL;
@@ -288,7 +289,7 @@ long es_bulk_count(const char *data, size_t len)
 
 /* ---- group commit -------------------------------------------------------------------
  *
- * A bulk waits in c->queue only while ES_BATCH_INFLIGHT requests are being
+ * A bulk waits in c->queue only while max_inflight requests are being
  * sent. Whichever thread finds a free slot (a submitter, or the sender of
  * the request that just finished, on behalf of the queue) takes the queue
  * in order and sends it as one _bulk, then hands each submitter its own
@@ -445,7 +446,7 @@ int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root)
 		c->queue = &me;
 	c->queue_tail = &me;
 	while (!me.done) {
-		if (c->inflight < ES_BATCH_INFLIGHT && c->queue) {
+		if (c->inflight < c->max_inflight && c->queue) {
 			batch_lead(c);
 			led = true;
 			continue;
@@ -469,7 +470,7 @@ int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root)
 	/* the thread that sent our request runs already: it sends what
 	 * queued meanwhile too (once: its own rename goes on after that),
 	 * sparing the queue a wake-up before its request leaves */
-	if (led && c->queue && c->inflight < ES_BATCH_INFLIGHT)
+	if (led && c->queue && c->inflight < c->max_inflight)
 		batch_lead(c);
 	pthread_mutex_unlock(&c->batch_mutex);
 	if (expired)

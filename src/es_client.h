@@ -26,12 +26,14 @@
 
 struct es_batch_req;
 
-/* Group commit: at most ES_BATCH_INFLIGHT _bulk requests of one client are
- * in flight at once; bulks submitted meanwhile queue and the next thread
+/* Group commit: at most max_inflight (es_inflight=, default
+ * ES_BATCH_INFLIGHT) _bulk requests of one client are in flight at once;
+ * bulks submitted meanwhile queue and the next thread
  * to find a free slot sends every queued one (up to ES_BATCH_MAX of them,
  * ES_BATCH_MAX_BYTES) as one _bulk. A bulk submitted when a slot is free
  * and nothing is queued is sent at once, alone: batching never waits. */
 #define ES_BATCH_INFLIGHT 2
+#define ES_BATCH_INFLIGHT_MAX 16
 #define ES_BATCH_MAX 64
 #define ES_BATCH_MAX_BYTES (4u << 20)
 
@@ -46,6 +48,7 @@ struct es_client {
 	pthread_cond_t batch_cond;   /* CLOCK_MONOTONIC */
 	struct es_batch_req *queue, *queue_tail;
 	unsigned int inflight;       /* _bulk requests being sent */
+	unsigned int max_inflight;   /* at most, 1..ES_BATCH_INFLIGHT_MAX */
 	bool batch_ready;            /* the mutex and cond exist */
 };
 

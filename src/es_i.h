@@ -47,9 +47,11 @@ struct es_options {
 	char *cacert;
 	char *timeout_ms_s;
 	char *start_timeout_s;
+	char *inflight_s;
 	int insecure;
 	unsigned int timeout_ms;
 	unsigned int start_timeout; /* seconds */
+	unsigned int inflight;      /* _bulk requests in flight at most */
 	/* es_password=, es_api_key= as given: always refused (a secret in an
 	 * option is seen by others), kept only to say so; never logged */
 	char *password_arg;

@@ -1,7 +1,7 @@
 /* es_options.c - the es backend's own options, see options.h
  *
  * es_url, es_index, es_user, es_password_file, es_api_key_file, es_cacert,
- * es_timeout_ms, es_start_timeout, es_insecure: parsed by this table over the same command
+ * es_timeout_ms, es_start_timeout, es_inflight, es_insecure: parsed by this table over the same command
  * line and config file as the shared options, checked here, kept in
  * struct es_options (es_i.h). owner and lease_ttl are store-generic (any
  * store shared by many mounts has owners and leases) and stay in
@@ -32,6 +32,7 @@ static const struct fuse_opt es_opts[] = {
 	OPT_STR("es_cacert", cacert),
 	OPT_STR("es_timeout_ms", timeout_ms_s),
 	OPT_STR("es_start_timeout", start_timeout_s),
+	OPT_STR("es_inflight", inflight_s),
 	/* refused by es_opts_validate(); parsed so that no one echoes them */
 	OPT_STR("es_password", password_arg),
 	OPT_STR("es_api_key", api_key_arg),
@@ -51,7 +52,10 @@ static const char es_help[] =
 	"    --es_insecure            do not verify the server's certificate (warns)\n"
 	"    --es_timeout_ms=MS       per-request timeout (default 5000)\n"
 	"    --es_start_timeout=SECS  retry a failing store at start for up to\n"
-	"                             SECS seconds (default 30)\n";
+	"                             SECS seconds (default 30)\n"
+	"    --es_inflight=N          lock store requests of this mount in flight at\n"
+	"                             once (1-16, default 2); renames that find them\n"
+	"                             all busy share the next one (1: fewest requests)\n";
 
 const struct es_options *es_options_of(const struct tl_config *cfg)
 {
@@ -66,6 +70,7 @@ static int es_opts_init(void *p)
 	o->index = strdup(ES_DEFAULT_INDEX);
 	o->timeout_ms = ES_DEFAULT_TIMEOUT_MS;
 	o->start_timeout = ES_DEFAULT_START_TIMEOUT;
+	o->inflight = ES_BATCH_INFLIGHT;
 	return o->index ? 0 : -ENOMEM;
 }
 
@@ -91,6 +96,8 @@ static void es_opts_validate(void *p, struct tl_config *cfg, bool selected)
 	config_parse_uint(cfg, "es_timeout_ms", o->timeout_ms_s, 1, 600000, &o->timeout_ms);
 	config_parse_uint(cfg, "es_start_timeout", o->start_timeout_s, 0, 3600,
 			  &o->start_timeout);
+	config_parse_uint(cfg, "es_inflight", o->inflight_s, 1, ES_BATCH_INFLIGHT_MAX,
+			  &o->inflight);
 	/* secrets in options show in ps(1), shell histories and config files
 	 * others read: refused, and never repeated in the message */
 	if (o->password_arg)
@@ -171,6 +178,7 @@ static void es_opts_free(void *p)
 	free(o->cacert);
 	free(o->timeout_ms_s);
 	free(o->start_timeout_s);
+	free(o->inflight_s);
 	wipe_free(o->password);
 	wipe_free(o->api_key);
 	wipe_free(o->password_arg);

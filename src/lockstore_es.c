@@ -901,6 +901,8 @@ int es_store_open(const struct tl_config *cfg, struct lockstore **out, bool for_
 			     eo->index && *eo->index ? eo->index : ES_DEFAULT_INDEX);
 	if (err)
 		goto out_close;
+	if (eo->inflight)
+		es->cl.max_inflight = eo->inflight;
 	if (eo->insecure)
 		tl_log(LOG_WARNING, "es_insecure: TLS certificates of the lock store are not verified");
 	err = es_start_retry(es, "open the lock store", open_step, for_ctl);

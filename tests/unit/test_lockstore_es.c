@@ -226,6 +226,7 @@ struct fixture {
 	struct fake f;
 	struct tl_config cfg;
 	struct lockstore *st;
+	size_t openers;        /* sending slots (es_inflight); 0: the default */
 };
 
 static void fx_init(struct fixture *fx)
@@ -575,20 +576,20 @@ static void jobs_init(struct job *jobs, size_t n, struct lockstore *st, const ch
 /* The jobs that fill every sending slot first (their requests go alone). */
 #define OPENERS ES_BATCH_INFLIGHT
 
-/* Runs jobs 0..OPENERS-1 first, one by one, each until its bulk reached
- * the fake server, which answers those HOLD_MS late: every sending slot is
- * taken; then, while they are held, jobs OPENERS..N-1 at once. Waits for
- * all. */
+/* Runs jobs 0..openers-1 first (fx->openers, or OPENERS), one by one,
+ * each until its bulk reached the fake server, which answers those HOLD_MS
+ * late: every sending slot is taken; then, while they are held, jobs
+ * openers..N-1 at once. Waits for all. */
 static void jobs_run(struct fixture *fx, struct job *jobs, size_t n, int hold_ms)
 {
 	int base = count(fx, "POST", "/locks/_bulk");
-	size_t i;
+	size_t i, openers = fx->openers ? fx->openers : OPENERS;
 
 	pthread_mutex_lock(&fx->r.mu);
-	fx->f.hold_bulks = OPENERS;
+	fx->f.hold_bulks = (int)openers;
 	fx->f.hold_bulk_ms = hold_ms;
 	pthread_mutex_unlock(&fx->r.mu);
-	for (i = 0; i < OPENERS; i++) {
+	for (i = 0; i < openers; i++) {
 		int64_t until = tl_mono_ms() + 5000;
 
 		ck_assert_int_eq(pthread_create(&jobs[i].th, NULL, job_main, &jobs[i]), 0);
@@ -596,7 +597,7 @@ static void jobs_run(struct fixture *fx, struct job *jobs, size_t n, int hold_ms
 			usleep(2000);
 		ck_assert_int_eq(count(fx, "POST", "/locks/_bulk"), base + (int)i + 1);
 	}
-	for (i = OPENERS; i < n; i++)
+	for (i = openers; i < n; i++)
 		ck_assert_int_eq(pthread_create(&jobs[i].th, NULL, job_main, &jobs[i]), 0);
 	for (i = 0; i < n; i++)
 		pthread_join(jobs[i].th, NULL);
@@ -630,9 +631,21 @@ static void jobs_done(struct fixture *fx, struct job *jobs, size_t n)
 	fx_done(fx);
 }
 
+static void fx_open_concurrent_n(struct fixture *fx, size_t openers);
+
 static void fx_open_concurrent(struct fixture *fx)
 {
+	fx_open_concurrent_n(fx, 0);
+}
+
+/* A store whose sending slots are OPENERS (es_inflight=; 0: the default). */
+static void fx_open_concurrent_n(struct fixture *fx, size_t openers)
+{
 	fx_init(fx);
+	if (openers)
+		((struct es_options *)config_store_opts(&fx->cfg, TL_STORE_ES))->inflight =
+			(unsigned int)openers;
+	fx->openers = openers;
 	fx->r.concurrent = true;
 	ck_assert_int_eq(lockstore_es_open(&fx->cfg, &fx->st), 0);
 	ck_assert_int_eq(fx->st->ops->start(fx->st), 0);
@@ -699,6 +712,27 @@ START_TEST(test_lockstore_es__concurrent_renames_share_bulks)
 	jobs[0].release = true;
 	job_main(&jobs[0]);
 	ck_assert_int_eq(count(&fx, "POST", "/locks/_bulk") - before, 2);
+	jobs_done(&fx, jobs, n);
+}
+END_TEST
+
+START_TEST(test_lockstore_es__one_in_flight)
+{
+	struct fixture fx;
+	struct job jobs[1 + 6];
+	size_t n = 1 + 6, i;
+	int before;
+
+	/* es_inflight=1: one request at a time; whatever arrives while it
+	 * is out goes in the next one */
+	fx_open_concurrent_n(&fx, 1);
+	jobs_init(jobs, n, fx.st, "o");
+	before = count(&fx, "POST", "/locks/_bulk");
+	jobs_run(&fx, jobs, n, 1000);
+	for (i = 0; i < n; i++)
+		ck_assert_int_eq(jobs[i].err, 0);
+	ck_assert_int_eq(count(&fx, "POST", "/locks/_bulk") - before, 2);
+	ck_assert_int_eq(bulks_with_all(&fx, "create", "o", 1, n), 1);
 	jobs_done(&fx, jobs, n);
 }
 END_TEST
@@ -833,6 +867,7 @@ Suite *make_suite_lockstore_es(void)
 	tcase_add_test(tc, test_lockstore_es__refusal_stays_with_its_rename);
 	tcase_add_test(tc, test_lockstore_es__failed_bulk_fails_every_rename_in_it);
 	tcase_add_test(tc, test_lockstore_es__queued_past_deadline_fails_alone);
+	tcase_add_test(tc, test_lockstore_es__one_in_flight);
 	tcase_add_test(tc, test_lockstore_es__bulk_count);
 	suite_add_tcase(s, tc);
 	return s;

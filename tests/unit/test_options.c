@@ -185,6 +185,35 @@ START_TEST(test_options__es_validation)
 }
 END_TEST
 
+/* A fresh configuration parsed from ARGV. */
+static void reparse(const char *const *argv)
+{
+	config_free(&cfg);
+	fuse_opt_free_args(&args);
+	ck_assert_int_eq(config_init(&cfg), 0);
+	parse(false, argv);
+}
+
+START_TEST(test_options__es_inflight)
+{
+	const char *dflt[] = {"-o", "lock_store=es,es_url=http://x:9200", "/b", "/m", NULL};
+	const char *one[] = {"-o", "lock_store=es,es_url=http://x:9200,es_inflight=1", "/b", "/m",
+			     NULL};
+	const char *bad[] = {"-o", "lock_store=es,es_url=http://x:9200,es_inflight=0",
+			     "--es_inflight=17", "/b", "/m", NULL};
+
+	parse(false, dflt);
+	ck_assert_int_eq(config_validate(&cfg), 0);
+	ck_assert_uint_eq(es_opts(&cfg)->inflight, 2);
+	reparse(one);
+	ck_assert_int_eq(config_validate(&cfg), 0);
+	ck_assert_uint_eq(es_opts(&cfg)->inflight, 1);
+	reparse(bad);
+	ck_assert_int_eq(config_validate(&cfg), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "invalid es_inflight '17'"));
+}
+END_TEST
+
 START_TEST(test_options__secret_file_permissions)
 {
 	char *loose = write_file("pw1", "sekrit\n", 0644);
@@ -232,6 +261,7 @@ Suite *make_suite_options(void)
 	tcase_add_test(tc, test_options__file_via_o_and_unknown_key);
 	tcase_add_test(tc, test_options__missing_file);
 	tcase_add_test(tc, test_options__es_validation);
+	tcase_add_test(tc, test_options__es_inflight);
 	tcase_add_test(tc, test_options__secret_file_permissions);
 	tcase_add_test(tc, test_options__password_from_environment);
 	suite_add_tcase(s, tc);
