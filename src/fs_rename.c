@@ -198,6 +198,19 @@ static bool key_reaches(struct tlfs *fs, const char *key, size_t len, struct ll_
 	return same;
 }
 
+/* this thread's working directory (dir_getcwd()) */
+static __thread int own_cwd; /* 1: unshared; -1: cannot (don't move) */
+static __thread bool at;     /* the working directory stays at: */
+static __thread dev_t at_dev;
+static __thread ino_t at_ino;
+
+/* True when this thread's working directory stayed at DIR (fs->cwd_stays)
+ * after its last key: DIR's key then needs no fchdir(). */
+static bool dir_is_cwd(const struct ll_inode *dir)
+{
+	return at && own_cwd > 0 && at_dev == dir->dev && at_ino == dir->ino;
+}
+
 /* DIR's path as the kernel names it, by getcwd() instead of a readlink()
  * in /proc (whose lookup costs several times more): this thread's working
  * directory moves to DIR, and back to fs->cwd_fd unless fs->cwd_stays
@@ -210,10 +223,6 @@ static bool key_reaches(struct tlfs *fs, const char *key, size_t len, struct ll_
  * readlink() then does. */
 static ssize_t dir_getcwd(struct tlfs *fs, struct ll_inode *dir, char *buf)
 {
-	static __thread int own_cwd; /* 1: unshared; -1: cannot (don't move) */
-	static __thread bool at;     /* the working directory stays at: */
-	static __thread dev_t at_dev;
-	static __thread ino_t at_ino;
 	ssize_t n = -1;
 
 	if (fs->cwd_fd < 0)
@@ -747,10 +756,23 @@ void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 		fuse_reply_err(req, -res);
 		return;
 	}
-	res = key_of(fs, p1, name, &from, &dlen);
-	if (!res)	/* one directory: one lookup of its path serves both keys */
-		res = p2 == p1 ? key_sibling(from, dlen, newname, &to)
-			       : key_of(fs, p2, newname, &to, NULL);
+	if (p2 == p1) { /* one directory: one lookup of its path serves both keys */
+		res = key_of(fs, p1, name, &from, &dlen);
+		if (!res)
+			res = key_sibling(from, dlen, newname, &to);
+	} else if (dir_is_cwd(p2)) {
+		/* the working directory is still where the last key left it:
+		 * that key first, so that the two keys take one fchdir() (a
+		 * thread that renames back and forth between two directories
+		 * then moves once per rename, not twice) */
+		res = key_of(fs, p2, newname, &to, NULL);
+		if (!res)
+			res = key_of(fs, p1, name, &from, NULL);
+	} else {
+		res = key_of(fs, p1, name, &from, NULL);
+		if (!res)
+			res = key_of(fs, p2, newname, &to, NULL);
+	}
 	if (res)
 		goto out_free_keys;
 	if (fs->cfg->lock_strategy == TL_STRATEGY_DOCUMENT) {
