@@ -198,6 +198,19 @@ static bool key_reaches(struct tlfs *fs, const char *key, size_t len, struct ll_
 	return same;
 }
 
+/* this thread's working directory (dir_getcwd()) */
+static __thread int own_cwd; /* 1: unshared; -1: cannot (don't move) */
+static __thread bool at;     /* the working directory stays at: */
+static __thread dev_t at_dev;
+static __thread ino_t at_ino;
+
+/* True when this thread's working directory stayed at DIR (fs->cwd_stays)
+ * after its last key: DIR's key then needs no fchdir(). */
+static bool dir_is_cwd(const struct ll_inode *dir)
+{
+	return at && own_cwd > 0 && at_dev == dir->dev && at_ino == dir->ino;
+}
+
 /* DIR's path as the kernel names it, by getcwd() instead of a readlink()
  * in /proc (whose lookup costs several times more): this thread's working
  * directory moves to DIR, and back to fs->cwd_fd unless fs->cwd_stays
@@ -210,10 +223,6 @@ static bool key_reaches(struct tlfs *fs, const char *key, size_t len, struct ll_
  * readlink() then does. */
 static ssize_t dir_getcwd(struct tlfs *fs, struct ll_inode *dir, char *buf)
 {
-	static __thread int own_cwd; /* 1: unshared; -1: cannot (don't move) */
-	static __thread bool at;     /* the working directory stays at: */
-	static __thread dev_t at_dev;
-	static __thread ino_t at_ino;
 	ssize_t n = -1;
 
 	if (fs->cwd_fd < 0)
@@ -275,30 +284,57 @@ static ssize_t dir_path_fast(struct tlfs *fs, struct ll_inode *dir, char *buf, c
 	return n - (ssize_t)rootlen;
 }
 
+/* A key, in STACK when it fits (a directory the kernel names in one
+ * page and a name of up to NAME_MAX bytes always do), else allocated:
+ * a rename's keys then cost no allocation. */
+struct key_buf {
+	char *s;                              /* the key, NUL-terminated */
+	char stack[PATH_MAX + 1 + NAME_MAX + 1];
+};
+
+static void key_buf_free(struct key_buf *k)
+{
+	if (k->s != k->stack)
+		free(k->s);
+	k->s = NULL;
+}
+
+/* Makes OUT->s room for LEN bytes and EXTRA more: OUT->stack when that
+ * fits, else a new allocation. Returns 0 or -ENOMEM. */
+static int key_buf_room(struct key_buf *out, size_t len, size_t extra)
+{
+	if (len + 1 + extra <= sizeof(out->stack)) {
+		out->s = out->stack;
+		return 0;
+	}
+	out->s = malloc(len + 1 + extra);
+	return out->s ? 0 : -ENOMEM;
+}
+
 /* The path of DIR below the backing root ("" for the root, else "/a/b")
- * into a new string *OUT of *LEN bytes, with EXTRA more bytes allocated
- * after it. The fast path is one readlink() of its fd (dir_path_fast());
- * when that cannot tell, or gives a name ending in " (deleted)" that a
- * lookup does not confirm, path_by_walk() finds it. Returns 0, -ENOENT
- * (removed or outside the backing tree), -ENOMEM. */
-static int dir_path(struct tlfs *fs, struct ll_inode *dir, size_t extra, char **out,
+ * into OUT (*LEN bytes), with room for EXTRA more bytes after it. The
+ * fast path is one getcwd() or readlink() (dir_path_fast()); when that
+ * cannot tell, or gives a name ending in " (deleted)" that a lookup does
+ * not confirm, path_by_walk() finds it. Returns 0, -ENOENT (removed or
+ * outside the backing tree), -ENOMEM; OUT->s is NULL but on success. */
+static int dir_path(struct tlfs *fs, struct ll_inode *dir, size_t extra, struct key_buf *out,
 		    size_t *len)
 {
-	char buf[PATH_MAX + 1], *walked, *p;
+	char *walked, *p;
 	const char *rel;
 	bool suspect;
-	ssize_t n = dir_path_fast(fs, dir, buf, &rel, &suspect);
+	/* the kernel's name lands in OUT->stack (PATH_MAX + 1 bytes at least) */
+	ssize_t n = dir_path_fast(fs, dir, out->stack, &rel, &suspect);
 	int err;
 
-	*out = NULL;
+	out->s = NULL;
 	if (n == -2)
 		return -ENOENT;
 	if (n >= 0 && (!suspect || key_reaches(fs, rel, (size_t)n, dir))) {
-		p = malloc((size_t)n + 1 + extra);
-		if (!p)
-			return -ENOMEM;
-		memcpy(p, rel, (size_t)n + 1);
-		*out = p;
+		err = key_buf_room(out, (size_t)n, extra);
+		if (err)
+			return err;
+		memmove(out->s, rel, (size_t)n + 1); /* REL may be inside OUT->stack */
 		*len = (size_t)n;
 		return 0;
 	}
@@ -311,7 +347,7 @@ static int dir_path(struct tlfs *fs, struct ll_inode *dir, size_t extra, char **
 		free(walked);
 		return -ENOMEM;
 	}
-	*out = p;
+	out->s = p;
 	return 0;
 }
 
@@ -350,10 +386,10 @@ static void key_finish(char *p, size_t len, const char *name, size_t nlen)
 
 /* The key of NAME in directory DIR (or of DIR itself when NAME is NULL):
  * the directory's current path below the backing root (dir_path()) and
- * NAME, of any length. Writes a new string to *OUT and the length of its
- * directory part to *DLEN (when not NULL). Returns 0, -ENOENT (the
- * directory is gone or outside the backing tree), -ENOMEM. */
-static int key_of(struct tlfs *fs, struct ll_inode *dir, const char *name, char **out,
+ * NAME, of any length. Writes it to OUT (free with key_buf_free()) and the
+ * length of its directory part to *DLEN (when not NULL). Returns 0,
+ * -ENOENT (the directory is gone or outside the backing tree), -ENOMEM. */
+static int key_of(struct tlfs *fs, struct ll_inode *dir, const char *name, struct key_buf *out,
 		  size_t *dlen)
 {
 	size_t nlen = name ? strlen(name) : 0, len;
@@ -362,24 +398,23 @@ static int key_of(struct tlfs *fs, struct ll_inode *dir, const char *name, char 
 	err = dir_path(fs, dir, nlen + 1, out, &len);
 	if (err)
 		return err;
-	key_finish(*out, len, name, nlen);
+	key_finish(out->s, len, name, nlen);
 	if (dlen)
 		*dlen = len;
 	return 0;
 }
 
 /* The key of NAME in the directory whose path is the first DLEN bytes of
- * KEY (another key of that directory), into a new string *OUT. Returns 0
- * or -ENOMEM. */
-static int key_sibling(const char *key, size_t dlen, const char *name, char **out)
+ * KEY (another key of that directory), into OUT. Returns 0 or -ENOMEM. */
+static int key_sibling(const char *key, size_t dlen, const char *name, struct key_buf *out)
 {
 	size_t nlen = strlen(name);
+	int err = key_buf_room(out, dlen, nlen + 1);
 
-	*out = malloc(dlen + 1 + nlen + 1);
-	if (!*out)
-		return -ENOMEM;
-	memcpy(*out, key, dlen);
-	key_finish(*out, dlen, name, nlen);
+	if (err)
+		return err;
+	memcpy(out->s, key, dlen);
+	key_finish(out->s, dlen, name, nlen);
 	return 0;
 }
 
@@ -387,7 +422,7 @@ static int key_sibling(const char *key, size_t dlen, const char *name, char **ou
 int entry_lock(struct tlfs *fs, fuse_req_t req, struct ll_inode *parent, const char *name,
 		      struct op_lock *l)
 {
-	char *key;
+	struct key_buf key;
 	int err;
 
 	l->plan = NULL;
@@ -397,8 +432,8 @@ int entry_lock(struct tlfs *fs, fuse_req_t req, struct ll_inode *parent, const c
 	err = key_of(fs, parent, name, &key, NULL);
 	if (err)
 		return err;
-	err = lockplan_entry(fs->cfg->lock_strategy, key, &l->plan);
-	free(key);
+	err = lockplan_entry(fs->cfg->lock_strategy, key.s, &l->plan);
+	key_buf_free(&key);
 	if (err)
 		return err;
 	err = lockmgr_acquire(&fs->mgr, l->plan, (uint32_t)fuse_req_ctx(req)->pid, &l->holder);
@@ -717,12 +752,14 @@ void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 	struct key_list below = {0};
 	struct tl_plan *plan = NULL;
 	struct tl_holder holder;
-	char *from = NULL, *to = NULL;
+	struct key_buf kfrom, kto; /* not cleared: only .s is read before set */
+	const char *from = NULL, *to = NULL;
 	size_t dlen;
 	int64_t t0 = tl_log_level >= LOG_DEBUG ? tl_mono_ms() : 0; /* for the debug line only */
 	uint64_t gen = __atomic_load_n(&fs->rename_gen, __ATOMIC_ACQUIRE);
 	int res;
 
+	kfrom.s = kto.s = NULL;
 	if ((flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE)) ||
 	    ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE))) {
 		fuse_reply_err(req, EINVAL);
@@ -747,12 +784,27 @@ void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 		fuse_reply_err(req, -res);
 		return;
 	}
-	res = key_of(fs, p1, name, &from, &dlen);
-	if (!res)	/* one directory: one lookup of its path serves both keys */
-		res = p2 == p1 ? key_sibling(from, dlen, newname, &to)
-			       : key_of(fs, p2, newname, &to, NULL);
+	if (p2 == p1) { /* one directory: one lookup of its path serves both keys */
+		res = key_of(fs, p1, name, &kfrom, &dlen);
+		if (!res)
+			res = key_sibling(kfrom.s, dlen, newname, &kto);
+	} else if (dir_is_cwd(p2)) {
+		/* the working directory is still where the last key left it:
+		 * that key first, so that the two keys take one fchdir() (a
+		 * thread that renames back and forth between two directories
+		 * then moves once per rename, not twice) */
+		res = key_of(fs, p2, newname, &kto, NULL);
+		if (!res)
+			res = key_of(fs, p1, name, &kfrom, NULL);
+	} else {
+		res = key_of(fs, p1, name, &kfrom, NULL);
+		if (!res)
+			res = key_of(fs, p2, newname, &kto, NULL);
+	}
 	if (res)
 		goto out_free_keys;
+	from = kfrom.s;
+	to = kto.s;
 	if (fs->cfg->lock_strategy == TL_STRATEGY_DOCUMENT) {
 		res = walk_below(fs, from, &below);
 		if (res)
@@ -821,7 +873,7 @@ out_free_plan:
 	lockplan_free(plan);
 out_free_keys:
 	key_list_free(&below);
-	free(from);
-	free(to);
+	key_buf_free(&kfrom);
+	key_buf_free(&kto);
 	fuse_reply_err(req, -res);
 }

@@ -124,7 +124,10 @@ int lockmgr_acquire(struct lockmgr *m, const struct tl_plan *plan, uint32_t pid,
 	for (;;) {
 		int64_t now;
 
-		memset(&why, 0, sizeof(why));
+		/* what a refusing store fills in; field by field, as this runs
+		 * on every attempt */
+		why.key[0] = '\0';
+		why.holder[0] = '\0';
 		why.held_ms = -1;
 		err = st->ops->try_acquire(st, plan, h, &why);
 		if (err == 0)

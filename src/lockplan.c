@@ -102,23 +102,31 @@ static int cands_add(struct cands *c, const char *key, size_t len, enum tl_lock_
 }
 
 /* Adds shared candidates for every proper ancestor of P but the root,
- * deepest first, down to (not including) the first that is also a proper
- * ancestor of SEEN (whose own ancestors are candidates already), if SEEN
- * is not NULL. */
-static int cands_add_ancestors(struct cands *c, const char *p, const char *seen)
+ * shallowest first (so that a rename's candidates come nearly sorted),
+ * skipping those that are also proper ancestors of SEEN (whose own
+ * ancestors are candidates already), if SEEN is not NULL. One pass over
+ * P; sets *DEPTH to P's own prefix_depth(). */
+static int cands_add_ancestors(struct cands *c, const char *p, const char *seen, size_t *depth)
 {
-	size_t len = strlen(p), depth;
+	size_t i, d = 1, common = 0;
 	int err;
 
-	len = path_parent_len(p, len);
-	depth = prefix_depth(p, len);
-	for (; len > 1; len = path_parent_len(p, len), depth--) {
-		if (seen && strncmp(seen, p, len) == 0 && seen[len] == '/')
-			break; /* this one and every shallower one are SEEN's too */
-		err = cands_add_d(c, p, len, depth, TL_SHARED);
-		if (err)
-			return err;
+	/* P's first COMMON bytes are SEEN's: a prefix of P that ends before
+	 * them (at a '/') is a proper ancestor of SEEN too */
+	if (seen)
+		while (p[common] && p[common] == seen[common])
+			common++;
+	for (i = 1; p[i]; i++) {
+		if (p[i] != '/')
+			continue;
+		if (i >= common) {
+			err = cands_add_d(c, p, i, d, TL_SHARED);
+			if (err)
+				return err;
+		}
+		d++;
 	}
+	*depth = p[1] ? d : 0;
 	return 0;
 }
 
@@ -230,7 +238,7 @@ int lockplan_rename(enum tl_strategy s, const char *from, const char *to, unsign
 		    const char *const *below, size_t nbelow, struct tl_plan **out)
 {
 	struct cands c;
-	size_t i;
+	size_t i, dfrom, dto;
 	int err;
 
 	*out = NULL;
@@ -239,13 +247,13 @@ int lockplan_rename(enum tl_strategy s, const char *from, const char *to, unsign
 	cands_init(&c);
 	switch (s) {
 	case TL_STRATEGY_TREE:
-		err = cands_add_ancestors(&c, from, NULL);
+		err = cands_add_ancestors(&c, from, NULL, &dfrom);
 		if (!err)
-			err = cands_add_ancestors(&c, to, from);
+			err = cands_add_ancestors(&c, to, from, &dto);
 		if (!err && from[1])
-			err = cands_add(&c, from, strlen(from), TL_EXCLUSIVE);
+			err = cands_add_d(&c, from, strlen(from), dfrom, TL_EXCLUSIVE);
 		if (!err && to[1])
-			err = cands_add(&c, to, strlen(to), TL_EXCLUSIVE);
+			err = cands_add_d(&c, to, strlen(to), dto, TL_EXCLUSIVE);
 		break;
 	case TL_STRATEGY_GLOBAL:
 		err = cands_add(&c, TL_GLOBAL_KEY, strlen(TL_GLOBAL_KEY), TL_EXCLUSIVE);
@@ -279,6 +287,7 @@ int lockplan_rename(enum tl_strategy s, const char *from, const char *to, unsign
 int lockplan_entry(enum tl_strategy s, const char *path, struct tl_plan **out)
 {
 	struct cands c;
+	size_t depth;
 	int err = 0;
 
 	*out = NULL;
@@ -287,10 +296,12 @@ int lockplan_entry(enum tl_strategy s, const char *path, struct tl_plan **out)
 	cands_init(&c);
 	switch (s) {
 	case TL_STRATEGY_TREE:
-		err = cands_add_ancestors(&c, path, NULL);
-		/* fall through */
-	case TL_STRATEGY_DOCUMENT:
+		err = cands_add_ancestors(&c, path, NULL, &depth);
 		if (!err && path[1])
+			err = cands_add_d(&c, path, strlen(path), depth, TL_EXCLUSIVE);
+		break;
+	case TL_STRATEGY_DOCUMENT:
+		if (path[1])
 			err = cands_add(&c, path, strlen(path), TL_EXCLUSIVE);
 		break;
 	case TL_STRATEGY_GLOBAL:

@@ -185,6 +185,72 @@ START_TEST(test_lockplan__long_paths_sorted_unique)
 }
 END_TEST
 
+/* The tree plan of every pair of paths made of the components "a", "ab"
+ * and "b" (one to three deep), checked against its definition: each proper
+ * ancestor of either key but the root shared, both keys exclusive, a key
+ * wanted both ways exclusive, nothing else, sorted by path_cmp, unique. */
+static size_t tree_paths(char paths[][16])
+{
+	static const char *const comp[] = {"a", "ab", "b"};
+	size_t n = 0, start = 0, end, i, j;
+
+	for (i = 0; i < 3; i++)
+		sprintf(paths[n++], "/%s", comp[i]);
+	for (end = n; end < 39; start = end, end = n) /* one level deeper */
+		for (i = start; i < end; i++)
+			for (j = 0; j < 3; j++)
+				sprintf(paths[n++], "%s/%s", paths[i], comp[j]);
+	return n;
+}
+
+/* The mode KEY must have in the tree plan of FROM -> TO, or -1. */
+static int tree_want(const char *from, const char *to, const char *key)
+{
+	if (strcmp(key, from) == 0 || strcmp(key, to) == 0)
+		return TL_EXCLUSIVE;
+	if (path_is_ancestor(key, from) || path_is_ancestor(key, to))
+		return TL_SHARED;
+	return -1;
+}
+
+START_TEST(test_lockplan__tree_every_pair)
+{
+	char paths[39][16];
+	size_t n = tree_paths(paths), i, j, k, want;
+	struct tl_plan *p = NULL;
+
+	ck_assert_uint_eq(n, 39);
+	for (i = 0; i < n; i++) {
+		for (j = 0; j < n; j++) {
+			ck_assert_int_eq(lockplan_rename(TL_STRATEGY_TREE, paths[i], paths[j], 0,
+							 NULL, 0, &p),
+					 0);
+			for (k = 1; k < p->n; k++)
+				ck_assert_msg(path_cmp(p->items[k - 1].key, p->items[k].key) < 0,
+					      "%s -> %s: %s before %s", paths[i], paths[j],
+					      p->items[k - 1].key, p->items[k].key);
+			for (k = 0; k < p->n; k++)
+				ck_assert_msg((int)p->items[k].mode ==
+						      tree_want(paths[i], paths[j], p->items[k].key),
+					      "%s -> %s: %s", paths[i], paths[j], p->items[k].key);
+			/* and nothing is missing: every wanted key is among them */
+			for (k = 0, want = 0; k < n; k++)
+				want += tree_want(paths[i], paths[j], paths[k]) >= 0;
+			ck_assert_uint_eq(p->n, want);
+			lockplan_free(p);
+			ck_assert_int_eq(lockplan_entry(TL_STRATEGY_TREE, paths[i], &p), 0);
+			ck_assert_uint_eq(p->n, path_depth(paths[i]));
+			for (k = 0; k < p->n; k++)
+				ck_assert_int_eq(p->items[k].mode,
+						 k + 1 == p->n ? TL_EXCLUSIVE : TL_SHARED);
+			for (k = 1; k < p->n; k++)
+				ck_assert_int_lt(path_cmp(p->items[k - 1].key, p->items[k].key), 0);
+			lockplan_free(p);
+		}
+	}
+}
+END_TEST
+
 START_TEST(test_lockplan__strategy_names)
 {
 	enum tl_strategy s;
@@ -208,6 +274,7 @@ Suite *make_suite_lockplan(void)
 	tcase_add_test(tc, test_lockplan__entry_table);
 	tcase_add_test(tc, test_lockplan__rejects_unnormal);
 	tcase_add_test(tc, test_lockplan__long_paths_sorted_unique);
+	tcase_add_test(tc, test_lockplan__tree_every_pair);
 	tcase_add_test(tc, test_lockplan__strategy_names);
 	suite_add_tcase(s, tc);
 	return s;
