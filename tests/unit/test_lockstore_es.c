@@ -327,6 +327,9 @@ START_TEST(test_lockstore_es__unreachable_and_unauthorised)
 	struct fixture fx;
 
 	fx_init(&fx);
+	/* an unreachable store is retried for es_start_timeout (30 s by
+	 * default, as long as this case may run): one second here */
+	((struct es_options *)config_store_opts(&fx.cfg, TL_STORE_ES))->start_timeout = 1;
 	unit_es_url(&fx.cfg, "http://127.0.0.1:1");
 	ck_assert_int_eq(lockstore_es_open(&fx.cfg, &fx.st), -ENOLCK);
 	unit_es_url(&fx.cfg, fx.r.url);
