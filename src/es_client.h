@@ -121,7 +121,7 @@ cJSON *es_parse(const struct httpc_response *r);
  * (refused, logged), -ENOMEM (B failed while being built).
  *
  * B may travel in one _bulk with the bulks of other threads (group commit,
- * see ES_BATCH_INFLIGHT): the items of each caller are applied in its
+ * see max_inflight): the items of each caller are applied in its
  * order, a failure of the whole request is every caller's, and the
  * request's timeout is capped by the earliest deadline among them. */
 int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root);

@@ -159,12 +159,18 @@ static int lease_write(struct es_store *es, bool create)
 	return err;
 }
 
+/* How often the heartbeat renews the lease: lease_ttl/3, at least 50 ms. */
+static int64_t heartbeat_period(const struct es_store *es)
+{
+	return es->ttl_ms / 3 > 50 ? es->ttl_ms / 3 : 50;
+}
+
 /* Under es->mutex: when the heartbeat thread resends what is kept. FRESH:
  * a release was just kept (first resend soon, and wake the thread);
  * otherwise a resend failed or is not yet due: back off. */
 static void pending_schedule_locked(struct es_store *es, bool fresh)
 {
-	int64_t period = es->ttl_ms / 3 > 50 ? es->ttl_ms / 3 : 50;
+	int64_t period = heartbeat_period(es);
 
 	if (!es->pending) {
 		es->pending_due = 0;
@@ -437,7 +443,7 @@ static void index_check(struct es_store *es)
 static void *heartbeat(void *arg)
 {
 	struct es_store *es = arg;
-	int64_t period = es->ttl_ms / 3 > 50 ? es->ttl_ms / 3 : 50;
+	int64_t period = heartbeat_period(es);
 	int64_t next = tl_mono_ms() + period;
 	int err;
 

@@ -1,11 +1,12 @@
 /* es_options.c - the es backend's own options, see options.h
  *
  * es_url, es_index, es_user, es_password_file, es_api_key_file, es_cacert,
- * es_timeout_ms, es_start_timeout, es_inflight, es_insecure: parsed by this table over the same command
- * line and config file as the shared options, checked here, kept in
- * struct es_options (es_i.h). owner and lease_ttl are store-generic (any
- * store shared by many mounts has owners and leases) and stay in
- * tl_config; this backend checks owner when it is selected.
+ * es_timeout_ms, es_start_timeout, es_inflight, es_insecure: parsed by this
+ * table over the same command line and config file as the shared options,
+ * checked here, kept in struct es_options (es_i.h). owner and lease_ttl
+ * are store-generic (any store shared by many mounts has owners and
+ * leases) and stay in tl_config; this backend checks owner when it is
+ * selected.
  */
 #include <config.h>
 
