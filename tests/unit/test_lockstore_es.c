@@ -226,7 +226,6 @@ struct fixture {
 	struct fake f;
 	struct tl_config cfg;
 	struct lockstore *st;
-	size_t openers;        /* sending slots (es_inflight); 0: the default */
 };
 
 static void fx_init(struct fixture *fx)
@@ -579,14 +578,14 @@ static void jobs_init(struct job *jobs, size_t n, struct lockstore *st, const ch
 /* The jobs that fill every sending slot first (their requests go alone). */
 #define OPENERS ES_BATCH_INFLIGHT
 
-/* Runs jobs 0..openers-1 first (fx->openers, or OPENERS), one by one,
- * each until its bulk reached the fake server, which answers those HOLD_MS
- * late: every sending slot is taken; then, while they are held, jobs
- * openers..N-1 at once. Waits for all. */
+/* Runs jobs 0..openers-1 first (openers: the store's sending slots,
+ * es_inflight), one by one, each until its bulk reached the fake server,
+ * which answers those HOLD_MS late: every sending slot is taken; then,
+ * while they are held, jobs openers..N-1 at once. Waits for all. */
 static void jobs_run(struct fixture *fx, struct job *jobs, size_t n, int hold_ms)
 {
 	int base = count(fx, "POST", "/locks/_bulk");
-	size_t i, openers = fx->openers ? fx->openers : OPENERS;
+	size_t i, openers = es_store_of(fx->st)->cl.max_inflight;
 
 	pthread_mutex_lock(&fx->r.mu);
 	fx->f.hold_bulks = (int)openers;
@@ -634,13 +633,6 @@ static void jobs_done(struct fixture *fx, struct job *jobs, size_t n)
 	fx_done(fx);
 }
 
-static void fx_open_concurrent_n(struct fixture *fx, size_t openers);
-
-static void fx_open_concurrent(struct fixture *fx)
-{
-	fx_open_concurrent_n(fx, 0);
-}
-
 /* A store whose sending slots are OPENERS (es_inflight=; 0: the default). */
 static void fx_open_concurrent_n(struct fixture *fx, size_t openers)
 {
@@ -648,10 +640,15 @@ static void fx_open_concurrent_n(struct fixture *fx, size_t openers)
 	if (openers)
 		((struct es_options *)config_store_opts(&fx->cfg, TL_STORE_ES))->inflight =
 			(unsigned int)openers;
-	fx->openers = openers;
 	fx->r.concurrent = true;
 	ck_assert_int_eq(lockstore_es_open(&fx->cfg, &fx->st), 0);
 	ck_assert_int_eq(fx->st->ops->start(fx->st), 0);
+	ck_assert_uint_eq(es_store_of(fx->st)->cl.max_inflight, openers ? openers : OPENERS);
+}
+
+static void fx_open_concurrent(struct fixture *fx)
+{
+	fx_open_concurrent_n(fx, 0);
 }
 
 /* The bulk requests that hold the item OP of "/<TOP><i>/x" for every
