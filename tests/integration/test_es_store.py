@@ -44,6 +44,35 @@ def test_es__two_requests_per_uncontended_rename(backend, es_mounts, depth):
     assert intent_docs(backend) == {}
 
 
+@ES8_AND_ENGINES
+def test_es__one_request_in_flight_is_shared(backend, es_mounts):
+    """es_inflight=1: while the mount's one request is out (each held
+    300 ms), the lock operations of the other renames queue and leave
+    together; six renames in six directories, each with its own outcome."""
+    n = 6
+    (a,) = es_mounts(backend, "A", lease_ttl=60, opts={"A": ["es_inflight=1"]})
+    for i in range(n):
+        makedirs(a, "d%d" % i)
+        write(a, "d%d/f" % i)
+    backend.latency(300)
+    try:
+        backend.reset_stats()
+        ops = [start_op(os.rename, a.path("d%d/f" % i), a.path("d%d/g" % i)) for i in range(n)]
+        for op in ops:
+            op.join(30)
+            assert op.error is None
+        bulks = backend.stats()["requests"].get("bulk", 0)
+    finally:
+        backend.latency(0)
+    # alone, each rename sends two: here the first acquire goes alone, the
+    # other five leave in one request, and the releases share the same way
+    assert 2 <= bulks <= n, bulks
+    for i in range(n):
+        assert os.listdir(a.bpath("d%d" % i)) == ["g"]
+    wait_for(lambda: lock_docs(backend) == {} and intent_docs(backend) == {}, 10,
+             what="no lock left")
+
+
 # ---- the guide's scenarios across mounts -------------------------------------------------
 
 
