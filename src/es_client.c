@@ -86,6 +86,8 @@ int es_client_open(struct es_client *c, const struct httpc_config *hc, const cha
 		goto out_close;
 	c->timeout_ms = hc->timeout_ms ? hc->timeout_ms : 5000;
 	c->max_inflight = ES_BATCH_INFLIGHT;
+	c->extra_min = ES_BATCH_EXTRA_MIN;
+	c->batch_age_ms = ES_BATCH_AGE_MS;
 	err = httpc_open(hc, &c->http);
 	if (err) {
 		err = err == -ENOMEM ? err : -EINVAL;
@@ -300,6 +302,7 @@ struct es_batch_req {
 	size_t len;
 	long nitems;
 	int64_t deadline_ms;      /* the submitter's, 0: none */
+	int64_t queued_ms;        /* tl_mono_ms() when queued */
 	bool taken, done;         /* taken: in a request being sent */
 	int err;                  /* when done */
 	cJSON *root;              /* when done and err == 0 */
@@ -317,6 +320,7 @@ static void queue_remove(struct es_client *c, struct es_batch_req *q)
 			if (c->queue_tail == q)
 				c->queue_tail = prev;
 			q->next = NULL;
+			c->queued--;
 			return;
 		}
 }
@@ -390,6 +394,24 @@ static void batch_send(struct es_client *c, struct es_batch_req **v, size_t n)
 	cJSON_Delete(root);
 }
 
+/* Under batch_mutex: when a request may leave: 0 now, -1 not before
+ * something changes (nothing queued, or every slot taken), else the time
+ * (tl_mono_ms) it may. The first slot takes whatever waits, at once; a
+ * further one is opened by extra_min queued bulks, which makes requests
+ * carry several renames under load, or by a queue that has waited
+ * batch_age_ms, so one slow request does not hold up the rest. */
+static int64_t lead_at(const struct es_client *c, int64_t now)
+{
+	int64_t aged;
+
+	if (!c->queue || c->inflight >= c->max_inflight)
+		return -1;
+	if (c->inflight == 0 || c->queued >= c->extra_min)
+		return 0;
+	aged = c->queue->queued_ms + c->batch_age_ms;
+	return aged <= now ? 0 : aged;
+}
+
 /* Under batch_mutex, with a free slot: takes queued bulks in order (at
  * least one, then up to ES_BATCH_MAX or ES_BATCH_MAX_BYTES), sends them
  * without the mutex, then marks them done and wakes their submitters. */
@@ -407,6 +429,7 @@ static void batch_lead(struct es_client *c)
 			c->queue_tail = NULL;
 		q->next = NULL;
 		q->taken = true;
+		c->queued--;
 		bytes += q->len;
 		v[n++] = q;
 	}
@@ -440,28 +463,37 @@ int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root)
 		until = (me.deadline_ms > now ? me.deadline_ms : now) + ES_GRACE_MS;
 	}
 	pthread_mutex_lock(&c->batch_mutex);
+	me.queued_ms = tl_mono_ms();
 	if (c->queue_tail)
 		c->queue_tail->next = &me;
 	else
 		c->queue = &me;
 	c->queue_tail = &me;
+	c->queued++;
 	while (!me.done) {
-		if (c->inflight < c->max_inflight && c->queue) {
+		int64_t now = tl_mono_ms(), at = lead_at(c, now), wake = 0;
+
+		if (at == 0) {
 			batch_lead(c);
 			led = true;
 			continue;
 		}
 		if (until && !me.taken) {
-			struct timespec ts = {.tv_sec = until / 1000,
-					      .tv_nsec = (until % 1000) * 1000000};
-
-			if (tl_mono_ms() >= until) {
+			if (now >= until) {
 				queue_remove(c, &me);
 				me.err = -ETIMEDOUT;
 				me.done = true;
 				expired = true;
 				break;
 			}
+			wake = until;
+		}
+		if (at > 0 && (!wake || at < wake))
+			wake = at;
+		if (wake) {
+			struct timespec ts = {.tv_sec = wake / 1000,
+					      .tv_nsec = (wake % 1000) * 1000000};
+
 			pthread_cond_timedwait(&c->batch_cond, &c->batch_mutex, &ts);
 		} else {
 			pthread_cond_wait(&c->batch_cond, &c->batch_mutex);
@@ -470,7 +502,7 @@ int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root)
 	/* the thread that sent our request runs already: it sends what
 	 * queued meanwhile too (once: its own rename goes on after that),
 	 * sparing the queue a wake-up before its request leaves */
-	if (led && c->queue && c->inflight < c->max_inflight)
+	if (led && lead_at(c, tl_mono_ms()) == 0)
 		batch_lead(c);
 	pthread_mutex_unlock(&c->batch_mutex);
 	if (expired)

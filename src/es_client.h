@@ -34,6 +34,10 @@ struct es_batch_req;
  * and nothing is queued is sent at once, alone: batching never waits. */
 #define ES_BATCH_INFLIGHT 2
 #define ES_BATCH_INFLIGHT_MAX 16
+#ifndef ES_BATCH_EXTRA_MIN
+#define ES_BATCH_EXTRA_MIN 4
+#endif
+#define ES_BATCH_AGE_MS 50
 #define ES_BATCH_MAX 64
 #define ES_BATCH_MAX_BYTES (4u << 20)
 
@@ -49,6 +53,9 @@ struct es_client {
 	struct es_batch_req *queue, *queue_tail;
 	unsigned int inflight;       /* _bulk requests being sent */
 	unsigned int max_inflight;   /* at most, 1..ES_BATCH_INFLIGHT_MAX */
+	unsigned int queued;         /* bulks in the queue */
+	unsigned int extra_min;      /* queued bulks that open a further slot */
+	int64_t batch_age_ms;        /* or the queue's age that does */
 	bool batch_ready;            /* the mutex and cond exist */
 };
 

@@ -575,34 +575,78 @@ static void jobs_init(struct job *jobs, size_t n, struct lockstore *st, const ch
 	}
 }
 
-/* The jobs that fill every sending slot first (their requests go alone). */
-#define OPENERS ES_BATCH_INFLIGHT
+/* The sending slots of a default store, and the jobs that fill them: the
+ * first request carries one job, each further one ES_BATCH_EXTRA_MIN. */
+#define SLOTS ES_BATCH_INFLIGHT
+#define OPENERS (1 + (SLOTS - 1) * ES_BATCH_EXTRA_MIN)
 
-/* Runs jobs 0..openers-1 first (openers: the store's sending slots,
- * es_inflight), one by one, each until its bulk reached the fake server,
- * which answers those HOLD_MS late: every sending slot is taken; then,
- * while they are held, jobs openers..N-1 at once. Waits for all. */
-static void jobs_run(struct fixture *fx, struct job *jobs, size_t n, int hold_ms)
+static unsigned int queued(struct fixture *fx)
 {
-	int base = count(fx, "POST", "/locks/_bulk");
-	size_t i, openers = es_store_of(fx->st)->cl.max_inflight;
+	struct es_client *c = &es_store_of(fx->st)->cl;
+	unsigned int n;
 
+	pthread_mutex_lock(&c->batch_mutex);
+	n = c->queued;
+	pthread_mutex_unlock(&c->batch_mutex);
+	return n;
+}
+
+/* Waits up to 5 s for the fake server to have seen WANT bulks. */
+static void await_bulks(struct fixture *fx, int want)
+{
+	int64_t until = tl_mono_ms() + 5000;
+
+	while (count(fx, "POST", "/locks/_bulk") < want && tl_mono_ms() < until)
+		usleep(2000);
+	ck_assert_int_eq(count(fx, "POST", "/locks/_bulk"), want);
+}
+
+/* Fills every sending slot of the store (es_inflight) with jobs, then runs
+ * the rest at once and waits for all. The fake server answers the slots'
+ * requests HOLD_MS late. Job 0 goes alone, at once; each further slot opens
+ * only once extra_min jobs queue (the last of them sends it), asserted
+ * here: one job fewer leaves the request waiting for the first. Returns
+ * the jobs that filled the slots. */
+static size_t jobs_run(struct fixture *fx, struct job *jobs, size_t n, int hold_ms)
+{
+	struct es_client *c = &es_store_of(fx->st)->cl;
+	int base = count(fx, "POST", "/locks/_bulk");
+	size_t i = 0, k, slot;
+
+	pthread_mutex_lock(&c->batch_mutex);
+	c->batch_age_ms = 60000; /* the gate alone opens slots here */
+	pthread_mutex_unlock(&c->batch_mutex);
 	pthread_mutex_lock(&fx->r.mu);
-	fx->f.hold_bulks = (int)openers;
+	fx->f.hold_bulks = (int)c->max_inflight;
 	fx->f.hold_bulk_ms = hold_ms;
 	pthread_mutex_unlock(&fx->r.mu);
-	for (i = 0; i < openers; i++) {
-		int64_t until = tl_mono_ms() + 5000;
+	for (slot = 0; slot < c->max_inflight && i < n; slot++) {
+		size_t want = slot == 0 ? 1 : c->extra_min;
 
-		ck_assert_int_eq(pthread_create(&jobs[i].th, NULL, job_main, &jobs[i]), 0);
-		while (count(fx, "POST", "/locks/_bulk") < base + (int)i + 1 && tl_mono_ms() < until)
-			usleep(2000);
-		ck_assert_int_eq(count(fx, "POST", "/locks/_bulk"), base + (int)i + 1);
+		for (k = 0; k < want && i < n; k++, i++) {
+			int64_t until = tl_mono_ms() + 5000;
+
+			if (k > 0 && k + 1 == want) { /* one job short of the gate: held */
+				usleep(50000);
+				ck_assert_int_eq(count(fx, "POST", "/locks/_bulk"), base + (int)slot);
+			}
+			ck_assert_int_eq(pthread_create(&jobs[i].th, NULL, job_main, &jobs[i]), 0);
+			while (k + 1 < want && queued(fx) < k + 1 && tl_mono_ms() < until)
+				usleep(2000);
+			if (k + 1 < want)
+				ck_assert_uint_eq(queued(fx), k + 1);
+		}
+		await_bulks(fx, base + (int)slot + 1);
+		ck_assert_uint_eq(queued(fx), 0);
 	}
-	for (i = openers; i < n; i++)
-		ck_assert_int_eq(pthread_create(&jobs[i].th, NULL, job_main, &jobs[i]), 0);
-	for (i = 0; i < n; i++)
-		pthread_join(jobs[i].th, NULL);
+	for (k = i; k < n; k++)
+		ck_assert_int_eq(pthread_create(&jobs[k].th, NULL, job_main, &jobs[k]), 0);
+	for (k = 0; k < n; k++)
+		pthread_join(jobs[k].th, NULL);
+	pthread_mutex_lock(&c->batch_mutex);
+	c->batch_age_ms = ES_BATCH_AGE_MS;
+	pthread_mutex_unlock(&c->batch_mutex);
+	return i;
 }
 
 static void jobs_free(struct job *jobs, size_t n)
@@ -633,17 +677,17 @@ static void jobs_done(struct fixture *fx, struct job *jobs, size_t n)
 	fx_done(fx);
 }
 
-/* A store whose sending slots are OPENERS (es_inflight=; 0: the default). */
-static void fx_open_concurrent_n(struct fixture *fx, size_t openers)
+/* A store with SLOTS sending slots (es_inflight=; 0: the default). */
+static void fx_open_concurrent_n(struct fixture *fx, size_t slots)
 {
 	fx_init(fx);
-	if (openers)
+	if (slots)
 		((struct es_options *)config_store_opts(&fx->cfg, TL_STORE_ES))->inflight =
-			(unsigned int)openers;
+			(unsigned int)slots;
 	fx->r.concurrent = true;
 	ck_assert_int_eq(lockstore_es_open(&fx->cfg, &fx->st), 0);
 	ck_assert_int_eq(fx->st->ops->start(fx->st), 0);
-	ck_assert_uint_eq(es_store_of(fx->st)->cl.max_inflight, openers ? openers : OPENERS);
+	ck_assert_uint_eq(es_store_of(fx->st)->cl.max_inflight, slots ? slots : SLOTS);
 }
 
 static void fx_open_concurrent(struct fixture *fx)
@@ -689,8 +733,8 @@ START_TEST(test_lockstore_es__concurrent_renames_share_bulks)
 	jobs_run(&fx, jobs, n, 1000);
 	for (i = 0; i < n; i++)
 		ck_assert_int_eq(jobs[i].err, 0);
-	/* each opener alone, then the six that queued meanwhile in one request */
-	ck_assert_int_eq(count(&fx, "POST", "/locks/_bulk") - before, OPENERS + 1);
+	/* the slots' requests, then the six that queued meanwhile in one */
+	ck_assert_int_eq(count(&fx, "POST", "/locks/_bulk") - before, SLOTS + 1);
 	ck_assert_int_eq(bulks_with_all(&fx, "create", "g", OPENERS, n), 1);
 	/* releases share requests the same way */
 	before = count(&fx, "POST", "/locks/_bulk");
@@ -701,7 +745,7 @@ START_TEST(test_lockstore_es__concurrent_renames_share_bulks)
 		ck_assert_int_eq(jobs[i].err, 0);
 		ck_assert_ptr_null(jobs[i].h.priv);
 	}
-	ck_assert_int_eq(count(&fx, "POST", "/locks/_bulk") - before, OPENERS + 1);
+	ck_assert_int_eq(count(&fx, "POST", "/locks/_bulk") - before, SLOTS + 1);
 	ck_assert_int_eq(bulks_with_all(&fx, "update", "g", OPENERS, n), 1);
 	/* alone again: one request each, sent at once */
 	jobs[0].release = false;
@@ -713,6 +757,35 @@ START_TEST(test_lockstore_es__concurrent_renames_share_bulks)
 	job_main(&jobs[0]);
 	ck_assert_int_eq(count(&fx, "POST", "/locks/_bulk") - before, 2);
 	jobs_done(&fx, jobs, n);
+}
+END_TEST
+
+START_TEST(test_lockstore_es__slow_request_holds_up_nobody)
+{
+	struct fixture fx;
+	struct job jobs[2];
+	int before;
+
+	/* the first slot's request is answered 2 s late; a rename queued
+	 * alone behind it (short of the gate) opens the second slot once it
+	 * has waited ES_BATCH_AGE_MS, not when the slow answer comes */
+	fx_open_concurrent(&fx);
+	jobs_init(jobs, 2, fx.st, "s");
+	before = count(&fx, "POST", "/locks/_bulk");
+	pthread_mutex_lock(&fx.r.mu);
+	fx.f.hold_bulks = 1;
+	fx.f.hold_bulk_ms = 2000;
+	pthread_mutex_unlock(&fx.r.mu);
+	ck_assert_int_eq(pthread_create(&jobs[0].th, NULL, job_main, &jobs[0]), 0);
+	await_bulks(&fx, before + 1);
+	job_main(&jobs[1]);
+	ck_assert_int_eq(jobs[1].err, 0);
+	ck_assert_int_ge(jobs[1].took_ms, ES_BATCH_AGE_MS);
+	ck_assert_int_lt(jobs[1].took_ms, 1500);
+	pthread_join(jobs[0].th, NULL);
+	ck_assert_int_eq(jobs[0].err, 0);
+	ck_assert_int_ge(jobs[0].took_ms, 1900);
+	jobs_done(&fx, jobs, 2);
 }
 END_TEST
 
@@ -777,7 +850,7 @@ START_TEST(test_lockstore_es__failed_bulk_fails_every_rename_in_it)
 	fx_open_concurrent(&fx);
 	/* refused for good (HTTP 400): each rename of the batch gets EACCES */
 	jobs_init(jobs, n, fx.st, "f");
-	fx.f.fail_skip = OPENERS;
+	fx.f.fail_skip = SLOTS;
 	fx.f.fail_status = 400;
 	jobs_run(&fx, jobs, n, 1000);
 	for (i = 0; i < OPENERS; i++)
@@ -790,7 +863,7 @@ START_TEST(test_lockstore_es__failed_bulk_fails_every_rename_in_it)
 	jobs_free(jobs, n);
 	/* unavailable (HTTP 503 on every try): each gets ENOLCK */
 	jobs_init(jobs, n, fx.st, "u");
-	fx.f.fail_skip = OPENERS;
+	fx.f.fail_skip = SLOTS;
 	fx.f.fail_status = 503;
 	jobs_run(&fx, jobs, n, 1000);
 	for (i = 0; i < OPENERS; i++)
@@ -868,6 +941,7 @@ Suite *make_suite_lockstore_es(void)
 	tcase_add_test(tc, test_lockstore_es__failed_bulk_fails_every_rename_in_it);
 	tcase_add_test(tc, test_lockstore_es__queued_past_deadline_fails_alone);
 	tcase_add_test(tc, test_lockstore_es__one_in_flight);
+	tcase_add_test(tc, test_lockstore_es__slow_request_holds_up_nobody);
 	tcase_add_test(tc, test_lockstore_es__bulk_count);
 	suite_add_tcase(s, tc);
 	return s;
