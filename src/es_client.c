@@ -86,6 +86,8 @@ int es_client_open(struct es_client *c, const struct httpc_config *hc, const cha
 		goto out_close;
 	c->timeout_ms = hc->timeout_ms ? hc->timeout_ms : 5000;
 	c->max_inflight = ES_BATCH_INFLIGHT;
+	atomic_init(&c->scripts_stored, false);
+	snprintf(c->scripts_note, sizeof(c->scripts_note), "inline (not checked)");
 	err = httpc_open(hc, &c->http);
 	if (err) {
 		err = err == -ENOMEM ? err : -EINVAL;
@@ -480,7 +482,17 @@ int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root)
 	return me.err;
 }
 
-enum es_item_state es_item_state(const cJSON *it, long *status_out)
+bool es_client_scripts_stored(struct es_client *c)
+{
+	return atomic_load(&c->scripts_stored);
+}
+
+void es_client_set_scripts_stored(struct es_client *c, bool stored)
+{
+	atomic_store(&c->scripts_stored, stored);
+}
+
+enum es_item_state es_item_state(struct es_client *c, const cJSON *it, long *status_out)
 {
 	const cJSON *body = it ? it->child : NULL; /* {"create": {...}} */
 	const char *op = body && body->string ? body->string : "";
@@ -499,8 +511,7 @@ enum es_item_state es_item_state(const cJSON *it, long *status_out)
 		return ES_ITEM_REFUSED;
 	if (status == 400 && es_docs_is_missing_script(err)) {
 		/* our stored scripts were deleted: inline from now on */
-		if (es_docs_stored()) {
-			es_docs_set_stored(false);
+		if (atomic_exchange(&c->scripts_stored, false)) {
 			tl_log(LOG_WARNING, "the lock scripts stored in the cluster are gone: "
 			       "sending them inline from now on");
 		}

@@ -15,11 +15,6 @@
 #include "lockplan.h"
 #include "log.h"
 
-/* A failure worth retrying left the scripts inline: es_index_verify()
- * (the heartbeat) tries again. Written by one thread at a time (the
- * opening one, then the heartbeat). */
-static bool scripts_pending;
-
 int es_index_read_mapping(struct es_client *c, char **strategy, bool *keyword_path)
 {
 	struct httpc_response r;
@@ -127,18 +122,14 @@ int es_index_verify(struct es_client *c, enum tl_strategy s, char **have)
 		return -EPROTO;
 	if (strcmp(*have, want) != 0)
 		return -EINVAL;
-	if (scripts_pending)
+	if (c->scripts_pending)
 		es_index_scripts(c, false);
 	return 0;
 }
 
-/* How the scripts travel, for treelockctl check; written while the store
- * opens (one thread), read afterwards. */
-static char scripts_note[200] = "inline (not checked)";
-
-const char *es_index_scripts_note(void)
+const char *es_index_scripts_note(const struct es_client *c)
 {
-	return scripts_note;
+	return c->scripts_note;
 }
 
 /* R's status and error type as " (HTTP 403 security_exception)". */
@@ -236,7 +227,7 @@ out:
 int es_index_scripts(struct es_client *c, bool for_ctl)
 {
 	char why[160] = "";
-	bool again = scripts_pending;
+	bool again = c->scripts_pending;
 	size_t i, n;
 	const struct es_script *sc = es_docs_scripts(&n);
 	int ret = 1;
@@ -247,23 +238,23 @@ int es_index_scripts(struct es_client *c, bool for_ctl)
 		return ret;
 	/* the store failing now (429, 5xx, no answer) does not hold up the
 	 * start: inline until a later try stores them */
-	scripts_pending = ret == -EAGAIN && !for_ctl;
+	c->scripts_pending = ret == -EAGAIN && !for_ctl;
 	if (ret == -EAGAIN && for_ctl)
 		snprintf(why, sizeof(why), "the store failed to say; try again");
-	if (again && scripts_pending)
+	if (again && c->scripts_pending)
 		return 0; /* still failing: said so already */
-	es_docs_set_stored(ret == 1);
+	es_client_set_scripts_stored(c, ret == 1);
 	if (ret == 1)
-		snprintf(scripts_note, sizeof(scripts_note), "stored in the cluster (treelockfs-*-%s)",
-			 ES_SCRIPTS_VERSION);
+		snprintf(c->scripts_note, sizeof(c->scripts_note),
+			 "stored in the cluster (treelockfs-*-%s)", ES_SCRIPTS_VERSION);
 	else
-		snprintf(scripts_note, sizeof(scripts_note), "inline (%s)", why);
+		snprintf(c->scripts_note, sizeof(c->scripts_note), "inline (%s)", why);
 	if (!for_ctl) {
 		if (ret == 1)
-			tl_log(LOG_NOTICE, "lock scripts: %s", scripts_note);
+			tl_log(LOG_NOTICE, "lock scripts: %s", c->scripts_note);
 		else
 			tl_log(LOG_NOTICE, "lock scripts: sent %s: every request carries them",
-			       scripts_note);
+			       c->scripts_note);
 	}
 	return 0;
 }

@@ -44,14 +44,14 @@ int es_index_bootstrap(struct es_client *c, enum tl_strategy s, bool for_ctl);
  * where that is refused (no privilege, stored scripts disabled) or a
  * stored script is not ours, they travel inline. A store that fails now
  * (429, 5xx, no answer) does not fail the start: the scripts travel inline
- * and es_index_verify() tries again. Sets es_docs_set_stored() and, unless
+ * and es_index_verify() tries again. Sets es_client_scripts_stored() and, unless
  * FOR_CTL, logs which (once, not at every failed try). Returns 0 or
  * -ENOMEM. Called by es_index_bootstrap() once the index is ours. */
 int es_index_scripts(struct es_client *c, bool for_ctl);
 
-/* How the scripts travel, as es_index_scripts() found ("stored in the
+/* How the scripts of C travel, as es_index_scripts() found ("stored in the
  * cluster (...)" or "inline (why)"), for treelockctl check. */
-const char *es_index_scripts_note(void);
+const char *es_index_scripts_note(const struct es_client *c);
 
 /* Checks, while mounted, that the index still carries our mapping and
  * strategy S, and re-creates it when it is gone (the store lost it).

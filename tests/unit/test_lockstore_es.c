@@ -414,8 +414,69 @@ START_TEST(test_lockstore_es__scripts_stored_or_inline)
 		ck_assert_int_eq(strstr(b->body, "\"id\":\"treelockfs-rel-") != NULL, stored);
 		lockplan_free(plan);
 		fx_done(&fx);
-		es_docs_set_stored(false);
 	}
+}
+END_TEST
+
+/* Takes and releases the locks of PLAN in FX's store; true when both
+ * bulks named the scripts by id, false when both carried them inline. */
+static bool scripts_by_id(struct fixture *fx, const struct tl_plan *plan, uint64_t ticket)
+{
+	struct tl_holder h;
+	struct tl_conflict why;
+	const struct resp_req *b;
+	bool acq, rel;
+
+	holder_init(&h, ticket);
+	ck_assert_int_eq(fx->st->ops->try_acquire(fx->st, plan, &h, &why), 0);
+	b = last(fx, "/locks/_bulk");
+	acq = strstr(b->body, "\"id\":\"treelockfs-acqs-") != NULL;
+	ck_assert_int_eq(strstr(b->body, "\"source\":\"def s = ") == NULL, acq);
+	ck_assert_int_eq(fx->st->ops->release(fx->st, plan, &h), 0);
+	b = last(fx, "/locks/_bulk");
+	rel = strstr(b->body, "\"id\":\"treelockfs-rel-") != NULL;
+	ck_assert_int_eq(acq, rel);
+	return acq;
+}
+
+/* Two es stores in one process keep their own way of sending scripts:
+ * opening one where storing them is refused leaves the other by id, and
+ * a stored script gone from one cluster switches only that store inline. */
+START_TEST(test_lockstore_es__scripts_mode_per_store)
+{
+	static const int puts[] = {200, 403, 200};
+	struct fixture fx[3];
+	struct es_store *es;
+	struct tl_plan *plan = NULL;
+	cJSON *item;
+	size_t k;
+
+	for (k = 0; k < 3; k++) {
+		fx_init(&fx[k]);
+		fx[k].f.script_put = puts[k];
+		ck_assert_int_eq(lockstore_es_open(&fx[k].cfg, &fx[k].st), 0);
+		ck_assert_int_eq(fx[k].st->ops->start(fx[k].st), 0);
+	}
+	ck_assert_int_eq(lockplan_rename(TL_STRATEGY_TREE, "/a/b", "/a/c", 0, NULL, 0, &plan), 0);
+	ck_assert(scripts_by_id(&fx[0], plan, 1));
+	ck_assert(!scripts_by_id(&fx[1], plan, 2));
+	ck_assert(scripts_by_id(&fx[2], plan, 3));
+	/* the first store's cluster lost a stored script */
+	item = cJSON_Parse("{\"update\":{\"_id\":\"/a\",\"status\":400,\"error\":{"
+			   "\"type\":\"illegal_argument_exception\",\"reason\":\"failed to "
+			   "execute script\",\"caused_by\":{\"type\":"
+			   "\"resource_not_found_exception\",\"reason\":\"unable to find "
+			   "script [treelockfs-acqs-" ES_SCRIPTS_VERSION "] in cluster state\"}}}}");
+	ck_assert_ptr_nonnull(item);
+	es = es_store_of(fx[0].st);
+	ck_assert_int_eq(es_item_state(&es->cl, item, NULL), ES_ITEM_RETRY);
+	cJSON_Delete(item);
+	ck_assert(!scripts_by_id(&fx[0], plan, 4));
+	ck_assert(!scripts_by_id(&fx[1], plan, 5));
+	ck_assert(scripts_by_id(&fx[2], plan, 6));
+	lockplan_free(plan);
+	for (k = 0; k < 3; k++)
+		fx_done(&fx[k]);
 }
 END_TEST
 
@@ -856,6 +917,7 @@ Suite *make_suite_lockstore_es(void)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_lockstore_es__bootstrap_creates_index);
 	tcase_add_test(tc, test_lockstore_es__scripts_stored_or_inline);
+	tcase_add_test(tc, test_lockstore_es__scripts_mode_per_store);
 	tcase_add_test(tc, test_lockstore_es__refuses_other_strategy);
 	tcase_add_test(tc, test_lockstore_es__unreachable_and_unauthorised);
 	tcase_add_test(tc, test_lockstore_es__one_bulk_per_acquire_and_release);
