@@ -61,7 +61,7 @@ struct es_client {
 	 * check; written by one thread at a time (the opening one, then the
 	 * heartbeat) */
 	bool scripts_pending;
-	char scripts_note[200];
+	char scripts_note[240];
 };
 
 enum es_call_class {

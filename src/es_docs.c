@@ -61,6 +61,8 @@ static cJSON *update_action(const char *id)
 	return act;
 }
 
+/* Stored in this order: a mount reads the last one alone (es_index.c), so
+ * a new script goes at the end, or ES_SCRIPTS_VERSION changes. */
 static const struct es_script scripts[] = {
 	{SCRIPT_ACQ_S_ID, SCRIPT_ACQ_S},   {SCRIPT_ACQ_X_ID, SCRIPT_ACQ_X},
 	{SCRIPT_RELEASE_ID, SCRIPT_RELEASE}, {SCRIPT_MARK_ID, SCRIPT_MARK},
