@@ -62,7 +62,8 @@ static char *escape(const char *s)
 	return out;
 }
 
-int es_client_open(struct es_client *c, const struct httpc_config *hc, const char *index)
+int es_client_open(struct es_client *c, const struct httpc_config *hc, const char *index,
+		   unsigned int max_inflight)
 {
 	int err = -ENOMEM;
 
@@ -85,7 +86,7 @@ int es_client_open(struct es_client *c, const struct httpc_config *hc, const cha
 	if (!c->index_esc)
 		goto out_close;
 	c->timeout_ms = hc->timeout_ms ? hc->timeout_ms : 5000;
-	c->max_inflight = ES_BATCH_INFLIGHT;
+	c->max_inflight = max_inflight;
 	atomic_init(&c->scripts_stored, false);
 	snprintf(c->scripts_note, sizeof(c->scripts_note), "inline (not checked)");
 	err = httpc_open(hc, &c->http);

@@ -77,9 +77,12 @@ enum es_item_state {
 	ES_ITEM_FATAL,       /* our bug: the caller logs it */
 };
 
-/* Opens the HTTP client of HC for index INDEX into C. Returns 0, -EINVAL
- * (no usable URL, logged), -ENOMEM. On failure C holds nothing. */
-int es_client_open(struct es_client *c, const struct httpc_config *hc, const char *index);
+/* Opens the HTTP client of HC for index INDEX into C, with at most
+ * MAX_INFLIGHT (1..ES_BATCH_INFLIGHT_MAX, es_inflight=) _bulk requests in
+ * flight. Returns 0, -EINVAL (no usable URL, logged), -ENOMEM. On failure
+ * C holds nothing. */
+int es_client_open(struct es_client *c, const struct httpc_config *hc, const char *index,
+		   unsigned int max_inflight);
 
 /* Frees what C holds; accepts an empty client. */
 void es_client_close(struct es_client *c);

@@ -903,12 +903,11 @@ int es_store_open(const struct tl_config *cfg, struct lockstore **out, bool for_
 	hc.insecure = eo->insecure;
 	hc.timeout_ms = es->timeout_ms;
 	hc.opaque_id = es->owner;
-	err = es_client_open(&es->cl, &hc,
-			     eo->index && *eo->index ? eo->index : ES_DEFAULT_INDEX);
+	/* eo->inflight: es_inflight=, or its default (es_options.c) */
+	err = es_client_open(&es->cl, &hc, eo->index && *eo->index ? eo->index : ES_DEFAULT_INDEX,
+			     eo->inflight);
 	if (err)
 		goto out_close;
-	if (eo->inflight)
-		es->cl.max_inflight = eo->inflight;
 	if (eo->insecure)
 		tl_log(LOG_WARNING, "es_insecure: TLS certificates of the lock store are not verified");
 	err = es_start_retry(es, "open the lock store", open_step, for_ctl);
