@@ -62,7 +62,8 @@ static char *escape(const char *s)
 	return out;
 }
 
-int es_client_open(struct es_client *c, const struct httpc_config *hc, const char *index)
+int es_client_open(struct es_client *c, const struct httpc_config *hc, const char *index,
+		   unsigned int max_inflight)
 {
 	int err = -ENOMEM;
 
@@ -85,9 +86,11 @@ int es_client_open(struct es_client *c, const struct httpc_config *hc, const cha
 	if (!c->index_esc)
 		goto out_close;
 	c->timeout_ms = hc->timeout_ms ? hc->timeout_ms : 5000;
-	c->max_inflight = ES_BATCH_INFLIGHT;
+	c->max_inflight = max_inflight;
 	c->extra_min = ES_BATCH_EXTRA_MIN;
 	c->batch_age_ms = ES_BATCH_AGE_MS;
+	atomic_init(&c->scripts_stored, false);
+	snprintf(c->scripts_note, sizeof(c->scripts_note), "inline (not checked)");
 	err = httpc_open(hc, &c->http);
 	if (err) {
 		err = err == -ENOMEM ? err : -EINVAL;
@@ -512,7 +515,17 @@ int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root)
 	return me.err;
 }
 
-enum es_item_state es_item_state(const cJSON *it, long *status_out)
+bool es_client_scripts_stored(struct es_client *c)
+{
+	return atomic_load(&c->scripts_stored);
+}
+
+void es_client_set_scripts_stored(struct es_client *c, bool stored)
+{
+	atomic_store(&c->scripts_stored, stored);
+}
+
+enum es_item_state es_item_state(struct es_client *c, const cJSON *it, long *status_out)
 {
 	const cJSON *body = it ? it->child : NULL; /* {"create": {...}} */
 	const char *op = body && body->string ? body->string : "";
@@ -531,8 +544,7 @@ enum es_item_state es_item_state(const cJSON *it, long *status_out)
 		return ES_ITEM_REFUSED;
 	if (status == 400 && es_docs_is_missing_script(err)) {
 		/* our stored scripts were deleted: inline from now on */
-		if (es_docs_stored()) {
-			es_docs_set_stored(false);
+		if (atomic_exchange(&c->scripts_stored, false)) {
 			tl_log(LOG_WARNING, "the lock scripts stored in the cluster are gone: "
 			       "sending them inline from now on");
 		}

@@ -13,6 +13,7 @@
 
 #include <cjson/cJSON.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -57,6 +58,17 @@ struct es_client {
 	unsigned int extra_min;      /* queued bulks that open a further slot */
 	int64_t batch_age_ms;        /* or the queue's age that does */
 	bool batch_ready;            /* the mutex and cond exist */
+	/* How this client's lock scripts travel: by id (stored in the
+	 * cluster) or inline (false, the default). Set while the store opens
+	 * (es_index_scripts()), switched to inline by es_item_state() should
+	 * a stored script go missing; read by whoever builds a request. */
+	atomic_bool scripts_stored;
+	/* es_index.c's: a failure worth retrying left the scripts inline
+	 * (the heartbeat tries again), and how they travel for treelockctl
+	 * check; written by one thread at a time (the opening one, then the
+	 * heartbeat) */
+	bool scripts_pending;
+	char scripts_note[240];
 };
 
 enum es_call_class {
@@ -72,9 +84,12 @@ enum es_item_state {
 	ES_ITEM_FATAL,       /* our bug: the caller logs it */
 };
 
-/* Opens the HTTP client of HC for index INDEX into C. Returns 0, -EINVAL
- * (no usable URL, logged), -ENOMEM. On failure C holds nothing. */
-int es_client_open(struct es_client *c, const struct httpc_config *hc, const char *index);
+/* Opens the HTTP client of HC for index INDEX into C, with at most
+ * MAX_INFLIGHT (1..ES_BATCH_INFLIGHT_MAX, es_inflight=) _bulk requests in
+ * flight. Returns 0, -EINVAL (no usable URL, logged), -ENOMEM. On failure
+ * C holds nothing. */
+int es_client_open(struct es_client *c, const struct httpc_config *hc, const char *index,
+		   unsigned int max_inflight);
 
 /* Frees what C holds; accepts an empty client. */
 void es_client_close(struct es_client *c);
@@ -137,11 +152,16 @@ int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root);
  * -1 when a line is not an action this client writes. */
 long es_bulk_count(const char *data, size_t len);
 
-/* Classifies bulk response item IT; *STATUS (may be NULL) gets its status.
- * A 404 on update or delete is OK: the document is already gone. A stored
- * script gone from the cluster switches es_docs to inline scripts and the
- * item is to be resent. */
-enum es_item_state es_item_state(const cJSON *it, long *status);
+/* Classifies bulk response item IT of a request of C; *STATUS (may be
+ * NULL) gets its status. A 404 on update or delete is OK: the document is
+ * already gone. A stored script gone from the cluster switches C to inline
+ * scripts and the item is to be resent. */
+enum es_item_state es_item_state(struct es_client *c, const cJSON *it, long *status);
+
+/* Whether C's lock scripts travel by id (stored in the cluster), else
+ * inline; and setting it. Any thread. */
+bool es_client_scripts_stored(struct es_client *c);
+void es_client_set_scripts_stored(struct es_client *c, bool stored);
 
 /* Reads PREFIX IDS[0..N) (PREFIX may be NULL) with one _mget. Returns the
  * parsed response (its "docs" in order; caller frees) or NULL. */

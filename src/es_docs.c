@@ -7,7 +7,6 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,9 +61,8 @@ static cJSON *update_action(const char *id)
 	return act;
 }
 
-/* How scripts travel: by id (stored in the cluster) or inline. */
-static atomic_bool use_stored;
-
+/* Stored in this order: a mount reads the last one alone (es_index.c), so
+ * a new script goes at the end, or ES_SCRIPTS_VERSION changes. */
 static const struct es_script scripts[] = {
 	{SCRIPT_ACQ_S_ID, SCRIPT_ACQ_S},   {SCRIPT_ACQ_X_ID, SCRIPT_ACQ_X},
 	{SCRIPT_RELEASE_ID, SCRIPT_RELEASE}, {SCRIPT_MARK_ID, SCRIPT_MARK},
@@ -76,16 +74,6 @@ const struct es_script *es_docs_scripts(size_t *n)
 	return scripts;
 }
 
-void es_docs_set_stored(bool stored)
-{
-	atomic_store(&use_stored, stored);
-}
-
-bool es_docs_stored(void)
-{
-	return atomic_load(&use_stored);
-}
-
 cJSON *es_docs_stored_script(const char *source)
 {
 	cJSON *b = cJSON_CreateObject(), *s = cJSON_AddObjectToObject(b, "script");
@@ -95,14 +83,15 @@ cJSON *es_docs_stored_script(const char *source)
 	return b;
 }
 
-/* {"script": {"id": ID | "source": SOURCE, "params": PARAMS}} with, for
+/* {"script": {"id": ID (STORED) | "source": SOURCE, "params": PARAMS}} with, for
  * the acquire and mark scripts (UPSERT), an empty scripted upsert: the
  * script builds a missing document itself. */
-static cJSON *script_body(const char *id, const char *source, cJSON *params, bool upsert)
+static cJSON *script_body(bool stored, const char *id, const char *source, cJSON *params,
+			  bool upsert)
 {
 	cJSON *b = cJSON_CreateObject(), *s = cJSON_AddObjectToObject(b, "script");
 
-	if (es_docs_stored())
+	if (stored)
 		cJSON_AddStringToObject(s, "id", id);
 	else
 		cJSON_AddStringToObject(s, "source", source);
@@ -220,12 +209,13 @@ void es_docs_acquire(struct buf *b, const struct es_req *r, size_t i)
 			return;
 		}
 		es_docs_line(b, action("update", r->ids[i]));
-		es_docs_line(b, script_body(SCRIPT_ACQ_X_ID, SCRIPT_ACQ_X, acquire_params(r, i),
-					    true));
+		es_docs_line(b, script_body(r->stored, SCRIPT_ACQ_X_ID, SCRIPT_ACQ_X,
+					    acquire_params(r, i), true));
 		return;
 	}
 	es_docs_line(b, update_action(r->ids[i]));
-	es_docs_line(b, script_body(SCRIPT_ACQ_S_ID, SCRIPT_ACQ_S, acquire_params(r, i), true));
+	es_docs_line(b, script_body(r->stored, SCRIPT_ACQ_S_ID, SCRIPT_ACQ_S, acquire_params(r, i),
+				    true));
 }
 
 void es_docs_mark(struct buf *b, const struct es_req *r, size_t i)
@@ -240,37 +230,37 @@ void es_docs_mark(struct buf *b, const struct es_req *r, size_t i)
 	cJSON_AddNumberToObject(p, "tmo", (double)r->tmo_ms);
 	add_path(p, r, i);
 	es_docs_line(b, update_action(r->ids[i]));
-	es_docs_line(b, script_body(SCRIPT_MARK_ID, SCRIPT_MARK, p, true));
+	es_docs_line(b, script_body(r->stored, SCRIPT_MARK_ID, SCRIPT_MARK, p, true));
 }
 
 /* A scripted update of ID with PARAMS {"h": HKEY}. */
 static void holder_script(struct buf *b, const char *id, const char *sid, const char *source,
-			  const char *hkey)
+			  const char *hkey, bool stored)
 {
 	cJSON *p = cJSON_CreateObject();
 
 	cJSON_AddStringToObject(p, "h", hkey);
 	es_docs_line(b, update_action(id));
-	es_docs_line(b, script_body(sid, source, p, false));
+	es_docs_line(b, script_body(stored, sid, source, p, false));
 }
 
-void es_docs_release(struct buf *b, const char *id, const char *hkey)
+void es_docs_release(struct buf *b, const char *id, const char *hkey, bool stored)
 {
-	holder_script(b, id, SCRIPT_RELEASE_ID, SCRIPT_RELEASE, hkey);
+	holder_script(b, id, SCRIPT_RELEASE_ID, SCRIPT_RELEASE, hkey, stored);
 }
 
-void es_docs_unmark(struct buf *b, const char *id, const char *hkey)
+void es_docs_unmark(struct buf *b, const char *id, const char *hkey, bool stored)
 {
-	holder_script(b, id, SCRIPT_UNMARK_ID, SCRIPT_UNMARK, hkey);
+	holder_script(b, id, SCRIPT_UNMARK_ID, SCRIPT_UNMARK, hkey, stored);
 }
 
-void es_docs_evict(struct buf *b, const char *id, const char *owner)
+void es_docs_evict(struct buf *b, const char *id, const char *owner, bool stored)
 {
 	cJSON *p = cJSON_CreateObject();
 
 	cJSON_AddStringToObject(p, "o", owner);
 	es_docs_line(b, update_action(id));
-	es_docs_line(b, script_body(SCRIPT_EVICT_ID, SCRIPT_EVICT, p, false));
+	es_docs_line(b, script_body(stored, SCRIPT_EVICT_ID, SCRIPT_EVICT, p, false));
 }
 
 /* True when the keys of plan P follow from its strategy, from and to

@@ -10,12 +10,12 @@
  * memory runs out the buffer is left failed (b->err, see buf.h), and the
  * caller checks once before sending.
  *
- * Scripts travel by id when they are stored in the cluster, else inline
- * (es_docs_set_stored()): the one setting of this module, process-wide (a
- * process opens one es store), set while the store opens and switched to
- * inline should a stored script go missing.
+ * Scripts travel by id when they are stored in the cluster, else inline:
+ * the caller says which (es_req.stored, the STORED argument), from its
+ * client's setting (es_client_scripts_stored()); this module keeps no
+ * setting of its own.
  *
- * Thread rules: any thread (the setting is atomic).
+ * Thread rules: any thread.
  */
 #ifndef TREELOCKFS_ES_DOCS_H
 #define TREELOCKFS_ES_DOCS_H
@@ -50,6 +50,7 @@ struct es_req {
 	int64_t now_ms;        /* wall clock now ("since") */
 	int64_t tmo_ms;        /* how long a waiter mark of this holder lives */
 	bool marked;           /* refused before: exclusive items are scripted */
+	bool stored;           /* scripts by id (stored in the cluster), else inline */
 	char *const *dead;     /* owner ids known dead (their marks are ignored) */
 	size_t ndead;
 };
@@ -62,10 +63,6 @@ struct es_script {
 
 /* Every script (*N of them, static storage), for storing them (es_index.c). */
 const struct es_script *es_docs_scripts(size_t *n);
-
-/* Scripts by id (STORED: stored in the cluster) or inline (the default). */
-void es_docs_set_stored(bool stored);
-bool es_docs_stored(void);
 
 /* The body of PUT _scripts/<id> for SOURCE. Returns a new object or NULL. */
 cJSON *es_docs_stored_script(const char *source);
@@ -90,14 +87,16 @@ void es_docs_acquire(struct buf *b, const struct es_req *r, size_t i);
 /* The waiter mark of plan key I of R (scripted update, scripted upsert). */
 void es_docs_mark(struct buf *b, const struct es_req *r, size_t i);
 
-/* Drops holder HKEY's share of document ID (deleted when nothing is left). */
-void es_docs_release(struct buf *b, const char *id, const char *hkey);
+/* Drops holder HKEY's share of document ID (deleted when nothing is left).
+ * Here and below, STORED: the script by id (stored in the cluster), else
+ * inline. */
+void es_docs_release(struct buf *b, const char *id, const char *hkey, bool stored);
 
 /* Drops holder HKEY's waiter mark from document ID. */
-void es_docs_unmark(struct buf *b, const char *id, const char *hkey);
+void es_docs_unmark(struct buf *b, const char *id, const char *hkey, bool stored);
 
 /* Removes every share and mark of owner OWNER from document ID. */
-void es_docs_evict(struct buf *b, const char *id, const char *owner);
+void es_docs_evict(struct buf *b, const char *id, const char *owner, bool stored);
 
 /* Indexes the intent document of R (owner, NAME the owner name, from, to,
  * start, pid, keys; its id names the holder).

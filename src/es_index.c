@@ -15,11 +15,6 @@
 #include "lockplan.h"
 #include "log.h"
 
-/* A failure worth retrying left the scripts inline: es_index_verify()
- * (the heartbeat) tries again. Written by one thread at a time (the
- * opening one, then the heartbeat). */
-static bool scripts_pending;
-
 int es_index_read_mapping(struct es_client *c, char **strategy, bool *keyword_path)
 {
 	struct httpc_response r;
@@ -127,18 +122,14 @@ int es_index_verify(struct es_client *c, enum tl_strategy s, char **have)
 		return -EPROTO;
 	if (strcmp(*have, want) != 0)
 		return -EINVAL;
-	if (scripts_pending)
+	if (c->scripts_pending)
 		es_index_scripts(c, false);
 	return 0;
 }
 
-/* How the scripts travel, for treelockctl check; written while the store
- * opens (one thread), read afterwards. */
-static char scripts_note[200] = "inline (not checked)";
-
-const char *es_index_scripts_note(void)
+const char *es_index_scripts_note(const struct es_client *c)
 {
-	return scripts_note;
+	return c->scripts_note;
 }
 
 /* R's status and error type as " (HTTP 403 security_exception)". */
@@ -165,15 +156,15 @@ static void retry_note(const struct httpc_response *r, char *why, size_t size)
 	}
 }
 
-/* One script: 1 stored (found with our source, or stored now), 0 not
- * usable by id (*WHY says why), -EAGAIN, -ENOMEM. */
-static int script_stored(struct es_client *c, const struct es_script *sc, bool for_ctl,
-			 char *why, size_t size)
+/* Reads one script: 1 stored with our source, 0 not usable by id (*WHY
+ * says why), -ENOENT (not stored: *WHY says so for treelockctl), -EAGAIN
+ * (*WHY), -ENOMEM. */
+static int script_read(struct es_client *c, const struct es_script *sc, char *why, size_t size)
 {
 	struct httpc_response r;
 	enum es_call_class cc;
-	char *path = NULL, *body;
-	cJSON *root, *req;
+	char *path = NULL, st[128];
+	cJSON *root;
 	const char *have;
 	int ret;
 
@@ -187,30 +178,37 @@ static int script_stored(struct es_client *c, const struct es_script *sc, bool f
 		if (!ret)
 			snprintf(why, size, "stored script %s is not ours", sc->id);
 		cJSON_Delete(root);
-		goto out;
-	}
-	if (cc == ES_CALL_RETRY) {
+	} else if (cc == ES_CALL_RETRY) {
 		retry_note(&r, why, size);
 		ret = -EAGAIN;
-		goto out;
-	}
-	if (r.status != 404 || for_ctl) {
-		char st[128];
-
+	} else if (r.status == 404) {
+		snprintf(why, size, "not stored in the cluster yet; a mount stores them");
+		ret = -ENOENT;
+	} else {
 		status_note(&r, st, sizeof(st));
-		if (r.status == 404)
-			snprintf(why, size, "not stored in the cluster yet; a mount stores them");
-		else
-			snprintf(why, size, "cannot read stored scripts: %s", st);
+		snprintf(why, size, "cannot read stored scripts: %s", st);
 		ret = 0;
-		goto out;
 	}
 	httpc_response_free(&r);
+	free(path);
+	return ret;
+}
+
+/* Stores one script: 1 stored, 0 refused (*WHY says why), -EAGAIN (*WHY),
+ * -ENOMEM. */
+static int script_put(struct es_client *c, const struct es_script *sc, char *why, size_t size)
+{
+	struct httpc_response r;
+	enum es_call_class cc;
+	char *path = NULL, *body, st[128];
+	cJSON *req;
+	int ret;
+
 	req = es_docs_stored_script(sc->source);
 	body = req ? cJSON_PrintUnformatted(req) : NULL;
 	cJSON_Delete(req);
-	if (!body) {
-		free(path);
+	if (!body || asprintf(&path, "/_scripts/%s", sc->id) < 0) {
+		free(body);
 		return -ENOMEM;
 	}
 	cc = es_call(c, "PUT", path, HTTPC_JSON, body, strlen(body), &r, true);
@@ -221,49 +219,93 @@ static int script_stored(struct es_client *c, const struct es_script *sc, bool f
 		retry_note(&r, why, size);
 		ret = -EAGAIN;
 	} else {
-		char st[128];
-
 		status_note(&r, st, sizeof(st));
 		snprintf(why, size, "cannot store scripts: %s", st);
 		ret = 0;
 	}
-out:
 	httpc_response_free(&r);
 	free(path);
 	return ret;
 }
 
+/* Which way the N scripts SC can travel (1 by id, 0 inline: *WHY says why,
+ * -EAGAIN, -ENOMEM), storing the missing ones unless FOR_CTL.
+ *
+ * A mount stores them in table order, each after the one before it, so the
+ * last one is stored last: when it is there with our source, so are the
+ * others (a stored id names one version of a source, es_scripts.h), and a
+ * mount reads that one alone. Where it is missing (first mount, or one
+ * that stopped halfway), every script is read and the missing ones are
+ * stored, the last one last again. A script deleted by hand behind a
+ * stored last one is met by the request that names it (es_item_state():
+ * inline from then on). treelockctl check reads every script: its report
+ * says what the cluster holds. */
+static int scripts_usable(struct es_client *c, const struct es_script *sc, size_t n,
+			  bool for_ctl, char *why, size_t size)
+{
+	size_t i;
+	int ret;
+
+	if (!for_ctl) {
+		ret = script_read(c, &sc[n - 1], why, size);
+		if (ret != -ENOENT)
+			return ret;
+	}
+	for (i = 0, ret = 1; i < n && ret == 1; i++) {
+		/* a mount that gets here has just found the last one missing */
+		ret = !for_ctl && i == n - 1 ? -ENOENT : script_read(c, &sc[i], why, size);
+		if (ret == -ENOENT && !for_ctl)
+			ret = script_put(c, &sc[i], why, size);
+	}
+	if (ret == -ENOENT && for_ctl && i < n) {
+		/* treelockctl: one is missing (deleted by hand?) behind a
+		 * stored last one, which a mount takes for all of them */
+		char last[160];
+
+		ret = script_read(c, &sc[n - 1], last, sizeof(last));
+		if (ret == 1)
+			snprintf(why, size,
+				 "stored script %s is missing: a mount switches to inline scripts "
+				 "once it needs it (delete %s and the next mount stores them all)",
+				 sc[i - 1].id, sc[n - 1].id);
+		else if (ret != -ENOENT)
+			snprintf(why, size, "%s", last);
+		if (ret != -EAGAIN && ret != -ENOMEM)
+			ret = 0;
+	}
+	return ret == -ENOENT ? 0 : ret;
+}
+
 int es_index_scripts(struct es_client *c, bool for_ctl)
 {
-	char why[160] = "";
-	bool again = scripts_pending;
-	size_t i, n;
+	char why[200] = "";
+	bool again = c->scripts_pending;
+	size_t n;
 	const struct es_script *sc = es_docs_scripts(&n);
-	int ret = 1;
+	int ret;
 
-	for (i = 0; i < n && ret == 1; i++)
-		ret = script_stored(c, &sc[i], for_ctl, why, sizeof(why));
+	ret = scripts_usable(c, sc, n, for_ctl, why, sizeof(why));
 	if (ret == -ENOMEM)
 		return ret;
 	/* the store failing now (429, 5xx, no answer) does not hold up the
 	 * start: inline until a later try stores them */
-	scripts_pending = ret == -EAGAIN && !for_ctl;
+	c->scripts_pending = ret == -EAGAIN && !for_ctl;
 	if (ret == -EAGAIN && for_ctl)
 		snprintf(why, sizeof(why), "the store failed to say; try again");
-	if (again && scripts_pending)
+	if (again && c->scripts_pending)
 		return 0; /* still failing: said so already */
-	es_docs_set_stored(ret == 1);
+	es_client_set_scripts_stored(c, ret == 1);
 	if (ret == 1)
-		snprintf(scripts_note, sizeof(scripts_note), "stored in the cluster (treelockfs-*-%s)",
-			 ES_SCRIPTS_VERSION);
+		snprintf(c->scripts_note, sizeof(c->scripts_note),
+			 "stored in the cluster (treelockfs-*-%s)", ES_SCRIPTS_VERSION);
 	else
-		snprintf(scripts_note, sizeof(scripts_note), "inline (%s)", why);
+		snprintf(c->scripts_note, sizeof(c->scripts_note), "inline (%s)", why);
 	if (!for_ctl) {
 		if (ret == 1)
-			tl_log(LOG_NOTICE, "lock scripts: %s", scripts_note);
+			tl_log(LOG_NOTICE, "lock scripts: %s", c->scripts_note);
 		else
 			tl_log(LOG_NOTICE, "lock scripts: sent %s: every request carries them",
-			       scripts_note);
+			       c->scripts_note);
 	}
 	return 0;
 }

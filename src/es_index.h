@@ -39,19 +39,21 @@ int es_index_read_mapping(struct es_client *c, char **strategy, bool *keyword_pa
  * retrying), -ENOLCK, -ENOMEM. */
 int es_index_bootstrap(struct es_client *c, enum tl_strategy s, bool for_ctl);
 
-/* Makes the lock scripts (es_docs.h) usable by id: each is read
- * (GET _scripts/<id>) and, when missing and not FOR_CTL, stored (PUT);
- * where that is refused (no privilege, stored scripts disabled) or a
- * stored script is not ours, they travel inline. A store that fails now
- * (429, 5xx, no answer) does not fail the start: the scripts travel inline
- * and es_index_verify() tries again. Sets es_docs_set_stored() and, unless
- * FOR_CTL, logs which (once, not at every failed try). Returns 0 or
- * -ENOMEM. Called by es_index_bootstrap() once the index is ours. */
+/* Makes the lock scripts (es_docs.h) usable by id: a mount reads the one
+ * stored last (GET _scripts/<id>), one request when the scripts are there;
+ * where it is missing, each is read and the missing ones stored (PUT), in
+ * order. FOR_CTL reads each and stores nothing. Where storing is refused
+ * (no privilege, stored scripts disabled) or a stored script is not ours,
+ * they travel inline. A store that fails now (429, 5xx, no answer) does
+ * not fail the start: the scripts travel inline and es_index_verify()
+ * tries again. Sets es_client_scripts_stored() and, unless FOR_CTL, logs
+ * which (once, not at every failed try). Returns 0 or -ENOMEM. Called by
+ * es_index_bootstrap() once the index is ours. */
 int es_index_scripts(struct es_client *c, bool for_ctl);
 
-/* How the scripts travel, as es_index_scripts() found ("stored in the
+/* How the scripts of C travel, as es_index_scripts() found ("stored in the
  * cluster (...)" or "inline (why)"), for treelockctl check. */
-const char *es_index_scripts_note(void);
+const char *es_index_scripts_note(const struct es_client *c);
 
 /* Checks, while mounted, that the index still carries our mapping and
  * strategy S, and re-creates it when it is gone (the store lost it).

@@ -228,7 +228,7 @@ static void pending_flush(struct es_store *es)
 		cJSON *root = NULL;
 
 		next = p->next;
-		if (!es_docs_stored() && es_docs_inline(&b) == 0) {
+		if (!es_client_scripts_stored(&es->cl) && es_docs_inline(&b) == 0) {
 			/* kept while the scripts were stored; they are gone */
 			p->body = b.data;
 			p->len = b.len;
@@ -287,7 +287,7 @@ int es_send_idempotent(struct es_store *es, struct buf *b)
 		cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(root, "items"))
 		{
 			long st;
-			enum es_item_state is = es_item_state(it, &st);
+			enum es_item_state is = es_item_state(&es->cl, it, &st);
 
 			if (is == ES_ITEM_RETRY) {
 				retry = true;
@@ -304,7 +304,7 @@ int es_send_idempotent(struct es_store *es, struct buf *b)
 		if (!retry)
 			return 0;
 		err = -EAGAIN; /* resending the whole body is safe: idempotent */
-		if (!es_docs_stored() && es_docs_inline(b) != 0)
+		if (!es_client_scripts_stored(&es->cl) && es_docs_inline(b) != 0)
 			break; /* the stored scripts went missing: inline from now on */
 	}
 	if (err == -EAGAIN) {
@@ -729,6 +729,7 @@ void es_takeover(struct es_store *es, const char *owner, char *const *extra, siz
 	char *shown = es_docs_owner_display(owner);
 	struct buf b = BUF_INIT;
 	size_t nlocks = 0, i;
+	bool stored = es_client_scripts_stored(&es->cl);
 
 	tl_log(LOG_WARNING,
 	       "owner '%s' (%s) holds locks but its lease has not been renewed for 2 x lease_ttl: "
@@ -736,7 +737,7 @@ void es_takeover(struct es_store *es, const char *owner, char *const *extra, siz
 	       owner, shown ? shown : "?");
 	free(shown);
 	for (i = 0; i < n; i++)
-		es_docs_evict(&b, extra[i], owner);
+		es_docs_evict(&b, extra[i], owner, stored);
 	if (b.len || b.err)
 		es_send_idempotent(es, &b);
 	buf_free(&b);
@@ -780,6 +781,7 @@ int es_reap_owner(struct es_store *es, const char *owner, bool drop_intents, siz
 	char *id, *kid;
 	size_t nitems = 0;
 	int err = 0;
+	bool stored = es_client_scripts_stored(&es->cl);
 
 	*nlocks = 0;
 	/* At a conflict (take-over) only what the owner's intents and its
@@ -809,7 +811,7 @@ int es_reap_owner(struct es_store *es, const char *owner, bool drop_intents, siz
 				nk = 0;
 			for (j = 0; j < nk; j++) {
 				if (path_text_lock_id(keys[j], &kid) == 0) {
-					es_docs_evict(&b, kid, owner);
+					es_docs_evict(&b, kid, owner, stored);
 					free(kid);
 					nitems++;
 				}
@@ -821,7 +823,7 @@ int es_reap_owner(struct es_store *es, const char *owner, bool drop_intents, siz
 				nitems++;
 			}
 		} else if (es_docs_is_lock_id(hid)) {
-			es_docs_evict(&b, hid, owner);
+			es_docs_evict(&b, hid, owner, stored);
 			nitems++;
 		}
 	}

@@ -318,6 +318,7 @@ static int on_refusal(struct es_store *es, struct es_req *r, const struct tl_hol
 		err = -ENOLCK;
 		goto out;
 	}
+	r->stored = es_client_scripts_stored(&es->cl);
 	for (i = 0; i < n; i++)
 		if (st[i] == ES_ITEM_REFUSED) {
 			refids[nref] = r->ids[i];
@@ -372,15 +373,16 @@ static int on_refusal(struct es_store *es, struct es_req *r, const struct tl_hol
 				es_takeover(es, owners[i], refids, nref);
 			else
 				for (j = 0; j < nref; j++)
-					es_docs_evict(&b, refids[j], owners[i]);
+					es_docs_evict(&b, refids[j], owners[i], r->stored);
 		}
 	}
 
 out_rollback:
 	/* roll back (idempotent: noop where we hold nothing) and mark; the
 	 * intent stays while we wait, so a reap finds our marks too */
+	r->stored = es_client_scripts_stored(&es->cl);
 	for (i = n; i-- > 0;)
-		es_docs_release(&b, r->ids[i], r->hkey);
+		es_docs_release(&b, r->ids[i], r->hkey, r->stored);
 	for (i = 0; i < n; i++)
 		es_docs_mark(&b, r, i);
 	if (es_send_idempotent(es, &b) == 0)
@@ -401,10 +403,11 @@ out:
 static void rollback(struct es_store *es, const struct es_req *r)
 {
 	struct buf b = BUF_INIT;
+	bool stored = es_client_scripts_stored(&es->cl);
 	size_t i;
 
 	for (i = r->plan->n; i-- > 0;)
-		es_docs_release(&b, r->ids[i], r->hkey);
+		es_docs_release(&b, r->ids[i], r->hkey, stored);
 	es_docs_intent_delete(&b, r->hkey);
 	es_send_idempotent(es, &b);
 	buf_free(&b);
@@ -479,6 +482,7 @@ static int try_acquire(struct lockstore *st, const struct tl_plan *plan, struct 
 		r.dead = dead;
 		r.ndead = ndead;
 		r.now_ms = tl_wall_ms();
+		r.stored = es_client_scripts_stored(&es->cl);
 		if (!intent_ok)
 			es_docs_intent(&b, &r, es->name);
 		for (i = 0; i < plan->n; i++)
@@ -497,7 +501,7 @@ static int try_acquire(struct lockstore *st, const struct tl_plan *plan, struct 
 			goto out_rollback;
 		it = cJSON_GetObjectItemCaseSensitive(root, "items")->child;
 		if (!intent_ok) {
-			intent_ok = es_item_state(it, NULL) == ES_ITEM_OK;
+			intent_ok = es_item_state(&es->cl, it, NULL) == ES_ITEM_OK;
 			it = it ? it->next : NULL;
 		}
 		for (i = 0; i < plan->n; i++) {
@@ -505,7 +509,7 @@ static int try_acquire(struct lockstore *st, const struct tl_plan *plan, struct 
 
 			if (state[i] != ES_ITEM_RETRY)
 				continue;
-			state[i] = es_item_state(it, &status);
+			state[i] = es_item_state(&es->cl, it, &status);
 			if (state[i] == ES_ITEM_FATAL) {
 				char *t = cJSON_PrintUnformatted(it);
 
@@ -595,6 +599,7 @@ static int release(struct lockstore *st, const struct tl_plan *plan, struct tl_h
 	struct es_store *es = es_of(st);
 	struct es_hold *hold = h->priv;
 	struct buf b = BUF_INIT;
+	bool stored = es_client_scripts_stored(&es->cl);
 	char **ids = NULL;
 	size_t i;
 	int err;
@@ -605,7 +610,7 @@ static int release(struct lockstore *st, const struct tl_plan *plan, struct tl_h
 	if (err)
 		goto out;
 	for (i = plan->n; i-- > 0;)
-		es_docs_release(&b, ids[i], hold->key);
+		es_docs_release(&b, ids[i], hold->key, stored);
 	es_docs_intent_delete(&b, hold->key);
 	err = es_send_idempotent(es, &b);
 out:
@@ -620,12 +625,13 @@ static void abandon(struct lockstore *st, const struct tl_plan *plan, struct tl_
 	struct es_store *es = es_of(st);
 	struct es_hold *hold = h->priv;
 	struct buf b = BUF_INIT;
+	bool stored = es_client_scripts_stored(&es->cl);
 	char **ids = NULL;
 	size_t i;
 
 	if (hold && hold->marked && ids_make(plan, &ids) == 0) {
 		for (i = 0; i < plan->n; i++)
-			es_docs_unmark(&b, ids[i], hold->key);
+			es_docs_unmark(&b, ids[i], hold->key, stored);
 		es_docs_intent_delete(&b, hold->key);
 		es_send_idempotent(es, &b);
 	}
@@ -897,12 +903,11 @@ int es_store_open(const struct tl_config *cfg, struct lockstore **out, bool for_
 	hc.insecure = eo->insecure;
 	hc.timeout_ms = es->timeout_ms;
 	hc.opaque_id = es->owner;
-	err = es_client_open(&es->cl, &hc,
-			     eo->index && *eo->index ? eo->index : ES_DEFAULT_INDEX);
+	/* eo->inflight: es_inflight=, or its default (es_options.c) */
+	err = es_client_open(&es->cl, &hc, eo->index && *eo->index ? eo->index : ES_DEFAULT_INDEX,
+			     eo->inflight);
 	if (err)
 		goto out_close;
-	if (eo->inflight)
-		es->cl.max_inflight = eo->inflight;
 	if (eo->insecure)
 		tl_log(LOG_WARNING, "es_insecure: TLS certificates of the lock store are not verified");
 	err = es_start_retry(es, "open the lock store", open_step, for_ctl);

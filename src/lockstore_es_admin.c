@@ -58,7 +58,7 @@ int lockstore_es_check(struct lockstore *st, FILE *out)
 		return -ENOLCK;
 	fprintf(out, "mapping:  %s\n", kw ? "ok (path is a keyword)" : "NOT OURS (path is not a keyword)");
 	fprintf(out, "strategy: %s\n", have ? have : "(none recorded)");
-	fprintf(out, "scripts:  %s\n", es_index_scripts_note());
+	fprintf(out, "scripts:  %s\n", es_index_scripts_note(&es->cl));
 	err = kw && have ? 0 : -EPROTO;
 	free(have);
 	return err;

@@ -72,6 +72,30 @@ def test_es__no_script_privilege_falls_back_inline(emu, es_mounts):
         in r.stdout, r.stdout
 
 
+@pytest.mark.emulator_only("counting the requests of one API is the emulator's")
+def test_es__mount_reads_one_script_when_stored(emu, es_mounts):
+    # the scripts are stored in order, the last one last: a mount that
+    # finds that one takes it for all of them; treelockctl reads each
+    (a,) = es_mounts(emu, "A")
+    assert "lock scripts: stored in the cluster" in a.log(), a.log()
+    emu.reset_stats()
+    (b,) = es_mounts(emu, "B")
+    st = emu.stats()["requests"]
+    assert st.get("get_script") == 1 and "put_script" not in st, st
+    assert "lock scripts: stored in the cluster" in b.log(), b.log()
+    renames_work(b)
+    assert es_request(emu, "DELETE", "/_scripts/treelockfs-rel-v1")[0] == 200
+    emu.reset_stats()
+    r = ctl(emu, "check")
+    assert r.returncode == 0, r.stderr
+    assert emu.stats()["requests"].get("get_script") == 4  # acqs, acqx, rel, then evict
+    assert ("scripts:  inline (stored script treelockfs-rel-v1 is missing: a mount switches to "
+            "inline scripts once it needs it (delete treelockfs-evict-v1 and the next mount "
+            "stores them all))") in r.stdout, r.stdout
+    for sid in SCRIPT_IDS:  # no half-stored set for the tests after this one
+        es_request(emu, "DELETE", "/_scripts/" + sid)
+
+
 @ES8_AND_ENGINES
 def test_es__scripts_deleted_while_mounted(backend, es_mounts):
     (a,) = es_mounts(backend, "A")

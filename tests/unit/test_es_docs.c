@@ -94,7 +94,6 @@ START_TEST(test_es_docs__acquire_first_attempt)
 	struct es_req r;
 	cJSON *j, *s;
 
-	es_docs_set_stored(false);
 	req_init(&r, p, ids, dead, 1, false);
 	es_docs_acquire(&b, &r, 0);
 	es_docs_acquire(&b, &r, 1);
@@ -133,11 +132,10 @@ START_TEST(test_es_docs__acquire_by_stored_id)
 	struct es_req r;
 	cJSON *j, *s;
 
-	es_docs_set_stored(true);
 	req_init(&r, p, ids, NULL, 0, false);
+	r.stored = true;
 	es_docs_acquire(&b, &r, 0);
-	es_docs_release(&b, "/a", "h1:7:ab#3");
-	es_docs_set_stored(false);
+	es_docs_release(&b, "/a", "h1:7:ab#3", true);
 	ck_assert_int_eq(b.err, 0);
 	/* the whole item, byte for byte: no source, no dead owners */
 	ck_assert_str_eq(b.data,
@@ -210,13 +208,13 @@ START_TEST(test_es_docs__inline_rewrites_ids)
 	for (pass = 0; pass < 2; pass++) {
 		struct buf *b = pass ? &inl : &by_id;
 
-		es_docs_set_stored(pass == 0);
 		req_init(&r, p, ids, NULL, 0, false);
+		r.stored = pass == 0;
 		es_docs_intent(b, &r, "h1");
 		es_docs_acquire(b, &r, 0);
 		es_docs_acquire(b, &r, 1);
-		es_docs_release(b, "/a", "h1:7:ab#3");
-		es_docs_evict(b, "/a", "dead:1:00");
+		es_docs_release(b, "/a", "h1:7:ab#3", r.stored);
+		es_docs_evict(b, "/a", "dead:1:00", r.stored);
 		es_docs_delete(b, "/x");
 	}
 	ck_assert_ptr_nonnull(strstr(by_id.data, "\"id\":\"treelockfs-rel-"));
@@ -240,7 +238,6 @@ START_TEST(test_es_docs__acquire_after_refusal_is_scripted)
 	cJSON *j, *s;
 	char *t;
 
-	es_docs_set_stored(false);
 	req_init(&r, p, ids, NULL, 0, true);
 	es_docs_acquire(&b, &r, 1);
 	assert_item(&b, 0, "update", "/a/b", 0);
@@ -267,12 +264,11 @@ START_TEST(test_es_docs__mark_release_evict)
 	cJSON *j, *s;
 	char *t;
 
-	es_docs_set_stored(false);
 	req_init(&r, p, ids, NULL, 0, true);
 	es_docs_mark(&b, &r, 1);
-	es_docs_release(&b, "/a", "h1:7:ab#3");
-	es_docs_evict(&b, "/a", "dead:1:00");
-	es_docs_unmark(&b, "/a/b", "h1:7:ab#3");
+	es_docs_release(&b, "/a", "h1:7:ab#3", false);
+	es_docs_evict(&b, "/a", "dead:1:00", false);
+	es_docs_unmark(&b, "/a/b", "h1:7:ab#3", false);
 	s = script_of(&b, 1, &j);
 	t = cJSON_PrintUnformatted(cJSON_GetObjectItem(s, "params"));
 	ck_assert_str_eq(t, "{\"h\":\"h1:7:ab#3\",\"o\":\"h1:7:ab\",\"mode\":\"exclusive\","
@@ -344,8 +340,8 @@ START_TEST(test_es_docs__path_and_keys_where_not_derivable)
 	char **keys = NULL;
 	size_t nk = 0, i;
 
-	es_docs_set_stored(true);
 	req_init(&r, p, ids, NULL, 0, false);
+	r.stored = true;
 	es_docs_acquire(&b, &r, 0);
 	es_docs_acquire(&b, &r, 1);
 	s = script_of(&b, 1, &j);
@@ -355,7 +351,6 @@ START_TEST(test_es_docs__path_and_keys_where_not_derivable)
 	ck_assert_str_eq(es_jstr(j, "path"), "/a/b");
 	cJSON_Delete(j);
 	buf_free(&b);
-	es_docs_set_stored(false);
 
 	ck_assert_int_eq(lockplan_rename(TL_STRATEGY_DOCUMENT, "/a/x", "/b", 0, below, 1, &d), 0);
 	req_init(&r, d, ids, NULL, 0, false);

@@ -17,6 +17,7 @@
 
 #include "es_docs.h"
 #include "es_i.h"
+#include "es_index.h"
 #include "options.h"
 #include "lockplan.h"
 #include "lockstore.h"
@@ -38,6 +39,10 @@ struct fake {
 	int fail_status;       /* ... answers every further bulk (0: none) */
 	int script_put;        /* status of PUT _scripts (0: no such route) */
 	int scripts_stored;    /* PUT _scripts answered 200 */
+	int script_put_ok;     /* > 0: only this many PUT _scripts get 200, then 503 */
+	/* scripts stored by PUT, read back by GET _scripts/<id> */
+	char script_id[8][48];
+	char *script_src[8];
 };
 
 static char *dup_json(cJSON *j)
@@ -137,6 +142,35 @@ static int fake_mget(struct fake *f, const struct resp_req *req, char **body)
 	return 200;
 }
 
+/* The slot of stored script ID in F (a free one for a new id), or -1. */
+static int fake_script(struct fake *f, const char *id)
+{
+	int k, free_k = -1;
+
+	for (k = 0; k < 8; k++) {
+		if (strcmp(f->script_id[k], id) == 0)
+			return k;
+		if (!f->script_id[k][0] && free_k < 0)
+			free_k = k;
+	}
+	if (free_k >= 0 && strlen(id) < sizeof(f->script_id[0]))
+		snprintf(f->script_id[free_k], sizeof(f->script_id[0]), "%s", id);
+	return free_k;
+}
+
+/* GET _scripts/<ID> of a stored script with SRC. */
+static char *fake_script_found(const char *id, const char *src)
+{
+	cJSON *j = cJSON_CreateObject(), *sc;
+
+	cJSON_AddStringToObject(j, "_id", id);
+	cJSON_AddTrueToObject(j, "found");
+	sc = cJSON_AddObjectToObject(j, "script");
+	cJSON_AddStringToObject(sc, "lang", "painless");
+	cJSON_AddStringToObject(sc, "source", src);
+	return dup_json(j);
+}
+
 static int fake_es(struct responder *r, const struct resp_req *req, char **body)
 {
 	struct fake *f = r->user;
@@ -195,12 +229,36 @@ static int fake_es(struct responder *r, const struct resp_req *req, char **body)
 	if (strcmp(req->method, "POST") == 0 && strcmp(req->path, "/locks/_mget") == 0)
 		return fake_mget(f, req, body);
 	if (f->script_put && strncmp(req->path, "/_scripts/treelockfs-", 21) == 0) {
+		int k = fake_script(f, req->path + 10);
+
 		if (strcmp(req->method, "GET") == 0) {
-			*body = strdup("{\"found\":false}");
-			return 404;
+			if (k < 0 || !f->script_src[k]) {
+				*body = strdup("{\"found\":false}");
+				return 404;
+			}
+			*body = fake_script_found(req->path + 10, f->script_src[k]);
+			return 200;
 		}
 		if (strcmp(req->method, "PUT") == 0 && strstr(req->body, "\"lang\":\"painless\"")) {
+			if (f->script_put == 200 && f->script_put_ok > 0 &&
+			    f->scripts_stored >= f->script_put_ok) {
+				*body = strdup("{\"error\":{\"type\":\"cluster_block_exception\"},"
+					       "\"status\":503}");
+				return 503;
+			}
 			if (f->script_put == 200) {
+				cJSON *in = cJSON_Parse(req->body);
+				const char *src = cJSON_GetStringValue(
+					cJSON_GetObjectItem(cJSON_GetObjectItem(in, "script"), "source"));
+
+				if (k < 0 || !src) {
+					cJSON_Delete(in);
+					*body = strdup("{\"error\":\"fake: no slot or no source\"}");
+					return 500;
+				}
+				free(f->script_src[k]);
+				f->script_src[k] = strdup(src);
+				cJSON_Delete(in);
 				f->scripts_stored++;
 				*body = strdup("{\"acknowledged\":true}");
 			} else {
@@ -240,9 +298,13 @@ static void fx_init(struct fixture *fx)
 
 static void fx_done(struct fixture *fx)
 {
+	int k;
+
 	lockstore_close(fx->st);
 	responder_stop(&fx->r);
 	config_free(&fx->cfg);
+	for (k = 0; k < 8; k++)
+		free(fx->f.script_src[k]);
 }
 
 /* Requests with METHOD and PATH recorded so far. */
@@ -414,8 +476,176 @@ START_TEST(test_lockstore_es__scripts_stored_or_inline)
 		ck_assert_int_eq(strstr(b->body, "\"id\":\"treelockfs-rel-") != NULL, stored);
 		lockplan_free(plan);
 		fx_done(&fx);
-		es_docs_set_stored(false);
 	}
+}
+END_TEST
+
+/* Requests with METHOD to _scripts recorded so far; the path of the last
+ * one to *LAST (may be NULL). */
+static int script_reqs(struct fixture *fx, const char *method, const char **last)
+{
+	int i, n = 0;
+
+	pthread_mutex_lock(&fx->r.mu);
+	for (i = 0; i < fx->r.nreqs; i++)
+		if (strcmp(fx->r.reqs[i].method, method) == 0 &&
+		    strncmp(fx->r.reqs[i].path, "/_scripts/", 10) == 0) {
+			n++;
+			if (last)
+				*last = fx->r.reqs[i].path;
+		}
+	pthread_mutex_unlock(&fx->r.mu);
+	return n;
+}
+
+/* Opens (FOR_CTL: as treelockctl does) and closes a store of FX; the
+ * _scripts GETs and PUTs it sent, whether its scripts travel by id, and
+ * what treelockctl check would say of them. */
+static void open_count(struct fixture *fx, bool for_ctl, int *gets, int *puts, bool *stored,
+		       char *note, size_t size)
+{
+	int g0 = script_reqs(fx, "GET", NULL), p0 = script_reqs(fx, "PUT", NULL);
+	struct es_store *es;
+
+	ck_assert_int_eq(es_store_open(&fx->cfg, &fx->st, for_ctl), 0);
+	es = es_store_of(fx->st);
+	*stored = es_client_scripts_stored(&es->cl);
+	snprintf(note, size, "%s", es_index_scripts_note(&es->cl));
+	lockstore_close(fx->st);
+	fx->st = NULL;
+	*gets = script_reqs(fx, "GET", NULL) - g0;
+	*puts = script_reqs(fx, "PUT", NULL) - p0;
+}
+
+/* The scripts are stored in order, the last one last: a mount reads that
+ * one alone when it is there; where a mount stopped halfway storing them,
+ * the next reads each and stores what is missing. treelockctl reads each. */
+START_TEST(test_lockstore_es__scripts_read_once_when_stored)
+{
+	struct fixture fx;
+	const char *last = NULL;
+	char note[256];
+	bool stored;
+	int gets, puts;
+
+	fx_init(&fx);
+	fx.f.script_put = 200;
+	fx.f.script_put_ok = 3; /* the 4th PUT fails (503): stopped halfway */
+	open_count(&fx, false, &gets, &puts, &stored, note, sizeof(note));
+	/* the last, then each until the failing PUT: acqs, acqx, rel stored */
+	ck_assert_int_eq(gets, 5);
+	ck_assert_int_eq(puts, 4);
+	ck_assert_int_eq(fx.f.scripts_stored, 3);
+	ck_assert(!stored);
+	ck_assert_ptr_nonnull(strstr(note, "inline (the store failed: HTTP 503"));
+	/* treelockctl: the first three are there, the fourth not */
+	open_count(&fx, true, &gets, &puts, &stored, note, sizeof(note));
+	ck_assert_int_eq(gets, 5);
+	ck_assert_int_eq(puts, 0);
+	ck_assert(!stored);
+	ck_assert_str_eq(note, "inline (not stored in the cluster yet; a mount stores them)");
+
+	/* the next mount stores the missing three, the last one last */
+	fx.f.script_put_ok = 0;
+	open_count(&fx, false, &gets, &puts, &stored, note, sizeof(note));
+	ck_assert_int_eq(gets, 6); /* the last, then the first five */
+	ck_assert_int_eq(puts, 3);
+	script_reqs(&fx, "PUT", &last);
+	ck_assert_str_eq(last, "/_scripts/treelockfs-evict-" ES_SCRIPTS_VERSION);
+	ck_assert_int_eq(fx.f.scripts_stored, 6);
+	ck_assert(stored);
+	ck_assert_str_eq(note, "stored in the cluster (treelockfs-*-" ES_SCRIPTS_VERSION ")");
+
+	/* all there: one request at a mount, six for treelockctl */
+	open_count(&fx, false, &gets, &puts, &stored, note, sizeof(note));
+	ck_assert_int_eq(gets, 1);
+	ck_assert_int_eq(puts, 0);
+	script_reqs(&fx, "GET", &last);
+	ck_assert_str_eq(last, "/_scripts/treelockfs-evict-" ES_SCRIPTS_VERSION);
+	ck_assert(stored);
+	open_count(&fx, true, &gets, &puts, &stored, note, sizeof(note));
+	ck_assert_int_eq(gets, 6);
+	ck_assert_int_eq(puts, 0);
+	ck_assert(stored);
+	ck_assert_str_eq(note, "stored in the cluster (treelockfs-*-" ES_SCRIPTS_VERSION ")");
+
+	/* one deleted by hand behind the last: a mount takes the last for
+	 * all; treelockctl says which is missing */
+	free(fx.f.script_src[fake_script(&fx.f, "treelockfs-rel-" ES_SCRIPTS_VERSION)]);
+	fx.f.script_src[fake_script(&fx.f, "treelockfs-rel-" ES_SCRIPTS_VERSION)] = NULL;
+	open_count(&fx, false, &gets, &puts, &stored, note, sizeof(note));
+	ck_assert_int_eq(gets, 1);
+	ck_assert(stored);
+	open_count(&fx, true, &gets, &puts, &stored, note, sizeof(note));
+	ck_assert_int_eq(gets, 4); /* acqs, acqx, rel, then the last */
+	ck_assert(!stored);
+	ck_assert_str_eq(note, "inline (stored script treelockfs-rel-" ES_SCRIPTS_VERSION
+			       " is missing: a mount switches to inline scripts once it needs it "
+			       "(delete treelockfs-evict-" ES_SCRIPTS_VERSION
+			       " and the next mount stores them all))");
+	fx_done(&fx);
+}
+END_TEST
+
+/* Takes and releases the locks of PLAN in FX's store; true when both
+ * bulks named the scripts by id, false when both carried them inline. */
+static bool scripts_by_id(struct fixture *fx, const struct tl_plan *plan, uint64_t ticket)
+{
+	struct tl_holder h;
+	struct tl_conflict why;
+	const struct resp_req *b;
+	bool acq, rel;
+
+	holder_init(&h, ticket);
+	ck_assert_int_eq(fx->st->ops->try_acquire(fx->st, plan, &h, &why), 0);
+	b = last(fx, "/locks/_bulk");
+	acq = strstr(b->body, "\"id\":\"treelockfs-acqs-") != NULL;
+	ck_assert_int_eq(strstr(b->body, "\"source\":\"def s = ") == NULL, acq);
+	ck_assert_int_eq(fx->st->ops->release(fx->st, plan, &h), 0);
+	b = last(fx, "/locks/_bulk");
+	rel = strstr(b->body, "\"id\":\"treelockfs-rel-") != NULL;
+	ck_assert_int_eq(acq, rel);
+	return acq;
+}
+
+/* Two es stores in one process keep their own way of sending scripts:
+ * opening one where storing them is refused leaves the other by id, and
+ * a stored script gone from one cluster switches only that store inline. */
+START_TEST(test_lockstore_es__scripts_mode_per_store)
+{
+	static const int puts[] = {200, 403, 200};
+	struct fixture fx[3];
+	struct es_store *es;
+	struct tl_plan *plan = NULL;
+	cJSON *item;
+	size_t k;
+
+	for (k = 0; k < 3; k++) {
+		fx_init(&fx[k]);
+		fx[k].f.script_put = puts[k];
+		ck_assert_int_eq(lockstore_es_open(&fx[k].cfg, &fx[k].st), 0);
+		ck_assert_int_eq(fx[k].st->ops->start(fx[k].st), 0);
+	}
+	ck_assert_int_eq(lockplan_rename(TL_STRATEGY_TREE, "/a/b", "/a/c", 0, NULL, 0, &plan), 0);
+	ck_assert(scripts_by_id(&fx[0], plan, 1));
+	ck_assert(!scripts_by_id(&fx[1], plan, 2));
+	ck_assert(scripts_by_id(&fx[2], plan, 3));
+	/* the first store's cluster lost a stored script */
+	item = cJSON_Parse("{\"update\":{\"_id\":\"/a\",\"status\":400,\"error\":{"
+			   "\"type\":\"illegal_argument_exception\",\"reason\":\"failed to "
+			   "execute script\",\"caused_by\":{\"type\":"
+			   "\"resource_not_found_exception\",\"reason\":\"unable to find "
+			   "script [treelockfs-acqs-" ES_SCRIPTS_VERSION "] in cluster state\"}}}}");
+	ck_assert_ptr_nonnull(item);
+	es = es_store_of(fx[0].st);
+	ck_assert_int_eq(es_item_state(&es->cl, item, NULL), ES_ITEM_RETRY);
+	cJSON_Delete(item);
+	ck_assert(!scripts_by_id(&fx[0], plan, 4));
+	ck_assert(!scripts_by_id(&fx[1], plan, 5));
+	ck_assert(scripts_by_id(&fx[2], plan, 6));
+	lockplan_free(plan);
+	for (k = 0; k < 3; k++)
+		fx_done(&fx[k]);
 }
 END_TEST
 
@@ -929,6 +1159,8 @@ Suite *make_suite_lockstore_es(void)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_lockstore_es__bootstrap_creates_index);
 	tcase_add_test(tc, test_lockstore_es__scripts_stored_or_inline);
+	tcase_add_test(tc, test_lockstore_es__scripts_mode_per_store);
+	tcase_add_test(tc, test_lockstore_es__scripts_read_once_when_stored);
 	tcase_add_test(tc, test_lockstore_es__refuses_other_strategy);
 	tcase_add_test(tc, test_lockstore_es__unreachable_and_unauthorised);
 	tcase_add_test(tc, test_lockstore_es__one_bulk_per_acquire_and_release);

@@ -211,6 +211,18 @@ START_TEST(test_options__es_inflight)
 	reparse(bad);
 	ck_assert_int_eq(config_validate(&cfg), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(cfg.errors, "invalid es_inflight '17'"));
+	/* treelockctl's options get the default too (the store hands
+	 * es_inflight to its client as it is) */
+	{
+		const char *ctl[] = {"--es_url=http://x:9200", "--lock_store=es", "check", NULL};
+
+		config_free(&cfg);
+		fuse_opt_free_args(&args);
+		ck_assert_int_eq(config_init(&cfg), 0);
+		parse(true, ctl);
+		ck_assert_int_eq(config_validate(&cfg), 0);
+		ck_assert_uint_eq(es_opts(&cfg)->inflight, ES_BATCH_INFLIGHT);
+	}
 }
 END_TEST
 
