@@ -29,15 +29,17 @@ struct es_batch_req;
 
 /* Group commit: at most max_inflight (es_inflight=, default
  * ES_BATCH_INFLIGHT) _bulk requests of one client are in flight at once;
- * bulks submitted meanwhile queue and the next thread
- * to find a free slot sends every queued one (up to ES_BATCH_MAX of them,
- * ES_BATCH_MAX_BYTES) as one _bulk. A bulk submitted when a slot is free
- * and nothing is queued is sent at once, alone: batching never waits. */
+ * bulks submitted meanwhile queue and the next thread to find a slot open
+ * sends every queued one (up to ES_BATCH_MAX of them, ES_BATCH_MAX_BYTES)
+ * as one _bulk. A bulk submitted when nothing is in flight is sent at
+ * once, alone: a lone rename never waits. With one request out, a further
+ * slot opens only once ES_BATCH_EXTRA_MIN bulks queue (under load each
+ * request then carries several renames, which costs the node less than
+ * more, smaller requests) or the oldest has waited ES_BATCH_AGE_MS (a
+ * slow request holds up the rest no longer than that). */
 #define ES_BATCH_INFLIGHT 2
 #define ES_BATCH_INFLIGHT_MAX 16
-#ifndef ES_BATCH_EXTRA_MIN
 #define ES_BATCH_EXTRA_MIN 4
-#endif
 #define ES_BATCH_AGE_MS 50
 #define ES_BATCH_MAX 64
 #define ES_BATCH_MAX_BYTES (4u << 20)

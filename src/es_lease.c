@@ -310,6 +310,7 @@ int es_send_idempotent(struct es_store *es, struct buf *b)
 	if (err == -EAGAIN) {
 		pending_add(es, b);
 		tl_log(LOG_WARNING, "lock store unavailable: release kept for a later retry");
+		return -EINPROGRESS;
 	}
 	return -ENOLCK;
 }

@@ -39,7 +39,9 @@ int es_lease_start(struct es_store *es);
 void es_lease_stop(struct es_store *es);
 
 /* Sends B (idempotent release-like items) with retries; keeps it for the
- * heartbeat when the store cannot be reached. Returns 0 or -ENOLCK. */
+ * heartbeat when the store cannot be reached. Returns 0, -EINPROGRESS
+ * (kept: the heartbeat thread resends it within ES_PENDING_FIRST_MS,
+ * backing off) or -ENOLCK (neither sent nor kept). */
 int es_send_idempotent(struct es_store *es, struct buf *b);
 
 /* Records that OWNER's lease document has SEQ (-1: gone) now, TTL_MS its

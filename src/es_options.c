@@ -55,8 +55,9 @@ static const char es_help[] =
 	"    --es_start_timeout=SECS  retry a failing store at start for up to\n"
 	"                             SECS seconds (default 30)\n"
 	"    --es_inflight=N          lock store requests of this mount in flight at\n"
-	"                             once (1-16, default 2); renames that find them\n"
-	"                             all busy share the next one (1: fewest requests)\n";
+	"                             once (1-16, default 2); renames that find one\n"
+	"                             out share the next, and a further one leaves\n"
+	"                             once 4 wait or one waited 50 ms\n";
 
 const struct es_options *es_options_of(const struct tl_config *cfg)
 {

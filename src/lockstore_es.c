@@ -613,6 +613,8 @@ static int release(struct lockstore *st, const struct tl_plan *plan, struct tl_h
 		es_docs_release(&b, ids[i], hold->key, stored);
 	es_docs_intent_delete(&b, hold->key);
 	err = es_send_idempotent(es, &b);
+	if (err == -EINPROGRESS)
+		err = 0; /* kept, resent soon (logged): the store's to finish */
 out:
 	buf_free(&b);
 	ids_free(ids, plan->n);
