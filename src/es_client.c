@@ -105,6 +105,7 @@ out_close:
 
 void es_client_close(struct es_client *c)
 {
+	es_client_stop_sender(c);
 	httpc_close(c->http);
 	free(c->index);
 	free(c->index_esc);
@@ -295,10 +296,10 @@ long es_bulk_count(const char *data, size_t len)
 /* ---- group commit -------------------------------------------------------------------
  *
  * A bulk waits in c->queue only while max_inflight requests are being
- * sent. Whichever thread finds a free slot (a submitter, or the sender of
- * the request that just finished, on behalf of the queue) takes the queue
- * in order and sends it as one _bulk, then hands each submitter its own
- * items, or the whole request's failure. */
+ * sent. Whichever thread finds a free slot (a submitter, or the sender
+ * thread on behalf of handed-off bulks) takes the queue in order and
+ * sends it as one _bulk, then hands each submitter its own items, or the
+ * whole request's failure. */
 
 struct es_batch_req {
 	const char *data;
@@ -310,22 +311,82 @@ struct es_batch_req {
 	int err;                  /* when done */
 	cJSON *root;              /* when done and err == 0 */
 	struct es_batch_req *next;
+	/* handed off (es_bulk_send_detached()): owns DATA, reports to DONE */
+	bool detached;
+	es_detached_fn *done_fn;
+	void *arg;
+	struct es_batch_req *fly_next; /* in c->flying while sent */
+	/* hashes of the document ids of the items, NIDS of them (IDS_MADE:
+	 * computed; IDS may still be NULL when out of memory) */
+	uint64_t *ids;
+	size_t nids;
+	bool ids_made;
 };
 
-/* Under batch_mutex: unlinks Q from the queue. */
-static void queue_remove(struct es_client *c, struct es_batch_req *q)
+/* FNV-1a of S[0..N). */
+static uint64_t hash_bytes(const char *s, size_t n)
 {
-	struct es_batch_req **pp, *prev = NULL;
+	uint64_t h = 14695981039346656037ull;
 
-	for (pp = &c->queue; *pp; prev = *pp, pp = &(*pp)->next)
-		if (*pp == q) {
-			*pp = q->next;
-			if (c->queue_tail == q)
-				c->queue_tail = prev;
-			q->next = NULL;
-			c->queued--;
-			return;
+	while (n--) {
+		h ^= (unsigned char)*s++;
+		h *= 1099511628211ull;
+	}
+	return h;
+}
+
+/* Fills Q->ids with the hashes of the "_id" of each action line of its
+ * bulk (as written, JSON-escaped: one builder writes them all). */
+static void req_ids(struct es_batch_req *q)
+{
+	const char *p = q->data, *end = q->data + q->len;
+	bool action = true;
+
+	q->ids_made = true;
+	q->ids = malloc((q->nitems > 0 ? (size_t)q->nitems : 1) * sizeof(*q->ids));
+	if (!q->ids)
+		return;
+	while (p < end && q->nids < (size_t)q->nitems) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p)), *eol = nl ? nl : end;
+
+		if (action) {
+			static const char key[] = "\"_id\":\"";
+			const char *id = memmem(p, (size_t)(eol - p), key, sizeof(key) - 1), *e;
+
+			if (id) {
+				id += sizeof(key) - 1;
+				for (e = id; e < eol && *e != '"'; e++)
+					if (*e == '\\' && e + 1 < eol)
+						e++;
+				q->ids[q->nids++] = hash_bytes(id, (size_t)(e - id));
+			}
+			/* delete has no source line */
+			action = eol - p >= 9 && memcmp(p, "{\"delete\"", 9) == 0;
+		} else {
+			action = true;
 		}
+		p = nl ? nl + 1 : end;
+	}
+}
+
+/* Under batch_mutex: whether Q must not leave yet: it names a document
+ * that a handed-off bulk in flight in another request still carries (our
+ * own release: the store would refuse Q on it). */
+static bool req_blocked(const struct es_client *c, struct es_batch_req *q)
+{
+	const struct es_batch_req *f;
+	size_t i, k;
+
+	if (q->detached || !c->flying)
+		return false;
+	if (!q->ids_made)
+		req_ids(q);
+	for (f = c->flying; f; f = f->fly_next)
+		for (i = 0; i < q->nids; i++)
+			for (k = 0; k < f->nids; k++)
+				if (q->ids[i] == f->ids[k])
+					return true;
+	return false;
 }
 
 /* Sends the batch V[0..N) as one request and fills in each one's result
@@ -397,53 +458,158 @@ static void batch_send(struct es_client *c, struct es_batch_req **v, size_t n)
 	cJSON_Delete(root);
 }
 
+/* Under batch_mutex: the first queued bulk that may leave, or NULL. */
+static struct es_batch_req *first_ready(const struct es_client *c)
+{
+	struct es_batch_req *q;
+
+	for (q = c->queue; q; q = q->next)
+		if (!req_blocked(c, q))
+			return q;
+	return NULL;
+}
+
 /* Under batch_mutex: when a request may leave: 0 now, -1 not before
- * something changes (nothing queued, or every slot taken), else the time
- * (tl_mono_ms) it may. The first slot takes whatever waits, at once; a
- * further one is opened by extra_min queued bulks, which makes requests
+ * something changes (nothing may leave, or every slot taken), else the
+ * time (tl_mono_ms) it may. The first slot takes whatever waits, at once;
+ * a further one is opened by extra_min queued bulks, which makes requests
  * carry several renames under load, or by a queue that has waited
  * batch_age_ms, so one slow request does not hold up the rest. */
 static int64_t lead_at(const struct es_client *c, int64_t now)
 {
+	const struct es_batch_req *q;
 	int64_t aged;
 
 	if (!c->queue || c->inflight >= c->max_inflight)
 		return -1;
+	q = first_ready(c);
+	if (!q)
+		return -1;
 	if (c->inflight == 0 || c->queued >= c->extra_min)
 		return 0;
-	aged = c->queue->queued_ms + c->batch_age_ms;
+	aged = q->queued_ms + c->batch_age_ms;
 	return aged <= now ? 0 : aged;
 }
 
-/* Under batch_mutex, with a free slot: takes queued bulks in order (at
- * least one, then up to ES_BATCH_MAX or ES_BATCH_MAX_BYTES), sends them
- * without the mutex, then marks them done and wakes their submitters. */
+/* Under batch_mutex: unlinks Q (PREV before it, or NULL) from the queue. */
+static void queue_unlink(struct es_client *c, struct es_batch_req *q, struct es_batch_req *prev)
+{
+	if (prev)
+		prev->next = q->next;
+	else
+		c->queue = q->next;
+	if (c->queue_tail == q)
+		c->queue_tail = prev;
+	q->next = NULL;
+	c->queued--;
+	if (q->detached)
+		c->detached_queued--;
+}
+
+/* Under batch_mutex: unlinks Q from the queue. */
+static void queue_remove(struct es_client *c, struct es_batch_req *q)
+{
+	struct es_batch_req *p, *prev = NULL;
+
+	for (p = c->queue; p; prev = p, p = p->next)
+		if (p == q) {
+			queue_unlink(c, q, prev);
+			return;
+		}
+}
+
+static void req_free_detached(struct es_batch_req *q)
+{
+	free((char *)q->data);
+	free(q->ids);
+	free(q);
+}
+
+/* Under batch_mutex, with a free slot: takes the queued bulks that may
+ * leave, in order (at least one, then up to ES_BATCH_MAX or
+ * ES_BATCH_MAX_BYTES), sends them without the mutex, reports the
+ * handed-off ones to their callbacks, then marks the rest done and wakes
+ * their submitters. */
 static void batch_lead(struct es_client *c)
 {
-	struct es_batch_req *v[ES_BATCH_MAX];
+	struct es_batch_req *v[ES_BATCH_MAX], *q, *prev = NULL, *next;
 	size_t n = 0, bytes = 0, i;
 
-	while (c->queue && n < ES_BATCH_MAX &&
-	       (n == 0 || bytes + c->queue->len <= ES_BATCH_MAX_BYTES)) {
-		struct es_batch_req *q = c->queue;
-
-		c->queue = q->next;
-		if (!c->queue)
-			c->queue_tail = NULL;
-		q->next = NULL;
+	for (q = c->queue; q && n < ES_BATCH_MAX; q = next) {
+		next = q->next;
+		if (n > 0 && bytes + q->len > ES_BATCH_MAX_BYTES)
+			break;
+		if (req_blocked(c, q)) {
+			prev = q;
+			continue;
+		}
+		queue_unlink(c, q, prev);
 		q->taken = true;
-		c->queued--;
 		bytes += q->len;
 		v[n++] = q;
 	}
+	if (n == 0)
+		return;
+	/* in flight from now: later requests wait for these documents (in
+	 * this one, the items keep their order) */
+	for (i = 0; i < n; i++)
+		if (v[i]->detached) {
+			v[i]->fly_next = c->flying;
+			c->flying = v[i];
+		}
 	c->inflight++;
 	pthread_mutex_unlock(&c->batch_mutex);
 	batch_send(c, v, n);
+	for (i = 0; i < n; i++)
+		if (v[i]->detached) {
+			struct buf b = {.data = (char *)v[i]->data, .len = v[i]->len};
+
+			v[i]->done_fn(v[i]->arg, v[i]->err, v[i]->root, &b);
+			v[i]->root = NULL;
+		}
 	pthread_mutex_lock(&c->batch_mutex);
 	c->inflight--;
-	for (i = 0; i < n; i++)
-		v[i]->done = true;
+	for (i = 0; i < n; i++) {
+		struct es_batch_req **pp;
+
+		if (!v[i]->detached) {
+			v[i]->done = true;
+			continue;
+		}
+		for (pp = &c->flying; *pp; pp = &(*pp)->fly_next)
+			if (*pp == v[i]) {
+				*pp = v[i]->fly_next;
+				break;
+			}
+		c->detached_live--;
+		req_free_detached(v[i]);
+	}
 	pthread_cond_broadcast(&c->batch_cond);
+}
+
+/* Under batch_mutex: waits on the queue's condition until WAKE
+ * (tl_mono_ms; 0: until woken). */
+static void batch_wait(struct es_client *c, int64_t wake)
+{
+	if (wake) {
+		struct timespec ts = {.tv_sec = wake / 1000, .tv_nsec = (wake % 1000) * 1000000};
+
+		pthread_cond_timedwait(&c->batch_cond, &c->batch_mutex, &ts);
+	} else {
+		pthread_cond_wait(&c->batch_cond, &c->batch_mutex);
+	}
+}
+
+/* Under batch_mutex: queues Q at the tail. */
+static void queue_add(struct es_client *c, struct es_batch_req *q)
+{
+	q->queued_ms = tl_mono_ms();
+	if (c->queue_tail)
+		c->queue_tail->next = q;
+	else
+		c->queue = q;
+	c->queue_tail = q;
+	c->queued++;
 }
 
 int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root)
@@ -466,13 +632,7 @@ int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root)
 		until = (me.deadline_ms > now ? me.deadline_ms : now) + ES_GRACE_MS;
 	}
 	pthread_mutex_lock(&c->batch_mutex);
-	me.queued_ms = tl_mono_ms();
-	if (c->queue_tail)
-		c->queue_tail->next = &me;
-	else
-		c->queue = &me;
-	c->queue_tail = &me;
-	c->queued++;
+	queue_add(c, &me);
 	while (!me.done) {
 		int64_t now = tl_mono_ms(), at = lead_at(c, now), wake = 0;
 
@@ -493,26 +653,130 @@ int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root)
 		}
 		if (at > 0 && (!wake || at < wake))
 			wake = at;
-		if (wake) {
-			struct timespec ts = {.tv_sec = wake / 1000,
-					      .tv_nsec = (wake % 1000) * 1000000};
-
-			pthread_cond_timedwait(&c->batch_cond, &c->batch_mutex, &ts);
-		} else {
-			pthread_cond_wait(&c->batch_cond, &c->batch_mutex);
-		}
+		batch_wait(c, wake);
 	}
-	/* the thread that sent our request runs already: it sends what
-	 * queued meanwhile too (once: its own rename goes on after that),
-	 * sparing the queue a wake-up before its request leaves */
-	if (led && lead_at(c, tl_mono_ms()) == 0)
+	/* the thread that sent our request runs already: without a sender
+	 * thread it sends what queued meanwhile too (once: its own rename goes
+	 * on after that), sparing the queue a wake-up before its request
+	 * leaves; with one, the waiting submitters and the sender do */
+	if (led && !c->sender_on && lead_at(c, tl_mono_ms()) == 0)
 		batch_lead(c);
 	pthread_mutex_unlock(&c->batch_mutex);
+	free(me.ids);
 	if (expired)
 		es_client_set_error(c, "lock_timeout passed while the request waited for the "
 				       "lock store's other requests");
 	*root = me.root;
 	return me.err;
+}
+
+/* The sender thread: sends the queue whenever a handed-off bulk waits in
+ * it and a slot is free, until stopped with nothing handed off queued. */
+static void *sender_main(void *arg)
+{
+	struct es_client *c = arg;
+
+	pthread_mutex_lock(&c->batch_mutex);
+	while (!c->sender_stop || c->detached_queued) {
+		int64_t at = c->detached_queued ? lead_at(c, tl_mono_ms()) : -1;
+
+		if (at == 0)
+			batch_lead(c);
+		else
+			batch_wait(c, at > 0 ? at : 0);
+	}
+	pthread_mutex_unlock(&c->batch_mutex);
+	return NULL;
+}
+
+int es_client_start_sender(struct es_client *c)
+{
+	int err;
+
+	if (c->sender_on || !c->batch_ready)
+		return 0;
+	err = pthread_create(&c->sender, NULL, sender_main, c);
+	if (err)
+		return -err;
+	pthread_mutex_lock(&c->batch_mutex);
+	c->sender_on = true;
+	pthread_mutex_unlock(&c->batch_mutex);
+	return 0;
+}
+
+void es_client_drain(struct es_client *c)
+{
+	if (!c->batch_ready)
+		return;
+	pthread_mutex_lock(&c->batch_mutex);
+	while (c->detached_live)
+		pthread_cond_wait(&c->batch_cond, &c->batch_mutex);
+	pthread_mutex_unlock(&c->batch_mutex);
+}
+
+void es_client_stop_sender(struct es_client *c)
+{
+	if (!c->batch_ready)
+		return;
+	pthread_mutex_lock(&c->batch_mutex);
+	if (!c->sender_on) {
+		pthread_mutex_unlock(&c->batch_mutex);
+		return;
+	}
+	c->sender_stop = true;
+	pthread_cond_broadcast(&c->batch_cond);
+	pthread_mutex_unlock(&c->batch_mutex);
+	pthread_join(c->sender, NULL);
+	es_client_drain(c);
+	pthread_mutex_lock(&c->batch_mutex);
+	c->sender_on = false;
+	pthread_mutex_unlock(&c->batch_mutex);
+}
+
+int es_bulk_send_detached(struct es_client *c, const struct buf *b, cJSON **root,
+			  es_detached_fn *done, void *arg)
+{
+	struct es_batch_req *q;
+	long nitems;
+	bool at_once;
+
+	*root = NULL;
+	if (b->err)
+		return -ENOMEM;
+	nitems = es_bulk_count(b->data, b->len);
+	if (nitems <= 0 || !c->batch_ready)
+		return es_bulk_send(c, b, root);
+	pthread_mutex_lock(&c->batch_mutex);
+	/* what es_bulk_send() would send at once, it sends: a lone rename
+	 * sees its release answered before it returns, as without a sender */
+	at_once = !c->sender_on || c->sender_stop ||
+		  (!c->queue && c->inflight < c->max_inflight &&
+		   (c->inflight == 0 || c->extra_min <= 1));
+	pthread_mutex_unlock(&c->batch_mutex);
+	if (at_once)
+		return es_bulk_send(c, b, root);
+	q = calloc(1, sizeof(*q));
+	if (q)
+		q->data = malloc(b->len + 1);
+	if (!q || !q->data) {
+		free(q);
+		return es_bulk_send(c, b, root);
+	}
+	memcpy((char *)q->data, b->data, b->len);
+	((char *)q->data)[b->len] = '\0';
+	q->len = b->len;
+	q->nitems = nitems;
+	q->detached = true;
+	q->done_fn = done;
+	q->arg = arg;
+	req_ids(q);
+	pthread_mutex_lock(&c->batch_mutex);
+	queue_add(c, q);
+	c->detached_queued++;
+	c->detached_live++;
+	pthread_cond_broadcast(&c->batch_cond);
+	pthread_mutex_unlock(&c->batch_mutex);
+	return 1;
 }
 
 bool es_client_scripts_stored(struct es_client *c)

@@ -37,6 +37,17 @@ struct es_batch_req;
  * request then carries several renames, which costs the node less than
  * more, smaller requests) or the oldest has waited ES_BATCH_AGE_MS (a
  * slow request holds up the rest no longer than that). */
+/*
+ * Releases that would queue anyway need not be waited for: a release
+ * submitted with es_bulk_send_detached() while a request is out or others
+ * queue is handed to the client's sender thread and the rename goes on at
+ * once; its items leave with the next request (the same queue, the same
+ * rules) and its outcome reaches a callback. An acquire whose documents a
+ * handed-off release still holds in flight in another request does not
+ * leave before that answer: the store would refuse it on our own lock. In
+ * one request the items keep their order, so a release queued before an
+ * acquire of the same document is applied first.
+ */
 #define ES_BATCH_INFLIGHT 2
 #define ES_BATCH_INFLIGHT_MAX 16
 #define ES_BATCH_EXTRA_MIN 4
@@ -60,6 +71,14 @@ struct es_client {
 	unsigned int extra_min;      /* queued bulks that open a further slot */
 	int64_t batch_age_ms;        /* or the queue's age that does */
 	bool batch_ready;            /* the mutex and cond exist */
+	/* handed-off bulks (es_bulk_send_detached()): queued, and in
+	 * flight (linked by fly_next); the sender thread sends the queue
+	 * while it holds any */
+	unsigned int detached_queued;
+	unsigned int detached_live;  /* queued or in flight */
+	struct es_batch_req *flying;
+	pthread_t sender;
+	bool sender_on, sender_stop;
 	/* How this client's lock scripts travel: by id (stored in the
 	 * cluster) or inline (false, the default). Set while the store opens
 	 * (es_index_scripts()), switched to inline by es_item_state() should
@@ -149,6 +168,32 @@ cJSON *es_parse(const struct httpc_response *r);
  * order, a failure of the whole request is every caller's, and the
  * request's timeout is capped by the earliest deadline among them. */
 int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root);
+
+/* Called with the outcome of a bulk handed off by
+ * es_bulk_send_detached(), on the sender thread, without the client's
+ * locks: ERR and ROOT as es_bulk_send() returns them (ROOT is the
+ * callback's to free), B the bulk as submitted. */
+typedef void es_detached_fn(void *arg, int err, cJSON *root, const struct buf *b);
+
+/* Starts C's sender thread (once the process runs as it will: after a
+ * fork). Returns 0 or -errno. Without it every bulk is sent and waited
+ * for by its submitter. */
+int es_client_start_sender(struct es_client *c);
+
+/* Sends B as es_bulk_send() does (its return value and *ROOT) when B can
+ * leave at once or no sender thread runs. Otherwise hands a copy of B to
+ * the sender thread, which sends it with the queue and calls DONE(ARG,
+ * ...) once the answer or the failure is known, and returns 1 at once
+ * (*ROOT NULL). */
+int es_bulk_send_detached(struct es_client *c, const struct buf *b, cJSON **root,
+			  es_detached_fn *done, void *arg);
+
+/* Waits until no handed-off bulk is queued or in flight. */
+void es_client_drain(struct es_client *c);
+
+/* Sends what was handed off, waits for it, and ends the sender thread;
+ * from then on every bulk is waited for. Accepts a client without one. */
+void es_client_stop_sender(struct es_client *c);
 
 /* The number of bulk items (action lines) in the ndjson DATA[0..LEN), or
  * -1 when a line is not an action this client writes. */

@@ -262,57 +262,108 @@ static void pending_flush(struct es_store *es)
 	pthread_mutex_unlock(&es->mutex);
 }
 
-int es_send_idempotent(struct es_store *es, struct buf *b)
+/* Judges the answer ROOT (freed here) of an idempotent bulk: true when
+ * an item is to be resent; items refused for good are logged. */
+static bool idempotent_retry(struct es_store *es, cJSON *root)
+{
+	bool retry = false;
+	cJSON *it;
+
+	cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(root, "items"))
+	{
+		long st;
+		enum es_item_state is = es_item_state(&es->cl, it, &st);
+
+		if (is == ES_ITEM_RETRY) {
+			retry = true;
+		} else if (is == ES_ITEM_FATAL) {
+			char *t = cJSON_PrintUnformatted(it);
+
+			tl_log(LOG_ERR, "lock store refused a release item (HTTP %ld): %.1000s", st,
+			       t ? t : "?");
+			free(t);
+		}
+	}
+	cJSON_Delete(root);
+	return retry;
+}
+
+/* Keeps B for the heartbeat thread; -EINPROGRESS. */
+static int keep(struct es_store *es, const struct buf *b)
+{
+	pending_add(es, b);
+	tl_log(LOG_WARNING, "lock store unavailable: release kept for a later retry");
+	return -EINPROGRESS;
+}
+
+/* The outcome of a release handed off to the sender thread
+ * (es_bulk_send_detached()): what es_send_idempotent() would keep after
+ * its first attempt is kept, and resent by the heartbeat thread within
+ * ES_PENDING_FIRST_MS, backing off. */
+static void detached_done(void *arg, int err, cJSON *root, const struct buf *sent)
+{
+	struct es_store *es = arg;
+	struct buf b = BUF_INIT;
+
+	if (err == -EACCES || err == -ENOMEM) {
+		cJSON_Delete(root);
+		tl_log(LOG_ERR, "cannot release locks: the lock store refused the request; "
+		       "they expire with the lease");
+		return;
+	}
+	if (!err && !idempotent_retry(es, root))
+		return;
+	buf_add(&b, sent->data, sent->len);
+	if (!es_client_scripts_stored(&es->cl))
+		es_docs_inline(&b); /* the stored scripts went missing */
+	keep(es, &b);
+	buf_free(&b);
+}
+
+static int send_idempotent(struct es_store *es, struct buf *b, bool may_detach)
 {
 	cJSON *root = NULL;
 	int err = -EAGAIN, attempt;
 
 	for (attempt = 0; attempt < ES_ITEM_RETRIES; attempt++) {
-		cJSON *it;
-		bool retry = false;
-
 		if (attempt) {
 			/* past the rename's deadline: the heartbeat resends it */
 			if (es_deadline_left() <= ES_RETRY_BASE_MS << attempt)
 				break;
 			es_sleep_ms(ES_RETRY_BASE_MS << attempt);
 		}
-		err = es_bulk_send(&es->cl, b, &root);
+		if (attempt == 0 && may_detach)
+			err = es_bulk_send_detached(&es->cl, b, &root, detached_done, es);
+		else
+			err = es_bulk_send(&es->cl, b, &root);
+		if (err == 1)
+			return 0; /* the sender thread's, with the queue */
 		if (err == -ETIMEDOUT)
 			err = -EAGAIN; /* not sent: kept below */
 		if (err == -EAGAIN)
 			continue;
 		if (err)
 			break;
-		cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(root, "items"))
-		{
-			long st;
-			enum es_item_state is = es_item_state(&es->cl, it, &st);
-
-			if (is == ES_ITEM_RETRY) {
-				retry = true;
-			} else if (is == ES_ITEM_FATAL) {
-				char *t = cJSON_PrintUnformatted(it);
-
-				tl_log(LOG_ERR, "lock store refused a release item (HTTP %ld): %.1000s",
-				       st, t ? t : "?");
-				free(t);
-			}
-		}
-		cJSON_Delete(root);
-		root = NULL;
-		if (!retry)
+		if (!idempotent_retry(es, root))
 			return 0;
+		root = NULL;
 		err = -EAGAIN; /* resending the whole body is safe: idempotent */
 		if (!es_client_scripts_stored(&es->cl) && es_docs_inline(b) != 0)
 			break; /* the stored scripts went missing: inline from now on */
 	}
-	if (err == -EAGAIN) {
-		pending_add(es, b);
-		tl_log(LOG_WARNING, "lock store unavailable: release kept for a later retry");
-		return -EINPROGRESS;
-	}
+	if (err == -EAGAIN)
+		return keep(es, b);
 	return -ENOLCK;
+}
+
+int es_send_idempotent(struct es_store *es, struct buf *b)
+{
+	return send_idempotent(es, b, false);
+}
+
+int es_send_release(struct es_store *es, struct buf *b)
+{
+	return send_idempotent(es, b, true);
 }
 
 /* Deletes the lease documents of our former owner ids that are due (all

@@ -44,6 +44,12 @@ void es_lease_stop(struct es_store *es);
  * backing off) or -ENOLCK (neither sent nor kept). */
 int es_send_idempotent(struct es_store *es, struct buf *b);
 
+/* As es_send_idempotent(), for a rename's release: when B would have to
+ * queue behind other requests, it is handed to the client's sender thread
+ * (es_bulk_send_detached()) and 0 is returned at once; what fails there
+ * is kept for the heartbeat as above. */
+int es_send_release(struct es_store *es, struct buf *b);
+
 /* Records that OWNER's lease document has SEQ (-1: gone) now, TTL_MS its
  * lease_ttl (0: unknown). Returns whether the owner is dead. */
 bool es_obs_record(struct es_store *es, const char *owner, int64_t seq, int64_t ttl_ms);

@@ -612,7 +612,7 @@ static int release(struct lockstore *st, const struct tl_plan *plan, struct tl_h
 	for (i = plan->n; i-- > 0;)
 		es_docs_release(&b, ids[i], hold->key, stored);
 	es_docs_intent_delete(&b, hold->key);
-	err = es_send_idempotent(es, &b);
+	err = es_send_release(es, &b);
 	if (err == -EINPROGRESS)
 		err = 0; /* kept, resent soon (logged): the store's to finish */
 out:
@@ -662,7 +662,13 @@ static uint64_t es_requests(struct lockstore *st)
 
 static int es_start(struct lockstore *st)
 {
-	return es_lease_start(es_of(st));
+	int err = es_lease_start(es_of(st));
+
+	/* after the lease: releases handed off before it would have no
+	 * store to go to */
+	if (!err)
+		err = es_client_start_sender(&es_of(st)->cl);
+	return err;
 }
 
 /* ---- listing --------------------------------------------------------------------- */
@@ -691,6 +697,9 @@ static int es_list(struct lockstore *st, const char *prefix, struct tl_lock_info
 	*n = 0;
 	if (prefix && path_key_text(prefix, &ptext) != 0)
 		return -ENOMEM;
+	/* the releases of renames that returned are answered first: the list
+	 * shows no lock this mount has let go of */
+	es_client_drain(&es->cl);
 	root = es_search_all(&es->cl, NULL);
 	if (!root) {
 		free(ptext);
@@ -848,6 +857,9 @@ static void es_close(struct lockstore *st)
 
 	if (!es)
 		return;
+	/* releases handed off go first: what fails there is kept, and the
+	 * lease's stop resends what is kept */
+	es_client_stop_sender(&es->cl);
 	es_lease_stop(es);
 	es_client_close(&es->cl);
 	for (i = 0; i < es->nobs; i++)

@@ -966,7 +966,9 @@ START_TEST(test_lockstore_es__concurrent_renames_share_bulks)
 	/* the slots' requests, then the six that queued meanwhile in one */
 	ck_assert_int_eq(count(&fx, "POST", "/locks/_bulk") - before, SLOTS + 1);
 	ck_assert_int_eq(bulks_with_all(&fx, "create", "g", OPENERS, n), 1);
-	/* releases share requests the same way */
+	/* releases share requests the same way; those that had to queue are
+	 * handed to the sender thread: their renames go on at once, without
+	 * waiting for the held answers */
 	before = count(&fx, "POST", "/locks/_bulk");
 	for (i = 0; i < n; i++)
 		jobs[i].release = true;
@@ -974,7 +976,12 @@ START_TEST(test_lockstore_es__concurrent_renames_share_bulks)
 	for (i = 0; i < n; i++) {
 		ck_assert_int_eq(jobs[i].err, 0);
 		ck_assert_ptr_null(jobs[i].h.priv);
+		if (i == 0)
+			ck_assert_int_ge(jobs[i].took_ms, 900); /* alone: sent and answered */
+		else
+			ck_assert_int_lt(jobs[i].took_ms, 500);
 	}
+	es_client_drain(&es_store_of(fx.st)->cl);
 	ck_assert_int_eq(count(&fx, "POST", "/locks/_bulk") - before, SLOTS + 1);
 	ck_assert_int_eq(bulks_with_all(&fx, "update", "g", OPENERS, n), 1);
 	/* alone again: one request each, sent at once */
@@ -1037,6 +1044,163 @@ START_TEST(test_lockstore_es__one_in_flight)
 	ck_assert_int_eq(count(&fx, "POST", "/locks/_bulk") - before, 2);
 	ck_assert_int_eq(bulks_with_all(&fx, "create", "o", 1, n), 1);
 	jobs_done(&fx, jobs, n);
+}
+END_TEST
+
+/* The index of the first (LAST: the last) bulk request whose body holds
+ * NEEDLE, or -1; *AT (may be NULL) gets NEEDLE's offset in it. */
+static int bulk_index(struct fixture *fx, const char *needle, bool last, long *at)
+{
+	int i, k = -1;
+
+	pthread_mutex_lock(&fx->r.mu);
+	for (i = 0; i < fx->r.nreqs; i++) {
+		const char *hit;
+
+		if (strcmp(fx->r.reqs[i].path, "/locks/_bulk") != 0)
+			continue;
+		hit = strstr(fx->r.reqs[i].body, needle);
+		if (hit) {
+			k = i;
+			if (at)
+				*at = hit - fx->r.reqs[i].body;
+			if (!last)
+				break;
+		}
+	}
+	pthread_mutex_unlock(&fx->r.mu);
+	return k;
+}
+
+START_TEST(test_lockstore_es__acquire_waits_for_own_release_in_flight)
+{
+	struct fixture fx;
+	struct job jobs[3]; /* 0 renames twice, 1 holds a slot, 2 is unrelated */
+	int before, rel, acq;
+
+	/* three slots: only our own release in flight can hold the second
+	 * acquire of the same documents back, not a lack of slots */
+	fx_open_concurrent_n(&fx, 3);
+	jobs_init(jobs, 3, fx.st, "w");
+	job_main(&jobs[0]);
+	ck_assert_int_eq(jobs[0].err, 0);
+	before = count(&fx, "POST", "/locks/_bulk");
+	pthread_mutex_lock(&fx.r.mu);
+	fx.f.hold_bulks = 2;
+	fx.f.hold_bulk_ms = 700;
+	pthread_mutex_unlock(&fx.r.mu);
+	ck_assert_int_eq(pthread_create(&jobs[1].th, NULL, job_main, &jobs[1]), 0);
+	await_bulks(&fx, before + 1);
+	/* a request is out: the release is handed off and returns at once */
+	jobs[0].release = true;
+	job_main(&jobs[0]);
+	ck_assert_int_eq(jobs[0].err, 0);
+	ck_assert_int_lt(jobs[0].took_ms, 300);
+	await_bulks(&fx, before + 2); /* it left after the queue's age */
+	/* the same documents again: not sent before the release's answer;
+	 * an unrelated rename queued meanwhile is not held back */
+	jobs[0].release = false;
+	ck_assert_int_eq(pthread_create(&jobs[0].th, NULL, job_main, &jobs[0]), 0);
+	usleep(20000);
+	job_main(&jobs[2]);
+	ck_assert_int_eq(jobs[2].err, 0);
+	ck_assert_int_lt(jobs[2].took_ms, 500);
+	pthread_join(jobs[0].th, NULL);
+	pthread_join(jobs[1].th, NULL);
+	ck_assert_int_eq(jobs[0].err, 0);
+	ck_assert_int_ge(jobs[0].took_ms, 450);
+	/* the release, then the second create in a later request */
+	rel = bulk_index(&fx, "{\"update\":{\"_id\":\"/w0/x\"", false, NULL);
+	acq = bulk_index(&fx, "{\"create\":{\"_id\":\"/w0/x\"", true, NULL);
+	ck_assert_int_ge(rel, 0);
+	ck_assert_int_gt(acq, rel);
+	/* the unrelated rename left before it */
+	ck_assert_int_lt(bulk_index(&fx, "{\"create\":{\"_id\":\"/w2/x\"", false, NULL), acq);
+	jobs_done(&fx, jobs, 3);
+}
+END_TEST
+
+START_TEST(test_lockstore_es__release_and_acquire_queued_travel_in_order)
+{
+	struct fixture fx;
+	struct job jobs[2];
+	char rel[48], acq[48];
+	long rel_at = -1, acq_at = -1;
+	int before, i_rel, i_acq;
+
+	/* one slot, held by job 1: job 0's release and its next acquire of
+	 * the same documents both queue and leave in one request, the release
+	 * first, so the store applies it before the acquire */
+	fx_open_concurrent_n(&fx, 1);
+	jobs_init(jobs, 2, fx.st, "t");
+	job_main(&jobs[0]);
+	ck_assert_int_eq(jobs[0].err, 0);
+	before = count(&fx, "POST", "/locks/_bulk");
+	pthread_mutex_lock(&fx.r.mu);
+	fx.f.hold_bulks = 1;
+	fx.f.hold_bulk_ms = 500;
+	pthread_mutex_unlock(&fx.r.mu);
+	ck_assert_int_eq(pthread_create(&jobs[1].th, NULL, job_main, &jobs[1]), 0);
+	await_bulks(&fx, before + 1);
+	jobs[0].release = true;
+	job_main(&jobs[0]);
+	ck_assert_int_eq(jobs[0].err, 0);
+	ck_assert_int_lt(jobs[0].took_ms, 300);
+	jobs[0].release = false;
+	job_main(&jobs[0]);
+	ck_assert_int_eq(jobs[0].err, 0);
+	pthread_join(jobs[1].th, NULL);
+	ck_assert_int_eq(count(&fx, "POST", "/locks/_bulk") - before, 2);
+	snprintf(rel, sizeof(rel), "{\"update\":{\"_id\":\"/t0/x\"");
+	snprintf(acq, sizeof(acq), "{\"create\":{\"_id\":\"/t0/x\"");
+	i_rel = bulk_index(&fx, rel, false, &rel_at);
+	i_acq = bulk_index(&fx, acq, true, &acq_at);
+	ck_assert_int_eq(i_rel, i_acq);
+	ck_assert_int_lt(rel_at, acq_at);
+	jobs_done(&fx, jobs, 2);
+}
+END_TEST
+
+START_TEST(test_lockstore_es__handed_off_release_kept_when_it_fails)
+{
+	struct fixture fx;
+	struct job jobs[2];
+	struct es_store *es;
+	int64_t until;
+	int before;
+
+	/* a handed-off release whose request fails is kept, like one sent
+	 * by its rename, and the heartbeat thread resends it */
+	fx_open_concurrent_n(&fx, 1);
+	es = es_store_of(fx.st);
+	jobs_init(jobs, 2, fx.st, "k");
+	job_main(&jobs[0]);
+	ck_assert_int_eq(jobs[0].err, 0);
+	before = count(&fx, "POST", "/locks/_bulk");
+	pthread_mutex_lock(&fx.r.mu);
+	fx.f.hold_bulks = 1;
+	fx.f.hold_bulk_ms = 300;
+	pthread_mutex_unlock(&fx.r.mu);
+	ck_assert_int_eq(pthread_create(&jobs[1].th, NULL, job_main, &jobs[1]), 0);
+	await_bulks(&fx, before + 1);
+	pthread_mutex_lock(&fx.r.mu);
+	fx.f.bulk_503 = 1; /* the next one: the release */
+	pthread_mutex_unlock(&fx.r.mu);
+	jobs[0].release = true;
+	job_main(&jobs[0]);
+	ck_assert_int_eq(jobs[0].err, 0);
+	ck_assert_int_lt(jobs[0].took_ms, 200);
+	pthread_join(jobs[1].th, NULL);
+	es_client_drain(&es->cl);
+	pthread_mutex_lock(&es->mutex);
+	ck_assert_ptr_nonnull(es->pending);
+	pthread_mutex_unlock(&es->mutex);
+	/* failed once, resent by the heartbeat thread within moments */
+	until = tl_mono_ms() + 3000;
+	while (bulks_with_all(&fx, "update", "k", 0, 1) < 2 && tl_mono_ms() < until)
+		usleep(10000);
+	ck_assert_int_ge(bulks_with_all(&fx, "update", "k", 0, 1), 2);
+	jobs_done(&fx, jobs, 2);
 }
 END_TEST
 
@@ -1173,6 +1337,9 @@ Suite *make_suite_lockstore_es(void)
 	tcase_add_test(tc, test_lockstore_es__failed_bulk_fails_every_rename_in_it);
 	tcase_add_test(tc, test_lockstore_es__queued_past_deadline_fails_alone);
 	tcase_add_test(tc, test_lockstore_es__one_in_flight);
+	tcase_add_test(tc, test_lockstore_es__acquire_waits_for_own_release_in_flight);
+	tcase_add_test(tc, test_lockstore_es__release_and_acquire_queued_travel_in_order);
+	tcase_add_test(tc, test_lockstore_es__handed_off_release_kept_when_it_fails);
 	tcase_add_test(tc, test_lockstore_es__slow_request_holds_up_nobody);
 	tcase_add_test(tc, test_lockstore_es__bulk_count);
 	suite_add_tcase(s, tc);
