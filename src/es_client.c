@@ -472,9 +472,10 @@ static struct es_batch_req *first_ready(const struct es_client *c)
 /* Under batch_mutex: when a request may leave: 0 now, -1 not before
  * something changes (nothing may leave, or every slot taken), else the
  * time (tl_mono_ms) it may. The first slot takes whatever waits, at once;
- * a further one is opened by extra_min queued bulks, which makes requests
- * carry several renames under load, or by a queue that has waited
- * batch_age_ms, so one slow request does not hold up the rest. */
+ * a further one is opened by extra_min queued bulks that renames wait for
+ * (a handed-off release holds up no rename: it does not count), which
+ * makes requests carry several renames under load, or by a queue that has
+ * waited batch_age_ms, so one slow request does not hold up the rest. */
 static int64_t lead_at(const struct es_client *c, int64_t now)
 {
 	const struct es_batch_req *q;
@@ -485,7 +486,7 @@ static int64_t lead_at(const struct es_client *c, int64_t now)
 	q = first_ready(c);
 	if (!q)
 		return -1;
-	if (c->inflight == 0 || c->queued >= c->extra_min)
+	if (c->inflight == 0 || c->queued - c->detached_queued >= c->extra_min)
 		return 0;
 	aged = q->queued_ms + c->batch_age_ms;
 	return aged <= now ? 0 : aged;

@@ -33,10 +33,11 @@ struct es_batch_req;
  * sends every queued one (up to ES_BATCH_MAX of them, ES_BATCH_MAX_BYTES)
  * as one _bulk. A bulk submitted when nothing is in flight is sent at
  * once, alone: a lone rename never waits. With one request out, a further
- * slot opens only once ES_BATCH_EXTRA_MIN bulks queue (under load each
- * request then carries several renames, which costs the node less than
- * more, smaller requests) or the oldest has waited ES_BATCH_AGE_MS (a
- * slow request holds up the rest no longer than that). */
+ * slot opens only once ES_BATCH_EXTRA_MIN renames wait in the queue (a
+ * handed-off release, below, holds up no rename and does not count; under
+ * load each request then carries several renames, which costs the node
+ * less than more, smaller requests) or the oldest has waited
+ * ES_BATCH_AGE_MS (a slow request holds up the rest no longer than that). */
 /*
  * Releases that would queue anyway need not be waited for: a release
  * submitted with es_bulk_send_detached() while a request is out or others

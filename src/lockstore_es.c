@@ -75,7 +75,13 @@
  * its own items (all-or-nothing, rollback, waiter marks, as above); a
  * failure of the whole request is each of its renames' own failure; the
  * request's timeout is the earliest deadline among them, and a rename
- * still queued at its deadline fails alone without being sent.
+ * still queued at its deadline fails alone without being sent. A release
+ * that would have to queue is handed to the client's sender thread and
+ * the rename returns: its locks stay in the store a little longer (safe:
+ * only later), it leaves with the next request, and what fails there is
+ * kept and resent as below. An acquire of documents whose release is still
+ * in flight waits for its answer; queued together, the release goes first
+ * in the same request. A rename alone still waits for its release.
  * A script refusal is HTTP 400 wrapping script_exception, not 409.
  *
  * Per key and holder, the state chart:

@@ -1204,6 +1204,54 @@ START_TEST(test_lockstore_es__handed_off_release_kept_when_it_fails)
 }
 END_TEST
 
+START_TEST(test_lockstore_es__handed_off_releases_open_no_slot)
+{
+	struct fixture fx;
+	struct job jobs[1 + 8];
+	struct es_client *c;
+	size_t n = 1 + 8, i;
+	int before;
+
+	/* one request out: eight releases handed off hold up no rename, so
+	 * they do not open the second slot (acquires that many would); they
+	 * leave together once the first request is answered */
+	fx_open_concurrent(&fx);
+	c = &es_store_of(fx.st)->cl;
+	jobs_init(jobs, n, fx.st, "h");
+	for (i = 1; i < n; i++) {
+		job_main(&jobs[i]);
+		ck_assert_int_eq(jobs[i].err, 0);
+		jobs[i].release = true;
+	}
+	pthread_mutex_lock(&c->batch_mutex);
+	c->batch_age_ms = 60000; /* only the count could open it */
+	pthread_mutex_unlock(&c->batch_mutex);
+	before = count(&fx, "POST", "/locks/_bulk");
+	pthread_mutex_lock(&fx.r.mu);
+	fx.f.hold_bulks = 1;
+	fx.f.hold_bulk_ms = 600;
+	pthread_mutex_unlock(&fx.r.mu);
+	ck_assert_int_eq(pthread_create(&jobs[0].th, NULL, job_main, &jobs[0]), 0);
+	await_bulks(&fx, before + 1);
+	for (i = 1; i < n; i++) {
+		job_main(&jobs[i]);
+		ck_assert_int_eq(jobs[i].err, 0);
+		ck_assert_int_lt(jobs[i].took_ms, 300);
+	}
+	ck_assert_uint_ge(n - 1, c->extra_min);
+	usleep(200000);
+	ck_assert_int_eq(count(&fx, "POST", "/locks/_bulk"), before + 1);
+	pthread_join(jobs[0].th, NULL);
+	es_client_drain(c);
+	ck_assert_int_eq(count(&fx, "POST", "/locks/_bulk"), before + 2);
+	ck_assert_int_eq(bulks_with_all(&fx, "update", "h", 1, n), 1);
+	pthread_mutex_lock(&c->batch_mutex);
+	c->batch_age_ms = ES_BATCH_AGE_MS;
+	pthread_mutex_unlock(&c->batch_mutex);
+	jobs_done(&fx, jobs, n);
+}
+END_TEST
+
 START_TEST(test_lockstore_es__refusal_stays_with_its_rename)
 {
 	struct fixture fx;
@@ -1340,6 +1388,7 @@ Suite *make_suite_lockstore_es(void)
 	tcase_add_test(tc, test_lockstore_es__acquire_waits_for_own_release_in_flight);
 	tcase_add_test(tc, test_lockstore_es__release_and_acquire_queued_travel_in_order);
 	tcase_add_test(tc, test_lockstore_es__handed_off_release_kept_when_it_fails);
+	tcase_add_test(tc, test_lockstore_es__handed_off_releases_open_no_slot);
 	tcase_add_test(tc, test_lockstore_es__slow_request_holds_up_nobody);
 	tcase_add_test(tc, test_lockstore_es__bulk_count);
 	suite_add_tcase(s, tc);
