@@ -76,6 +76,7 @@ int es_client_open(struct es_client *c, const struct httpc_config *hc, const cha
 		pthread_condattr_init(&ca);
 		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 		pthread_cond_init(&c->batch_cond, &ca);
+		pthread_cond_init(&c->sender_cond, &ca);
 		pthread_condattr_destroy(&ca);
 		c->batch_ready = true;
 	}
@@ -112,6 +113,7 @@ void es_client_close(struct es_client *c)
 	pthread_mutex_destroy(&c->err_mutex);
 	if (c->batch_ready) {
 		pthread_cond_destroy(&c->batch_cond);
+		pthread_cond_destroy(&c->sender_cond);
 		pthread_mutex_destroy(&c->batch_mutex);
 	}
 	memset(c, 0, sizeof(*c));
@@ -586,18 +588,20 @@ static void batch_lead(struct es_client *c)
 		req_free_detached(v[i]);
 	}
 	pthread_cond_broadcast(&c->batch_cond);
+	if (c->detached_queued)
+		pthread_cond_signal(&c->sender_cond); /* a slot is free */
 }
 
-/* Under batch_mutex: waits on the queue's condition until WAKE
- * (tl_mono_ms; 0: until woken). */
-static void batch_wait(struct es_client *c, int64_t wake)
+/* Under batch_mutex: waits on COND until WAKE (tl_mono_ms; 0: until
+ * woken). */
+static void batch_wait(struct es_client *c, pthread_cond_t *cond, int64_t wake)
 {
 	if (wake) {
 		struct timespec ts = {.tv_sec = wake / 1000, .tv_nsec = (wake % 1000) * 1000000};
 
-		pthread_cond_timedwait(&c->batch_cond, &c->batch_mutex, &ts);
+		pthread_cond_timedwait(cond, &c->batch_mutex, &ts);
 	} else {
-		pthread_cond_wait(&c->batch_cond, &c->batch_mutex);
+		pthread_cond_wait(cond, &c->batch_mutex);
 	}
 }
 
@@ -654,7 +658,7 @@ int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root)
 		}
 		if (at > 0 && (!wake || at < wake))
 			wake = at;
-		batch_wait(c, wake);
+		batch_wait(c, &c->batch_cond, wake);
 	}
 	/* the thread that sent our request runs already: without a sender
 	 * thread it sends what queued meanwhile too (once: its own rename goes
@@ -672,7 +676,9 @@ int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root)
 }
 
 /* The sender thread: sends the queue whenever a handed-off bulk waits in
- * it and a slot is free, until stopped with nothing handed off queued. */
+ * it and a slot is free, until stopped with nothing handed off queued.
+ * It sleeps on sender_cond, signalled only when that may have changed:
+ * the renames' answers do not wake it. */
 static void *sender_main(void *arg)
 {
 	struct es_client *c = arg;
@@ -684,7 +690,7 @@ static void *sender_main(void *arg)
 		if (at == 0)
 			batch_lead(c);
 		else
-			batch_wait(c, at > 0 ? at : 0);
+			batch_wait(c, &c->sender_cond, at > 0 ? at : 0);
 	}
 	pthread_mutex_unlock(&c->batch_mutex);
 	return NULL;
@@ -725,7 +731,7 @@ void es_client_stop_sender(struct es_client *c)
 		return;
 	}
 	c->sender_stop = true;
-	pthread_cond_broadcast(&c->batch_cond);
+	pthread_cond_signal(&c->sender_cond);
 	pthread_mutex_unlock(&c->batch_mutex);
 	pthread_join(c->sender, NULL);
 	es_client_drain(c);
@@ -775,7 +781,7 @@ int es_bulk_send_detached(struct es_client *c, const struct buf *b, cJSON **root
 	queue_add(c, q);
 	c->detached_queued++;
 	c->detached_live++;
-	pthread_cond_broadcast(&c->batch_cond);
+	pthread_cond_signal(&c->sender_cond);
 	pthread_mutex_unlock(&c->batch_mutex);
 	return 1;
 }

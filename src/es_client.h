@@ -79,6 +79,7 @@ struct es_client {
 	unsigned int detached_live;  /* queued or in flight */
 	struct es_batch_req *flying;
 	pthread_t sender;
+	pthread_cond_t sender_cond;  /* CLOCK_MONOTONIC; the sender's alone */
 	bool sender_on, sender_stop;
 	/* How this client's lock scripts travel: by id (stored in the
 	 * cluster) or inline (false, the default). Set while the store opens
