@@ -997,24 +997,33 @@ START_TEST(test_lockstore_es__concurrent_renames_share_bulks)
 }
 END_TEST
 
+/* Makes the fake server answer the next HOLD_BULKS bulks HOLD_MS late,
+ * starts J in a thread and waits for its request. Returns the bulks sent
+ * before it. */
+static int start_held(struct fixture *fx, struct job *j, int hold_bulks, int hold_ms)
+{
+	int before = count(fx, "POST", "/locks/_bulk");
+
+	pthread_mutex_lock(&fx->r.mu);
+	fx->f.hold_bulks = hold_bulks;
+	fx->f.hold_bulk_ms = hold_ms;
+	pthread_mutex_unlock(&fx->r.mu);
+	ck_assert_int_eq(pthread_create(&j->th, NULL, job_main, j), 0);
+	await_bulks(fx, before + 1);
+	return before;
+}
+
 START_TEST(test_lockstore_es__slow_request_holds_up_nobody)
 {
 	struct fixture fx;
 	struct job jobs[2];
-	int before;
 
 	/* the first slot's request is answered 2 s late; a rename queued
 	 * alone behind it (short of the gate) opens the second slot once it
 	 * has waited ES_BATCH_AGE_MS, not when the slow answer comes */
 	fx_open_concurrent(&fx);
 	jobs_init(jobs, 2, fx.st, "s");
-	before = count(&fx, "POST", "/locks/_bulk");
-	pthread_mutex_lock(&fx.r.mu);
-	fx.f.hold_bulks = 1;
-	fx.f.hold_bulk_ms = 2000;
-	pthread_mutex_unlock(&fx.r.mu);
-	ck_assert_int_eq(pthread_create(&jobs[0].th, NULL, job_main, &jobs[0]), 0);
-	await_bulks(&fx, before + 1);
+	start_held(&fx, &jobs[0], 1, 2000);
 	job_main(&jobs[1]);
 	ck_assert_int_eq(jobs[1].err, 0);
 	ck_assert_int_ge(jobs[1].took_ms, ES_BATCH_AGE_MS);
@@ -1072,6 +1081,31 @@ static int bulk_index(struct fixture *fx, const char *needle, bool last, long *a
 	return k;
 }
 
+/* A store with SLOTS sending slots where job 0 of JOBS[0..N) (keys under
+ * TOP) holds its locks and job 1 has a request out that the fake server
+ * answers HOLD_MS late (as the next HOLD_BULKS are). Returns the bulks
+ * sent before job 1's. */
+static int one_request_out(struct fixture *fx, struct job *jobs, size_t n, const char *top,
+			   size_t slots, int hold_bulks, int hold_ms)
+{
+	fx_open_concurrent_n(fx, slots);
+	jobs_init(jobs, n, fx->st, top);
+	job_main(&jobs[0]);
+	ck_assert_int_eq(jobs[0].err, 0);
+	return start_held(fx, &jobs[1], hold_bulks, hold_ms);
+}
+
+/* Releases J's locks while a request is out: handed off, it returns at
+ * once; J is set to acquire again. */
+static void release_handed_off(struct job *j)
+{
+	j->release = true;
+	job_main(j);
+	ck_assert_int_eq(j->err, 0);
+	ck_assert_int_lt(j->took_ms, 300);
+	j->release = false;
+}
+
 START_TEST(test_lockstore_es__acquire_waits_for_own_release_in_flight)
 {
 	struct fixture fx;
@@ -1080,26 +1114,12 @@ START_TEST(test_lockstore_es__acquire_waits_for_own_release_in_flight)
 
 	/* three slots: only our own release in flight can hold the second
 	 * acquire of the same documents back, not a lack of slots */
-	fx_open_concurrent_n(&fx, 3);
-	jobs_init(jobs, 3, fx.st, "w");
-	job_main(&jobs[0]);
-	ck_assert_int_eq(jobs[0].err, 0);
-	before = count(&fx, "POST", "/locks/_bulk");
-	pthread_mutex_lock(&fx.r.mu);
-	fx.f.hold_bulks = 2;
-	fx.f.hold_bulk_ms = 700;
-	pthread_mutex_unlock(&fx.r.mu);
-	ck_assert_int_eq(pthread_create(&jobs[1].th, NULL, job_main, &jobs[1]), 0);
-	await_bulks(&fx, before + 1);
+	before = one_request_out(&fx, jobs, 3, "w", 3, 2, 700);
 	/* a request is out: the release is handed off and returns at once */
-	jobs[0].release = true;
-	job_main(&jobs[0]);
-	ck_assert_int_eq(jobs[0].err, 0);
-	ck_assert_int_lt(jobs[0].took_ms, 300);
+	release_handed_off(&jobs[0]);
 	await_bulks(&fx, before + 2); /* it left after the queue's age */
 	/* the same documents again: not sent before the release's answer;
 	 * an unrelated rename queued meanwhile is not held back */
-	jobs[0].release = false;
 	ck_assert_int_eq(pthread_create(&jobs[0].th, NULL, job_main, &jobs[0]), 0);
 	usleep(20000);
 	job_main(&jobs[2]);
@@ -1131,22 +1151,8 @@ START_TEST(test_lockstore_es__release_and_acquire_queued_travel_in_order)
 	/* one slot, held by job 1: job 0's release and its next acquire of
 	 * the same documents both queue and leave in one request, the release
 	 * first, so the store applies it before the acquire */
-	fx_open_concurrent_n(&fx, 1);
-	jobs_init(jobs, 2, fx.st, "t");
-	job_main(&jobs[0]);
-	ck_assert_int_eq(jobs[0].err, 0);
-	before = count(&fx, "POST", "/locks/_bulk");
-	pthread_mutex_lock(&fx.r.mu);
-	fx.f.hold_bulks = 1;
-	fx.f.hold_bulk_ms = 500;
-	pthread_mutex_unlock(&fx.r.mu);
-	ck_assert_int_eq(pthread_create(&jobs[1].th, NULL, job_main, &jobs[1]), 0);
-	await_bulks(&fx, before + 1);
-	jobs[0].release = true;
-	job_main(&jobs[0]);
-	ck_assert_int_eq(jobs[0].err, 0);
-	ck_assert_int_lt(jobs[0].took_ms, 300);
-	jobs[0].release = false;
+	before = one_request_out(&fx, jobs, 2, "t", 1, 1, 500);
+	release_handed_off(&jobs[0]);
 	job_main(&jobs[0]);
 	ck_assert_int_eq(jobs[0].err, 0);
 	pthread_join(jobs[1].th, NULL);
@@ -1167,29 +1173,15 @@ START_TEST(test_lockstore_es__handed_off_release_kept_when_it_fails)
 	struct job jobs[2];
 	struct es_store *es;
 	int64_t until;
-	int before;
 
 	/* a handed-off release whose request fails is kept, like one sent
 	 * by its rename, and the heartbeat thread resends it */
-	fx_open_concurrent_n(&fx, 1);
+	one_request_out(&fx, jobs, 2, "k", 1, 1, 300);
 	es = es_store_of(fx.st);
-	jobs_init(jobs, 2, fx.st, "k");
-	job_main(&jobs[0]);
-	ck_assert_int_eq(jobs[0].err, 0);
-	before = count(&fx, "POST", "/locks/_bulk");
-	pthread_mutex_lock(&fx.r.mu);
-	fx.f.hold_bulks = 1;
-	fx.f.hold_bulk_ms = 300;
-	pthread_mutex_unlock(&fx.r.mu);
-	ck_assert_int_eq(pthread_create(&jobs[1].th, NULL, job_main, &jobs[1]), 0);
-	await_bulks(&fx, before + 1);
 	pthread_mutex_lock(&fx.r.mu);
 	fx.f.bulk_503 = 1; /* the next one: the release */
 	pthread_mutex_unlock(&fx.r.mu);
-	jobs[0].release = true;
-	job_main(&jobs[0]);
-	ck_assert_int_eq(jobs[0].err, 0);
-	ck_assert_int_lt(jobs[0].took_ms, 200);
+	release_handed_off(&jobs[0]);
 	pthread_join(jobs[1].th, NULL);
 	es_client_drain(&es->cl);
 	pthread_mutex_lock(&es->mutex);
@@ -1226,13 +1218,7 @@ START_TEST(test_lockstore_es__handed_off_releases_open_no_slot)
 	pthread_mutex_lock(&c->batch_mutex);
 	c->batch_age_ms = 60000; /* only the count could open it */
 	pthread_mutex_unlock(&c->batch_mutex);
-	before = count(&fx, "POST", "/locks/_bulk");
-	pthread_mutex_lock(&fx.r.mu);
-	fx.f.hold_bulks = 1;
-	fx.f.hold_bulk_ms = 600;
-	pthread_mutex_unlock(&fx.r.mu);
-	ck_assert_int_eq(pthread_create(&jobs[0].th, NULL, job_main, &jobs[0]), 0);
-	await_bulks(&fx, before + 1);
+	before = start_held(&fx, &jobs[0], 1, 600);
 	for (i = 1; i < n; i++) {
 		job_main(&jobs[i]);
 		ck_assert_int_eq(jobs[i].err, 0);
