@@ -303,7 +303,6 @@ static int keep(struct es_store *es, const struct buf *b)
 static void detached_done(void *arg, int err, cJSON *root, const struct buf *sent)
 {
 	struct es_store *es = arg;
-	struct buf b = BUF_INIT;
 
 	if (err == -EACCES || err == -ENOMEM) {
 		cJSON_Delete(root);
@@ -313,11 +312,9 @@ static void detached_done(void *arg, int err, cJSON *root, const struct buf *sen
 	}
 	if (!err && !idempotent_retry(es, root))
 		return;
-	buf_add(&b, sent->data, sent->len);
-	if (!es_client_scripts_stored(&es->cl))
-		es_docs_inline(&b); /* the stored scripts went missing */
-	keep(es, &b);
-	buf_free(&b);
+	/* kept as sent: pending_flush() sends it inline should the stored
+	 * scripts have gone missing */
+	keep(es, sent);
 }
 
 static int send_idempotent(struct es_store *es, struct buf *b, bool may_detach)
