@@ -471,6 +471,14 @@ static struct es_batch_req *first_ready(const struct es_client *c)
 	return NULL;
 }
 
+/* Under batch_mutex, with a slot free: whether it may be used now while
+ * WAITING renames' bulks queue: the first slot at once, a further one once
+ * extra_min of them wait. */
+static bool slot_opens(const struct es_client *c, unsigned int waiting)
+{
+	return c->inflight == 0 || waiting >= c->extra_min;
+}
+
 /* Under batch_mutex: when a request may leave: 0 now, -1 not before
  * something changes (nothing may leave, or every slot taken), else the
  * time (tl_mono_ms) it may. The first slot takes whatever waits, at once;
@@ -488,7 +496,7 @@ static int64_t lead_at(const struct es_client *c, int64_t now)
 	q = first_ready(c);
 	if (!q)
 		return -1;
-	if (c->inflight == 0 || c->queued - c->detached_queued >= c->extra_min)
+	if (slot_opens(c, c->queued - c->detached_queued))
 		return 0;
 	aged = q->queued_ms + c->batch_age_ms;
 	return aged <= now ? 0 : aged;
@@ -757,8 +765,7 @@ int es_bulk_send_detached(struct es_client *c, const struct buf *b, cJSON **root
 	/* what es_bulk_send() would send at once, it sends: a lone rename
 	 * sees its release answered before it returns, as without a sender */
 	at_once = !c->sender_on || c->sender_stop ||
-		  (!c->queue && c->inflight < c->max_inflight &&
-		   (c->inflight == 0 || c->extra_min <= 1));
+		  (!c->queue && c->inflight < c->max_inflight && slot_opens(c, 1));
 	pthread_mutex_unlock(&c->batch_mutex);
 	if (at_once)
 		return es_bulk_send(c, b, root);
