@@ -172,9 +172,10 @@ cJSON *es_parse(const struct httpc_response *r);
 int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root);
 
 /* Called with the outcome of a bulk handed off by
- * es_bulk_send_detached(), on the sender thread, without the client's
+ * es_bulk_send_detached(), on whichever thread sent its request (the
+ * sender thread, or a rename's that led the queue), without the client's
  * locks: ERR and ROOT as es_bulk_send() returns them (ROOT is the
- * callback's to free), B the bulk as submitted. */
+ * callback's to free), B the bulk as submitted, NUL-terminated. */
 typedef void es_detached_fn(void *arg, int err, cJSON *root, const struct buf *b);
 
 /* Starts C's sender thread (once the process runs as it will: after a
