@@ -3,10 +3,13 @@
  *   fsbench setup BACKING NBIG NPROC_MAX NFILES_MP
  *       untimed: the 10,000-file directory and the per-process rename trees,
  *       made directly in the backing directory before it is mounted
- *   fsbench meta ROOT NFILES BIG_MAX BIG_SECONDS
+ *   fsbench meta ROOT NFILES BIG_MAX BIG_SECONDS [SETTLE]
  *       timed, one process: create, stat, rename within a directory, rename
  *       across directories, unlink (NFILES files in a tree of depth 3-5),
- *       then renames of the big directory (at most BIG_MAX or BIG_SECONDS)
+ *       then renames of the big directory (at most BIG_MAX or BIG_SECONDS);
+ *       with SETTLE, that many seconds pass (untimed) between create and
+ *       stat, so that a mount's cached entries have expired whatever the
+ *       speed of its creates
  *   fsbench mp ROOT MODE LAYOUT NPROC SECONDS
  *       timed, NPROC processes renaming for SECONDS: MODE same|cross,
  *       LAYOUT disjoint|shared (see bench/README.md)
@@ -98,7 +101,7 @@ static void create_file(const char *path)
 	close(fd);
 }
 
-static void do_meta(const char *root, long n, long big_max, double big_sec)
+static void do_meta(const char *root, long n, long big_max, double big_sec, double settle)
 {
 	long nleaves = (n + FILES_PER_DIR - 1) / FILES_PER_DIR, i;
 	char a[4096], b[4096];
@@ -115,6 +118,13 @@ static void do_meta(const char *root, long n, long big_max, double big_sec)
 		create_file(a);
 	}
 	result("create", n, now() - t);
+	if (settle > 0) {
+		struct timespec ts = {.tv_sec = (time_t)settle,
+				      .tv_nsec = (long)((settle - (double)(time_t)settle) * 1e9)};
+
+		while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+			;
+	}
 	t = now();
 	for (i = 0; i < n; i++) {
 		file_path(root, i, nleaves, "f", 0, a, sizeof(a));
@@ -336,8 +346,9 @@ int main(int argc, char **argv)
 {
 	if (argc == 6 && strcmp(argv[1], "setup") == 0)
 		do_setup(argv[2], atol(argv[3]), atoi(argv[4]), atol(argv[5]));
-	else if (argc == 6 && strcmp(argv[1], "meta") == 0)
-		do_meta(argv[2], atol(argv[3]), atol(argv[4]), atof(argv[5]));
+	else if ((argc == 6 || argc == 7) && strcmp(argv[1], "meta") == 0)
+		do_meta(argv[2], atol(argv[3]), atol(argv[4]), atof(argv[5]),
+			argc == 7 ? atof(argv[6]) : 0);
 	else if (argc == 7 && strcmp(argv[1], "mp") == 0)
 		do_mp(argv[2], argv[3], argv[4], atoi(argv[5]), atof(argv[6]));
 	else if (argc == 5 && strcmp(argv[1], "depth") == 0)
