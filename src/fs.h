@@ -147,6 +147,9 @@ fuse_ino_t ino_id(struct tlfs *fs, struct ll_inode *in);
  * lookup reference. Takes FD over (closes it when an inode exists).
  * Returns NULL when out of memory. */
 struct ll_inode *inode_ref(struct tlfs *fs, int fd, const struct stat *st);
+/* The inode of ST (st_dev, st_ino) when the table has it, taking one
+ * lookup reference; else NULL. */
+struct ll_inode *inode_find_ref(struct tlfs *fs, const struct stat *st);
 
 /* Drops N lookup references of IN; frees it at zero. */
 void inode_unref(struct tlfs *fs, struct ll_inode *in, uint64_t n);

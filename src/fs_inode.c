@@ -173,6 +173,24 @@ struct ll_inode *inode_ref(struct tlfs *fs, int fd, const struct stat *st)
 	return in;
 }
 
+/* The inode of ST (st_dev, st_ino) when it is in the table, with one more
+ * lookup reference; NULL when it is not (the caller then opens it and
+ * calls inode_ref()). */
+struct ll_inode *inode_find_ref(struct tlfs *fs, const struct stat *st)
+{
+	size_t h = ihash(st->st_dev, st->st_ino);
+	struct ll_inode *in;
+
+	pthread_mutex_lock(&fs->itab_mutex);
+	for (in = fs->itab[h]; in; in = in->next)
+		if (in->ino == st->st_ino && in->dev == st->st_dev)
+			break;
+	if (in)
+		in->nlookup++;
+	pthread_mutex_unlock(&fs->itab_mutex);
+	return in;
+}
+
 void inode_unref(struct tlfs *fs, struct ll_inode *in, uint64_t n)
 {
 	struct ll_inode **pp;

@@ -47,6 +47,18 @@ static int do_lookup(struct tlfs *fs, struct ll_inode *parent, const char *name,
 	e->entry_timeout = fs->cfg->entry_timeout;
 	if (ctl_is_name(fs, parent, name))
 		return ctl_lookup(fs, parent, name, e);
+	/* An inode the kernel already knows (a cached entry that expired, the
+	 * source of a rename) needs no new descriptor: one fstatat() instead
+	 * of openat(), fstatat() and close(). A new one is opened, and what
+	 * the descriptor reaches is what counts (the name may have moved on
+	 * between the two calls). */
+	if (fstatat(parent->fd, name, &e->attr, AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT) == -1)
+		return -fd_errno(errno);
+	in = inode_find_ref(fs, &e->attr);
+	if (in) {
+		e->ino = ino_id(fs, in);
+		return 0;
+	}
 	fd = openat(parent->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 	if (fd == -1)
 		return -fd_errno(errno);
