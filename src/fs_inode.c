@@ -139,6 +139,18 @@ void creds_daemon(struct tlfs *fs)
 
 /* ---- inode table ------------------------------------------------------- */
 
+/* The table's inode of ST (st_dev, st_ino), or NULL. Must be called with
+ * itab_mutex held. */
+static struct ll_inode *itab_find(struct tlfs *fs, const struct stat *st)
+{
+	struct ll_inode *in;
+
+	for (in = fs->itab[ihash(st->st_dev, st->st_ino)]; in; in = in->next)
+		if (in->ino == st->st_ino && in->dev == st->st_dev)
+			break;
+	return in;
+}
+
 /* Finds or makes the inode of the open O_PATH FD (stat ST), taking one
  * lookup reference. Takes FD over (closes it when an inode exists). */
 struct ll_inode *inode_ref(struct tlfs *fs, int fd, const struct stat *st)
@@ -147,9 +159,7 @@ struct ll_inode *inode_ref(struct tlfs *fs, int fd, const struct stat *st)
 	struct ll_inode *in;
 
 	pthread_mutex_lock(&fs->itab_mutex);
-	for (in = fs->itab[h]; in; in = in->next)
-		if (in->ino == st->st_ino && in->dev == st->st_dev)
-			break;
+	in = itab_find(fs, st);
 	if (in) {
 		in->nlookup++;
 		pthread_mutex_unlock(&fs->itab_mutex);
@@ -178,13 +188,10 @@ struct ll_inode *inode_ref(struct tlfs *fs, int fd, const struct stat *st)
  * calls inode_ref()). */
 struct ll_inode *inode_find_ref(struct tlfs *fs, const struct stat *st)
 {
-	size_t h = ihash(st->st_dev, st->st_ino);
 	struct ll_inode *in;
 
 	pthread_mutex_lock(&fs->itab_mutex);
-	for (in = fs->itab[h]; in; in = in->next)
-		if (in->ino == st->st_ino && in->dev == st->st_dev)
-			break;
+	in = itab_find(fs, st);
 	if (in)
 		in->nlookup++;
 	pthread_mutex_unlock(&fs->itab_mutex);
