@@ -53,7 +53,7 @@ static int do_lookup(struct tlfs *fs, struct ll_inode *parent, const char *name,
 	 * the descriptor reaches is what counts (the name may have moved on
 	 * between the two calls). */
 	if (fstatat(parent->fd, name, &e->attr, AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT) == -1)
-		return -fd_errno(errno);
+		return -errno; /* takes no descriptor: never EMFILE */
 	in = inode_find_ref(fs, &e->attr);
 	if (in) {
 		e->ino = ino_id(fs, in);
