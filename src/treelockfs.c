@@ -257,9 +257,19 @@ int main(int argc, char *argv[])
 		err = fuse_session_loop_mt(se, loop_cfg);
 		fuse_loop_cfg_destroy(loop_cfg);
 	}
+	/* libfuse returns the number of a signal that ended the loop (SIGTERM,
+	 * SIGINT, SIGHUP): a stop that was asked for, not an error; its
+	 * errors come back negative */
+	if (err > 0) {
+		const char *sig = sigabbrev_np(err);
+
+		tl_log(LOG_NOTICE, "stopping on SIG%s: unmounting '%s'", sig ? sig : "?",
+		       opts.mountpoint);
+		err = 0;
+	}
 	ret = err == 0 ? 0 : 1;
 	if (err)
-		tl_log(LOG_ERR, "the FUSE loop ended with an error: %s", strerror(err < 0 ? -err : err));
+		tl_log(LOG_ERR, "the FUSE loop ended with an error: %s", strerror(-err));
 
 out_signals:
 	fuse_remove_signal_handlers(se);

@@ -8,13 +8,14 @@ files, passwords where others can read them, silent long waits, leaks.
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import threading
 import time
 
 import pytest
 
-from conftest import BIN, Mount, is_mounted, run_as
+from conftest import BIN, Mount, is_mounted, run_as, write
 
 NOBODY = 65534
 
@@ -337,6 +338,27 @@ def test_hardening__long_mem_wait_is_logged_when_it_ends(mount_factory):
     t.join()
     m.stop()
     assert "got its locks after" in m.log(), m.log()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_hardening__signal_stops_cleanly(mount_factory, sig):
+    """A stop asked for by a signal is no error: exit 0, unmounted, the
+    renamed file where it was put, and a notice that names the signal
+    (libfuse hands the signal's number back like an error code)."""
+    m = mount_factory()
+    os.mkdir(m.path("d"))
+    write(m, "d/f", "kept")
+    os.rename(m.path("d"), m.path("e"))
+    os.kill(m.proc.pid, sig)
+    rc = m.proc.wait(timeout=15)
+    log = m.log()
+    assert rc == 0, log
+    assert not is_mounted(m.mnt), log
+    assert "stopping on %s" % sig.name in log, log
+    assert " err: " not in log, log
+    with open(m.bpath("e", "f")) as f:
+        assert f.read() == "kept"
+    m.stop()
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
