@@ -5,7 +5,8 @@
  *   hold  = lockmgr_acquire(plan)              all or nothing, bounded wait
  *   check = the keys still name what the fds hold, else ENOENT
  *   renameat2() by the directories' fds
- *   lockmgr_release(plan)                      on every path
+ *   lockmgr_release(plan)                      on every path; with the
+ *                                              mem store after the answer
  *
  * A key is the path of an entry below the backing root, of any length: the
  * parent's path as the kernel names it (getcwd() after fchdir() to its fd,
@@ -866,7 +867,17 @@ void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 out_release_locks:
 	creds_daemon(fs);
 	hold_log(fs, plan, &holder, false, res);
-	lockmgr_release(&fs->mgr, plan, &holder);
+	if (!lockmgr_other_writers_possible(&fs->mgr)) {
+		/* the rename is done: its caller need not wait for a release
+		 * that is a memory operation of this mount, which no other
+		 * mount waits for (listings wait for it: lockmgr_answering()) */
+		lockmgr_answering(&fs->mgr);
+		fuse_reply_err(req, -res);
+		req = NULL;
+		lockmgr_release_answered(&fs->mgr, plan, &holder);
+	} else {
+		lockmgr_release(&fs->mgr, plan, &holder);
+	}
 	tl_log(LOG_DEBUG, "rename '%s' -> '%s': %zu locks in %" PRId64 " ms: %s", from, to, plan->n,
 	       tl_mono_ms() - t0, res ? strerror(-res) : "ok");
 out_free_plan:
@@ -875,5 +886,6 @@ out_free_keys:
 	key_list_free(&below);
 	key_buf_free(&kfrom);
 	key_buf_free(&kto);
-	fuse_reply_err(req, -res);
+	if (req)
+		fuse_reply_err(req, -res);
 }
