@@ -219,6 +219,7 @@ void inode_unref(struct tlfs *fs, struct ll_inode *in, uint64_t n)
 	pthread_mutex_unlock(&fs->itab_mutex);
 	if (last) {
 		close(in->fd);
+		free(in->key_path);
 		free(in);
 	}
 }
@@ -298,6 +299,7 @@ void tlfs_release(struct tlfs *fs)
 			fs->itab[h] = in->next;
 			if (in != fs->root) {
 				close(in->fd);
+				free(in->key_path);
 				free(in);
 			}
 		}

@@ -312,9 +312,120 @@ static int key_buf_room(struct key_buf *out, size_t len, size_t extra)
 	return out->s ? 0 : -ENOMEM;
 }
 
+/* True when the directory path P (its first LEN bytes) is K or below K. */
+static bool at_or_below(const char *k, const char *p, size_t len)
+{
+	size_t kl = strlen(k);
+
+	return kl <= len && memcmp(k, p, kl) == 0 && (kl == len || p[kl] == '/');
+}
+
+/* True when a rename through this mount that succeeded after generation
+ * GEN, up to NOW, may have moved the directory whose path is the first
+ * LEN bytes of P: it renamed (or exchanged) that directory or one of its
+ * ancestors. Only such a rename changes a directory's path. Also true when
+ * that cannot be told: more than TLFS_RECENT renames since, or keys too
+ * long to keep. Call with fs->recent_mutex held. */
+static bool recent_moved_locked(struct tlfs *fs, uint64_t gen, uint64_t now, const char *p,
+				size_t len)
+{
+	uint64_t g;
+
+	if (now - gen > TLFS_RECENT)
+		return true;
+	for (g = gen + 1; g <= now; g++) {
+		const struct recent_rename *r = &fs->recent[g % TLFS_RECENT];
+
+		if (r->gen != g || r->unknown || at_or_below(r->from, p, len) ||
+		    at_or_below(r->to, p, len))
+			return true;
+	}
+	return false;
+}
+
+/* True when a rename through this mount that succeeded after generation
+ * GEN may have moved the directory of key FROM or of key TO
+ * (recent_moved_locked()); the others leave the keys as they were
+ * computed. */
+static bool recent_may_move(struct tlfs *fs, uint64_t gen, const char *from, const char *to)
+{
+	size_t fp = path_parent_len(from, strlen(from)), tp = path_parent_len(to, strlen(to));
+	bool may;
+	uint64_t now;
+
+	pthread_mutex_lock(&fs->recent_mutex);
+	now = __atomic_load_n(&fs->rename_gen, __ATOMIC_RELAXED);
+	may = recent_moved_locked(fs, gen, now, from, fp) ||
+	      recent_moved_locked(fs, gen, now, to, tp);
+	pthread_mutex_unlock(&fs->recent_mutex);
+	return may;
+}
+
+/* With no other writers (lock_store=mem) and entry_timeout above 0, a
+ * directory's path is remembered on its inode once a key found it: while
+ * no rename through this mount moved the directory or an ancestor (the
+ * renames in fs->recent since tell), and for entry_timeout at most, its
+ * next key costs neither getcwd() nor fchdir(). Only renames through this
+ * mount are locked at all (BUGS in treelockfs(1)); one made directly on
+ * the backing shows in the keys within entry_timeout, as it shows in the
+ * names the kernel caches for the mount. */
+static bool dir_path_memo_on(struct tlfs *fs, struct ll_inode *dir)
+{
+	return dir != fs->root && fs->cfg->entry_timeout > 0 &&
+	       !lockmgr_other_writers_possible(&fs->mgr);
+}
+
+/* DIR's remembered path into OUT->stack, with room for EXTRA more bytes
+ * after it: sets *LEN and returns true, or false when there is none to
+ * trust. */
+static bool dir_path_recall(struct tlfs *fs, struct ll_inode *dir, size_t extra,
+			    struct key_buf *out, size_t *len)
+{
+	int64_t now = tl_mono_us();
+	bool hit = false;
+	uint64_t g;
+
+	pthread_mutex_lock(&fs->recent_mutex);
+	if (dir->key_path && now < dir->key_until_us &&
+	    dir->key_len + 1 + extra <= sizeof(out->stack)) {
+		g = __atomic_load_n(&fs->rename_gen, __ATOMIC_RELAXED);
+		if (g == dir->key_gen ||
+		    !recent_moved_locked(fs, dir->key_gen, g, dir->key_path, dir->key_len)) {
+			dir->key_gen = g; /* right up to G: the next check starts there */
+			out->s = out->stack;
+			memcpy(out->s, dir->key_path, dir->key_len + 1);
+			*len = dir->key_len;
+			hit = true;
+		}
+	}
+	pthread_mutex_unlock(&fs->recent_mutex);
+	return hit;
+}
+
+/* Remembers P (LEN bytes), DIR's path as found after rename_gen was GEN:
+ * the renames noted since are checked against it when it is recalled. */
+static void dir_path_remember(struct tlfs *fs, struct ll_inode *dir, uint64_t gen, const char *p,
+			      size_t len)
+{
+	char *copy = malloc(len + 1), *old;
+
+	if (!copy)
+		return; /* the next key finds it again */
+	memcpy(copy, p, len + 1);
+	pthread_mutex_lock(&fs->recent_mutex);
+	old = dir->key_path;
+	dir->key_path = copy;
+	dir->key_len = len;
+	dir->key_gen = gen;
+	dir->key_until_us = tl_mono_us() + (int64_t)(fs->cfg->entry_timeout * 1e6);
+	pthread_mutex_unlock(&fs->recent_mutex);
+	free(old);
+}
+
 /* The path of DIR below the backing root ("" for the root, else "/a/b")
- * into OUT (*LEN bytes), with room for EXTRA more bytes after it. The
- * fast path is one getcwd() or readlink() (dir_path_fast()); when that
+ * into OUT (*LEN bytes), with room for EXTRA more bytes after it: the
+ * remembered one when it can be trusted (dir_path_memo_on()), else one
+ * getcwd() or readlink() (dir_path_fast()); when that
  * cannot tell, or gives a name ending in " (deleted)" that a lookup does
  * not confirm, path_by_walk() finds it. Returns 0, -ENOENT (removed or
  * outside the backing tree), -ENOMEM; OUT->s is NULL but on success. */
@@ -324,10 +435,18 @@ static int dir_path(struct tlfs *fs, struct ll_inode *dir, size_t extra, struct 
 	char *walked, *p;
 	const char *rel;
 	bool suspect;
-	/* the kernel's name lands in OUT->stack (PATH_MAX + 1 bytes at least) */
-	ssize_t n = dir_path_fast(fs, dir, out->stack, &rel, &suspect);
+	bool memo = dir_path_memo_on(fs, dir);
+	uint64_t gen = 0;
+	ssize_t n;
 	int err;
 
+	if (memo) {
+		if (dir_path_recall(fs, dir, extra, out, len))
+			return 0;
+		gen = __atomic_load_n(&fs->rename_gen, __ATOMIC_ACQUIRE);
+	}
+	/* the kernel's name lands in OUT->stack (PATH_MAX + 1 bytes at least) */
+	n = dir_path_fast(fs, dir, out->stack, &rel, &suspect);
 	out->s = NULL;
 	if (n == -2)
 		return -ENOENT;
@@ -337,6 +456,8 @@ static int dir_path(struct tlfs *fs, struct ll_inode *dir, size_t extra, struct 
 			return err;
 		memmove(out->s, rel, (size_t)n + 1); /* REL may be inside OUT->stack */
 		*len = (size_t)n;
+		if (memo)
+			dir_path_remember(fs, dir, gen, out->s, *len);
 		return 0;
 	}
 	err = path_by_walk(fs, dir, &walked);
@@ -581,40 +702,6 @@ static void recent_note(struct tlfs *fs, const char *from, const char *to)
 	}
 	__atomic_store_n(&fs->rename_gen, g, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&fs->recent_mutex);
-}
-
-/* True when the directory path P (its first LEN bytes) is K or below K. */
-static bool at_or_below(const char *k, const char *p, size_t len)
-{
-	size_t kl = strlen(k);
-
-	return kl <= len && memcmp(k, p, kl) == 0 && (kl == len || p[kl] == '/');
-}
-
-/* True when a rename through this mount that succeeded after generation
- * GEN may have moved the directory of key FROM or of key TO: it renamed
- * (or exchanged) that directory or one of its ancestors. Only such a
- * rename changes a directory's path; the others leave the keys as they
- * were computed. Also true when that cannot be told: more than
- * TLFS_RECENT renames since, or keys too long to keep. */
-static bool recent_may_move(struct tlfs *fs, uint64_t gen, const char *from, const char *to)
-{
-	size_t fp = path_parent_len(from, strlen(from)), tp = path_parent_len(to, strlen(to));
-	bool may;
-	uint64_t g, now;
-
-	pthread_mutex_lock(&fs->recent_mutex);
-	now = __atomic_load_n(&fs->rename_gen, __ATOMIC_RELAXED);
-	may = now - gen > TLFS_RECENT;
-	for (g = gen + 1; !may && g <= now; g++) {
-		const struct recent_rename *r = &fs->recent[g % TLFS_RECENT];
-
-		may = r->gen != g || r->unknown || at_or_below(r->from, from, fp) ||
-		      at_or_below(r->to, from, fp) || at_or_below(r->from, to, tp) ||
-		      at_or_below(r->to, to, tp);
-	}
-	pthread_mutex_unlock(&fs->recent_mutex);
-	return may;
 }
 
 /* The slot of fs->flag_refused_on for rename FLAGS (one of them set). */

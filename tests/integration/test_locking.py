@@ -163,6 +163,62 @@ def test_locking__moved_while_waiting_past_the_recent_renames(mount_factory, tmp
     assert m.locks() == []
 
 
+def _acquired_keys(holds):
+    """(from, to) of each acquire line of a hold log, in order."""
+    return [tuple(f[4:6]) for f in (l.split("\t") for l in holds.read_text().splitlines())
+            if f[1] == "acquire"]
+
+
+def test_locking__remembered_directory_paths_follow_renames_through_the_mount(
+        mount_factory, tmp_path):
+    """With the mem store a directory's path is remembered on its inode
+    once a key found it. A rename through the mount that moves the
+    directory or an ancestor makes the next key find the new path, also
+    when more renames than the ring of recent renames keeps came after."""
+    holds = tmp_path / "holds"
+    m = mount_factory(opts=["hold_log=" + str(holds)])
+    for d in ("a", "c"):
+        os.makedirs(m.path(d, "sub"))
+        open(m.path(d, "sub", "f0"), "w").close()
+    os.makedirs(m.path("u"))
+    os.rename(m.path("a", "sub", "f0"), m.path("a", "sub", "f1"))
+    os.rename(m.path("c", "sub", "f0"), m.path("c", "sub", "f1"))
+    os.rename(m.path("a", "sub", "f1"), m.path("a", "sub", "f2"))   # remembered
+    os.rename(m.path("a"), m.path("b"))                              # an ancestor moves
+    os.rename(m.path("b", "sub", "f2"), m.path("b", "sub", "f3"))
+    os.rename(m.path("c", "sub"), m.path("c", "moved"))              # the directory itself
+    for i in range(RECENT + 8):                                      # the ring forgets it
+        open(m.path("u", "x%d" % i), "w").close()
+        os.rename(m.path("u", "x%d" % i), m.path("u", "y%d" % i))
+    os.rename(m.path("c", "moved", "f1"), m.path("c", "moved", "f2"))
+    keys = _acquired_keys(holds)
+    assert keys[:6] == [
+        ("/a/sub/f0", "/a/sub/f1"), ("/c/sub/f0", "/c/sub/f1"), ("/a/sub/f1", "/a/sub/f2"),
+        ("/a", "/b"), ("/b/sub/f2", "/b/sub/f3"), ("/c/sub", "/c/moved")], keys[:6]
+    assert keys[-1] == ("/c/moved/f1", "/c/moved/f2"), keys[-1]
+    assert os.listdir(m.bpath("b", "sub")) == ["f3"]
+    assert os.listdir(m.bpath("c", "moved")) == ["f2"]
+
+
+@pytest.mark.parametrize("timeout,wait", [("0", 0.0), ("0.3", 0.6)])
+def test_locking__keys_see_a_backing_rename_within_entry_timeout(mount_factory, tmp_path,
+                                                                 timeout, wait):
+    """A directory renamed directly on the backing (no lock covers that)
+    shows in the keys of renames through the mount once entry_timeout has
+    passed, as it shows in the names the kernel caches for the mount;
+    with entry_timeout=0 at once."""
+    holds = tmp_path / "holds"
+    m = mount_factory(opts=["hold_log=" + str(holds), "entry_timeout=" + timeout])
+    os.makedirs(m.path("a", "sub"))
+    open(m.path("a", "sub", "f0"), "w").close()
+    os.rename(m.path("a", "sub", "f0"), m.path("a", "sub", "f1"))
+    os.rename(m.bpath("a"), m.bpath("z"))
+    time.sleep(wait)
+    os.rename(m.path("z", "sub", "f1"), m.path("z", "sub", "f2"))
+    assert _acquired_keys(holds) == [("/a/sub/f0", "/a/sub/f1"), ("/z/sub/f1", "/z/sub/f2")]
+    assert os.listdir(m.bpath("z", "sub")) == ["f2"]
+
+
 def _two_disjoint(m):
     for d in ("a", "b"):
         os.makedirs(m.path(d, "sub"))
