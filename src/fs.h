@@ -55,9 +55,9 @@ struct ll_inode {
 	uint64_t nlookup;        /* protected by fs->itab_mutex */
 	enum ctl_kind ctl;
 	/* a directory's path below the backing root as its last key found it
-	 * (fs_rename.c: dir_path_remembered()), right at rename_gen key_gen
-	 * and trusted until key_until_us at most; protected by
-	 * fs->recent_mutex; NULL when none */
+	 * (fs_rename.c: dir_path_remember(), dir_path_recall()), right at
+	 * rename_gen key_gen and trusted until key_until_us at most;
+	 * protected by fs->recent_mutex; NULL when none */
 	char *key_path;
 	size_t key_len;
 	uint64_t key_gen;
