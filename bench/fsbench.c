@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -573,8 +574,9 @@ static void mp_side_restore(struct mp_side *s, int cross)
 	}
 }
 
-/* One mpx worker: from T0 until T0 + NTURNS * SLICE, works on the root
- * whose turn it is. Each rename, and the time from the end of the one
+/* One mpx worker: once it has found its files, says so on READY_FD and
+ * waits for GO_FD to close; then, from *START until *START + NTURNS *
+ * SLICE, works on the root whose turn it is. Each rename, and the time from the end of the one
  * before, counts for the root it started on; a rename that runs past the
  * end of a turn still counts whole for its own root. The first NR turns
  * (one per root) are a warm-up and count for nothing: the first root would
@@ -582,17 +584,24 @@ static void mp_side_restore(struct mp_side *s, int cross)
  * Writes one line of "ops busy" per root to OUT, then puts every file back
  * (untimed). */
 static void mpx_worker(int nr, char **roots, const char *mode, const char *layout, int p,
-		       double t0, long nturns, double slice, int out_fd)
+		       const volatile double *start, int ready_fd, int go_fd, long nturns,
+		       double slice, int out_fd)
 {
 	static struct mp_side side[MAX_ROOTS];
-	struct timespec ts = {.tv_sec = (time_t)t0, .tv_nsec = (long)((t0 - (double)(time_t)t0) * 1e9)};
+	struct timespec ts;
 	int cross = strcmp(mode, "cross") == 0, r;
-	double end = t0 + (double)nturns * slice, prev, t;
-	char line[MAX_ROOTS * 48];
+	double t0, end, prev, t;
+	char line[MAX_ROOTS * 48], c = 0;
 	size_t len = 0;
 
 	for (r = 0; r < nr; r++)
 		mp_side_open(&side[r], roots[r], layout, p);
+	if (write(ready_fd, &c, 1) != 1 || read(go_fd, &c, 1) != 0)
+		die("cannot wait for the start", "-");
+	t0 = *start;
+	end = t0 + (double)nturns * slice;
+	ts.tv_sec = (time_t)t0;
+	ts.tv_nsec = (long)((t0 - (double)(time_t)t0) * 1e9);
 	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
 		;
 	for (prev = now(); prev < end; prev = t) {
@@ -622,9 +631,10 @@ static void do_mpx(const char *mode, const char *layout, int nproc, double sec, 
 		   int nr, char **roots)
 {
 	long ops[MAX_ROOTS] = {0}, nturns, v;
-	double busy[MAX_ROOTS] = {0}, t0, b;
-	int out[2], p, r, status, failed = 0;
-	char name[64];
+	double busy[MAX_ROOTS] = {0}, b;
+	volatile double *start;
+	int out[2], ready[2], go[2], p, r, status, failed = 0;
+	char name[64], c;
 	FILE *f;
 
 	if (slice <= 0)
@@ -632,9 +642,13 @@ static void do_mpx(const char *mode, const char *layout, int nproc, double sec, 
 	/* a whole number of turns per root, at least one, after the warm-up */
 	nturns = (long)(sec / slice + 0.5);
 	nturns = ((nturns < 1 ? 1 : nturns) + 1) * nr;
-	if (pipe(out) == -1)
+	if (pipe(out) == -1 || pipe(ready) == -1 || pipe(go) == -1)
 		die("cannot make a pipe", "-");
-	t0 = now() + 0.05; /* every worker has found its files by then */
+	/* the start time, set once every worker has found its files (on a
+	 * slow mount that takes a while: no worker may miss the first turns) */
+	start = mmap(NULL, sizeof(*start), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (start == MAP_FAILED)
+		die("cannot map", "-");
 	for (p = 0; p < nproc; p++) {
 		pid_t pid = fork();
 
@@ -643,10 +657,21 @@ static void do_mpx(const char *mode, const char *layout, int nproc, double sec, 
 		if (pid == 0) {
 			prctl(PR_SET_PDEATHSIG, SIGKILL);
 			close(out[0]);
-			mpx_worker(nr, roots, mode, layout, p, t0, nturns, slice, out[1]);
+			close(ready[0]);
+			close(go[1]);
+			mpx_worker(nr, roots, mode, layout, p, start, ready[1], go[0], nturns, slice,
+				   out[1]);
 		}
 	}
 	close(out[1]);
+	close(ready[1]);
+	close(go[0]);
+	for (p = 0; p < nproc; p++)
+		if (read(ready[0], &c, 1) != 1)
+			break; /* a worker died: it is counted below */
+	*start = now() + 0.002;
+	close(go[1]);
+	close(ready[0]);
 	f = fdopen(out[0], "r");
 	for (p = 0; p < nproc; p++)
 		for (r = 0; r < nr; r++) {
