@@ -226,115 +226,6 @@ static void do_setup(const char *root, long nbig, int nproc, long nmp)
 	}
 }
 
-/* One worker: renames its files a/X -> a/X.r -> a/X (same) or
- * a/X -> b/X -> a/X (cross), round robin, until SECONDS have passed after
- * the start signal. Writes its count and elapsed time to OUT, then puts
- * its files back (untimed) for the next run. */
-static void mp_worker(const char *root, const char *mode, const char *layout, int p, double sec,
-		      int start_fd, int out_fd)
-{
-	char a[4096], b[4096], x[4096], y[4096], pre[32], c;
-	long nfiles = 0, i, ops = 0;
-	unsigned char *where;
-	double t0, t;
-	struct stat st;
-	int cross = strcmp(mode, "cross") == 0;
-
-	mp_dirs(root, layout, p, a, b, sizeof(a));
-	snprintf(pre, sizeof(pre), strcmp(layout, "shared") == 0 ? "p%dq" : "q", p);
-	for (;;) {
-		snprintf(x, sizeof(x), "%s/%s%ld", a, pre, nfiles);
-		if (lstat(x, &st) == -1)
-			break;
-		nfiles++;
-	}
-	if (nfiles == 0) {
-		errno = ENOENT;
-		die("no files in", a);
-	}
-	where = calloc((size_t)nfiles, 1);
-	if (read(start_fd, &c, 1) != 0) {
-		/* the parent closes the pipe to start everybody at once */
-	}
-	t0 = now();
-	do {
-		for (i = 0; i < 4; i++, ops++) {
-			long k = ops % nfiles;
-
-			snprintf(x, sizeof(x), "%s/%s%ld%s", a, pre, k, (!cross && where[k]) ? ".r" : "");
-			if (cross) {
-				snprintf(y, sizeof(y), "%s/%s%ld", b, pre, k);
-				if (rename(where[k] ? y : x, where[k] ? x : y) == -1)
-					die("cannot rename", where[k] ? y : x);
-			} else {
-				snprintf(y, sizeof(y), "%s/%s%ld%s", a, pre, k, where[k] ? "" : ".r");
-				if (rename(x, y) == -1)
-					die("cannot rename", x);
-			}
-			where[k] ^= 1;
-		}
-		t = now() - t0;
-	} while (t < sec);
-	dprintf(out_fd, "%ld %.6f\n", ops, t);
-	/* untimed: put every file back for the next run */
-	for (i = 0; i < nfiles; i++) {
-		if (!where[i])
-			continue;
-		snprintf(x, sizeof(x), "%s/%s%ld", a, pre, i);
-		if (cross)
-			snprintf(y, sizeof(y), "%s/%s%ld", b, pre, i);
-		else
-			snprintf(y, sizeof(y), "%s/%s%ld.r", a, pre, i);
-		if (rename(y, x) == -1)
-			die("cannot rename", y);
-	}
-	exit(0);
-}
-
-static void do_mp(const char *root, const char *mode, const char *layout, int nproc, double sec)
-{
-	int start[2], out[2], p, status, failed = 0;
-	long total = 0, ops;
-	double tmax = 0, t;
-	char name[64];
-	FILE *f;
-
-	if (pipe(start) == -1 || pipe(out) == -1)
-		die("cannot make a pipe", "-");
-	for (p = 0; p < nproc; p++) {
-		pid_t pid = fork();
-
-		if (pid == -1)
-			die("cannot fork", "-");
-		if (pid == 0) {
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			close(start[1]);
-			close(out[0]);
-			mp_worker(root, mode, layout, p, sec, start[0], out[1]);
-		}
-	}
-	close(start[0]);
-	close(out[1]);
-	usleep(20000);
-	close(start[1]);
-	f = fdopen(out[0], "r");
-	while (fscanf(f, "%ld %lf", &ops, &t) == 2) {
-		total += ops;
-		if (t > tmax)
-			tmax = t;
-	}
-	fclose(f);
-	while (wait(&status) > 0)
-		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-			failed = 1;
-	if (failed) {
-		fprintf(stderr, "fsbench: a worker failed\n");
-		exit(1);
-	}
-	snprintf(name, sizeof(name), "mp_%s_%s_%d", mode, layout, nproc);
-	result(name, total, tmax);
-}
-
 static void do_depth(const char *root, int depth, long count)
 {
 	char d[4096], a[4096], b[4096];
@@ -400,7 +291,6 @@ static int roots_of(int argc, int first)
 		fprintf(stderr, "fsbench: 1 to %d roots\n", MAX_ROOTS);
 		exit(2);
 	}
-	make_design(n);
 	return n;
 }
 
@@ -449,6 +339,7 @@ static void do_metax(long n, long big_max, double big_sec, double settle, long c
 	char a[4096], b[4096], name[64];
 	int ph, r, k, busy;
 
+	make_design(nr);
 	if (chunk < 1)
 		chunk = 1;
 	for (r = 0; r < nr; r++)
@@ -578,14 +469,15 @@ static void mp_side_restore(struct mp_side *s, int cross)
  * waits for GO_FD to close; then, from *START until *START + NTURNS *
  * SLICE, works on the root whose turn it is. Each rename, and the time from the end of the one
  * before, counts for the root it started on; a rename that runs past the
- * end of a turn still counts whole for its own root. The first NR turns
- * (one per root) are a warm-up and count for nothing: the first root would
- * otherwise have the start (cold workers, faults on fresh pages) to itself.
+ * end of a turn still counts whole for its own root. The first WARM turns
+ * (one per root when there are several) are a warm-up and count for
+ * nothing: the first root would otherwise have the start (cold workers,
+ * faults on fresh pages) to itself.
  * Writes one line of "ops busy" per root to OUT, then puts every file back
  * (untimed). */
 static void mpx_worker(int nr, char **roots, const char *mode, const char *layout, int p,
 		       const volatile double *start, int ready_fd, int go_fd, long nturns,
-		       double slice, int out_fd)
+		       long warm, double slice, int out_fd)
 {
 	static struct mp_side side[MAX_ROOTS];
 	struct timespec ts;
@@ -610,7 +502,7 @@ static void mpx_worker(int nr, char **roots, const char *mode, const char *layou
 		r = turn_root(turn, nr);
 		mp_side_step(&side[r], cross);
 		t = now();
-		if (turn < nr) { /* the warm-up */
+		if (turn < warm) {
 			side[r].warm++;
 			continue;
 		}
@@ -627,21 +519,24 @@ static void mpx_worker(int nr, char **roots, const char *mode, const char *layou
 	exit(0);
 }
 
+/* mpx, or with TAG false mp (one root, SLICE = SECONDS, no @K). */
 static void do_mpx(const char *mode, const char *layout, int nproc, double sec, double slice,
-		   int nr, char **roots)
+		   int nr, char **roots, int tag)
 {
-	long ops[MAX_ROOTS] = {0}, nturns, v;
+	long warm = nr > 1 ? nr : 0, ops[MAX_ROOTS] = {0}, nturns, v;
 	double busy[MAX_ROOTS] = {0}, b;
 	volatile double *start;
 	int out[2], ready[2], go[2], p, r, status, failed = 0;
 	char name[64], c;
 	FILE *f;
 
+	make_design(nr);
+
 	if (slice <= 0)
 		die("bad slice", "-");
 	/* a whole number of turns per root, at least one, after the warm-up */
 	nturns = (long)(sec / slice + 0.5);
-	nturns = ((nturns < 1 ? 1 : nturns) + 1) * nr;
+	nturns = (nturns < 1 ? 1 : nturns) * nr + warm;
 	if (pipe(out) == -1 || pipe(ready) == -1 || pipe(go) == -1)
 		die("cannot make a pipe", "-");
 	/* the start time, set once every worker has found its files (on a
@@ -659,8 +554,8 @@ static void do_mpx(const char *mode, const char *layout, int nproc, double sec, 
 			close(out[0]);
 			close(ready[0]);
 			close(go[1]);
-			mpx_worker(nr, roots, mode, layout, p, start, ready[1], go[0], nturns, slice,
-				   out[1]);
+			mpx_worker(nr, roots, mode, layout, p, start, ready[1], go[0], nturns, warm,
+				   slice, out[1]);
 		}
 	}
 	close(out[1]);
@@ -693,7 +588,8 @@ static void do_mpx(const char *mode, const char *layout, int nproc, double sec, 
 	/* ops/s of all processes together: every process had the root for
 	 * about the same time, its mean is the root's share of the run */
 	for (r = 0; r < nr; r++) {
-		snprintf(name, sizeof(name), "mp_%s_%s_%d@%d", mode, layout, nproc, r);
+		snprintf(name, sizeof(name), tag ? "mp_%s_%s_%d@%d" : "mp_%s_%s_%d", mode, layout,
+			 nproc, r);
 		result(name, ops[r], busy[r] / nproc);
 	}
 }
@@ -706,7 +602,7 @@ int main(int argc, char **argv)
 		do_meta(argv[2], atol(argv[3]), atol(argv[4]), atof(argv[5]),
 			argc == 7 ? atof(argv[6]) : 0);
 	else if (argc == 7 && strcmp(argv[1], "mp") == 0)
-		do_mp(argv[2], argv[3], argv[4], atoi(argv[5]), atof(argv[6]));
+		do_mpx(argv[3], argv[4], atoi(argv[5]), atof(argv[6]), atof(argv[6]), 1, argv + 2, 0);
 	else if (argc == 5 && strcmp(argv[1], "depth") == 0)
 		do_depth(argv[2], atoi(argv[3]), atol(argv[4]));
 	else if (argc >= 8 && strcmp(argv[1], "metax") == 0)
@@ -714,7 +610,7 @@ int main(int argc, char **argv)
 			 roots_of(argc, 7), argv + 7);
 	else if (argc >= 8 && strcmp(argv[1], "mpx") == 0)
 		do_mpx(argv[2], argv[3], atoi(argv[4]), atof(argv[5]), atof(argv[6]),
-		       roots_of(argc, 7), argv + 7);
+		       roots_of(argc, 7), argv + 7, 1);
 	else {
 		fprintf(stderr, "usage: see the comment at the top of fsbench.c\n");
 		return 2;
