@@ -514,7 +514,12 @@ static int entry_of_created(struct tlfs *fs, struct ll_inode *p, const char *nam
  * regular file is opened (without O_CREAT); a symlink is ELOOP for
  * O_NOFOLLOW; anything else, and a symlink to follow, is ESTALE, on which
  * the kernel looks the name up again and opens what it finds itself.
+ * A name that keeps appearing and vanishing between the two opens is
+ * tried CREATE_TRIES times before that ESTALE: the kernel retries an
+ * ESTALE only once, and with 4 tries a symlink planted and removed in a
+ * loop made the caller see ESTALE about once in a few thousand creates.
  * Returns the open fd or -errno. */
+#define CREATE_TRIES 64
 static int create_backing(struct ll_inode *p, const char *name, int flags, mode_t mode)
 {
 	int base = (flags | O_CLOEXEC) & ~(O_CREAT | O_EXCL | O_NOFOLLOW);
@@ -522,7 +527,7 @@ static int create_backing(struct ll_inode *p, const char *name, int flags, mode_
 	struct stat st;
 	int tries, pfd, fd;
 
-	for (tries = 0; tries < 4; tries++) {
+	for (tries = 0; tries < CREATE_TRIES; tries++) {
 		fd = openat(p->fd, name, base | O_CREAT | O_EXCL | O_NOFOLLOW, mode);
 		if (fd >= 0)
 			return fd;
