@@ -517,7 +517,7 @@ static int entry_of_created(struct tlfs *fs, struct ll_inode *p, const char *nam
  * A name that keeps appearing and vanishing between the two opens is
  * tried CREATE_TRIES times before that ESTALE: the kernel retries an
  * ESTALE only once, and with 4 tries a symlink planted and removed in a
- * loop made the caller see ESTALE about once in a few thousand creates.
+ * loop let the caller see ESTALE now and then.
  * Returns the open fd or -errno. */
 #define CREATE_TRIES 64
 static int create_backing(struct ll_inode *p, const char *name, int flags, mode_t mode)
