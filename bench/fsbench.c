@@ -6,7 +6,8 @@
  *   fsbench meta ROOT NFILES BIG_MAX BIG_SECONDS [SETTLE]
  *       timed, one process: create, stat, rename within a directory, rename
  *       across directories, unlink (NFILES files in a tree of depth 3-5),
- *       then renames of the big directory (at most BIG_MAX or BIG_SECONDS);
+ *       then renames of the big directory, two at a time, until BIG_MAX or
+ *       BIG_SECONDS;
  *       with SETTLE, that many seconds pass (untimed) between create and
  *       stat, so that a mount's cached entries have expired whatever the
  *       speed of its creates
@@ -49,7 +50,7 @@
 
 #define FILES_PER_DIR 100
 #define MAX_ROOTS 16
-#define BIG_CHUNK 16 /* even: each turn leaves big/a where it was */
+#define BIG_CHUNK 16 /* renames of the big directory per turn (even) */
 
 static double now(void)
 {
@@ -116,74 +117,6 @@ static void create_file(const char *path)
 	close(fd);
 }
 
-static void do_meta(const char *root, long n, long big_max, double big_sec, double settle)
-{
-	long nleaves = (n + FILES_PER_DIR - 1) / FILES_PER_DIR, i;
-	char a[4096], b[4096];
-	struct stat st;
-	double t;
-
-	for (i = 0; i < nleaves; i++) {
-		leaf_dir(root, i, a, sizeof(a));
-		mkdir_p(a);
-	}
-	t = now();
-	for (i = 0; i < n; i++) {
-		file_path(root, i, nleaves, "f", 0, a, sizeof(a));
-		create_file(a);
-	}
-	result("create", n, now() - t);
-	if (settle > 0) {
-		struct timespec ts = {.tv_sec = (time_t)settle,
-				      .tv_nsec = (long)((settle - (double)(time_t)settle) * 1e9)};
-
-		while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
-			;
-	}
-	t = now();
-	for (i = 0; i < n; i++) {
-		file_path(root, i, nleaves, "f", 0, a, sizeof(a));
-		if (stat(a, &st) == -1)
-			die("cannot stat", a);
-	}
-	result("stat", n, now() - t);
-	t = now();
-	for (i = 0; i < n; i++) {
-		file_path(root, i, nleaves, "f", 0, a, sizeof(a));
-		file_path(root, i, nleaves, "r", 0, b, sizeof(b));
-		if (rename(a, b) == -1)
-			die("cannot rename", a);
-	}
-	result("rename_same", n, now() - t);
-	t = now();
-	for (i = 0; i < n; i++) {
-		file_path(root, i, nleaves, "r", 0, a, sizeof(a));
-		file_path(root, i, nleaves, "r", 1, b, sizeof(b));
-		if (rename(a, b) == -1)
-			die("cannot rename", a);
-	}
-	result("rename_cross", n, now() - t);
-	t = now();
-	for (i = 0; i < n; i++) {
-		file_path(root, i, nleaves, "r", 1, a, sizeof(a));
-		if (unlink(a) == -1)
-			die("cannot unlink", a);
-	}
-	result("unlink", n, now() - t);
-
-	/* the big directory, made by setup: big/a <-> big/b */
-	snprintf(a, sizeof(a), "%s/big/a", root);
-	snprintf(b, sizeof(b), "%s/big/b", root);
-	t = now();
-	for (i = 0; i < big_max && (i < 3 || now() - t < big_sec); i++) {
-		if (rename(i % 2 ? b : a, i % 2 ? a : b) == -1)
-			die("cannot rename", i % 2 ? b : a);
-	}
-	result("rename_bigdir", i, now() - t);
-	if (i % 2 && rename(b, a) == -1)
-		die("cannot rename", b);
-}
-
 /* Directory pair of process P: mp/pP/{a,b} (disjoint) or mp/shared/{a,b}. */
 static void mp_dirs(const char *root, const char *layout, int p, char *a, char *b, size_t size)
 {
@@ -247,7 +180,6 @@ static void do_depth(const char *root, int depth, long count)
 			die("cannot rename", i % 2 ? b : a);
 	result("depth", count, now() - t);
 }
-
 
 /* The turns: a Williams design over N roots (N rows for even N, 2N for odd
  * N), row after row. In it each root comes right after each other root
@@ -331,10 +263,12 @@ static void meta_chunk(int ph, const char *root, long lo, long hi, long nleaves)
 	}
 }
 
+/* metax, or with TAG false meta (one root, CHUNK = N, no @K). */
 static void do_metax(long n, long big_max, double big_sec, double settle, long chunk, int nr,
-		     char **roots)
+		     char **roots, int tag)
 {
 	long nleaves = (n + FILES_PER_DIR - 1) / FILES_PER_DIR, i, t, big_ops[MAX_ROOTS] = {0};
+	long big_turn = nr > 1 ? BIG_CHUNK : 2; /* even: big/a stays where it was */
 	double sec[PH_N][MAX_ROOTS] = {{0}}, big_t[MAX_ROOTS] = {0}, t0;
 	char a[4096], b[4096], name[64];
 	int ph, r, k, busy;
@@ -368,10 +302,10 @@ static void do_metax(long n, long big_max, double big_sec, double settle, long c
 	}
 	for (r = 0; r < nr; r++)
 		for (ph = 0; ph < PH_N; ph++) {
-			snprintf(name, sizeof(name), "%s@%d", phase_name[ph], r);
+			snprintf(name, sizeof(name), tag ? "%s@%d" : "%s", phase_name[ph], r);
 			result(name, n, sec[ph][r]);
 		}
-	/* the big directory: turns of BIG_CHUNK renames each until every root
+	/* the big directory: turns of BIG_TURN renames each until every root
 	 * has had BIG_MAX renames or BIG_SECONDS (at least one turn each) */
 	for (t = 0, busy = 1; busy; ) {
 		busy = 0;
@@ -383,15 +317,15 @@ static void do_metax(long n, long big_max, double big_sec, double settle, long c
 			snprintf(a, sizeof(a), "%s/big/a", roots[r]);
 			snprintf(b, sizeof(b), "%s/big/b", roots[r]);
 			t0 = now();
-			for (i = 0; i < BIG_CHUNK; i++)
+			for (i = 0; i < big_turn; i++)
 				if (rename(i % 2 ? b : a, i % 2 ? a : b) == -1)
 					die("cannot rename", i % 2 ? b : a);
 			big_t[r] += now() - t0;
-			big_ops[r] += BIG_CHUNK;
+			big_ops[r] += big_turn;
 		}
 	}
 	for (r = 0; r < nr; r++) {
-		snprintf(name, sizeof(name), "rename_bigdir@%d", r);
+		snprintf(name, sizeof(name), tag ? "rename_bigdir@%d" : "rename_bigdir", r);
 		result(name, big_ops[r], big_t[r]);
 	}
 }
@@ -427,7 +361,8 @@ static void mp_side_open(struct mp_side *s, const char *root, const char *layout
 	s->busy = 0;
 }
 
-/* The next rename of S: as in mp_worker(). */
+/* The next rename of S: a/X -> a/X.r -> a/X (same) or a/X -> b/X -> a/X
+ * (cross), round robin over its files. */
 static void mp_side_step(struct mp_side *s, int cross)
 {
 	char x[4096], y[4096];
@@ -467,14 +402,13 @@ static void mp_side_restore(struct mp_side *s, int cross)
 
 /* One mpx worker: once it has found its files, says so on READY_FD and
  * waits for GO_FD to close; then, from *START until *START + NTURNS *
- * SLICE, works on the root whose turn it is. Each rename, and the time from the end of the one
- * before, counts for the root it started on; a rename that runs past the
- * end of a turn still counts whole for its own root. The first WARM turns
- * (one per root when there are several) are a warm-up and count for
- * nothing: the first root would otherwise have the start (cold workers,
- * faults on fresh pages) to itself.
- * Writes one line of "ops busy" per root to OUT, then puts every file back
- * (untimed). */
+ * SLICE, works on the root whose turn it is. Each rename, and the time
+ * from the end of the one before, counts for the root it started on; a
+ * rename that runs past the end of a turn still counts whole for its own
+ * root. The first WARM turns (one per root when there are several) are a
+ * warm-up and count for nothing: the first root would otherwise have the
+ * start (cold workers, faults on fresh pages) to itself. Writes one line
+ * of "ops busy" per root to OUT, then puts every file back (untimed). */
 static void mpx_worker(int nr, char **roots, const char *mode, const char *layout, int p,
 		       const volatile double *start, int ready_fd, int go_fd, long nturns,
 		       long warm, double slice, int out_fd)
@@ -531,7 +465,6 @@ static void do_mpx(const char *mode, const char *layout, int nproc, double sec, 
 	FILE *f;
 
 	make_design(nr);
-
 	if (slice <= 0)
 		die("bad slice", "-");
 	/* a whole number of turns per root, at least one, after the warm-up */
@@ -599,15 +532,15 @@ int main(int argc, char **argv)
 	if (argc == 6 && strcmp(argv[1], "setup") == 0)
 		do_setup(argv[2], atol(argv[3]), atoi(argv[4]), atol(argv[5]));
 	else if ((argc == 6 || argc == 7) && strcmp(argv[1], "meta") == 0)
-		do_meta(argv[2], atol(argv[3]), atol(argv[4]), atof(argv[5]),
-			argc == 7 ? atof(argv[6]) : 0);
+		do_metax(atol(argv[3]), atol(argv[4]), atof(argv[5]), argc == 7 ? atof(argv[6]) : 0,
+			 atol(argv[3]), 1, argv + 2, 0);
 	else if (argc == 7 && strcmp(argv[1], "mp") == 0)
 		do_mpx(argv[3], argv[4], atoi(argv[5]), atof(argv[6]), atof(argv[6]), 1, argv + 2, 0);
 	else if (argc == 5 && strcmp(argv[1], "depth") == 0)
 		do_depth(argv[2], atoi(argv[3]), atol(argv[4]));
 	else if (argc >= 8 && strcmp(argv[1], "metax") == 0)
 		do_metax(atol(argv[2]), atol(argv[3]), atof(argv[4]), atof(argv[5]), atol(argv[6]),
-			 roots_of(argc, 7), argv + 7);
+			 roots_of(argc, 7), argv + 7, 1);
 	else if (argc >= 8 && strcmp(argv[1], "mpx") == 0)
 		do_mpx(argv[2], argv[3], atoi(argv[4]), atof(argv[5]), atof(argv[6]),
 		       roots_of(argc, 7), argv + 7, 1);
