@@ -8,6 +8,7 @@
 #include <config.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,6 +202,8 @@ static int plan_build(enum tl_strategy s, struct cands *c, const char *from, con
 		if (i > 0 && c->v[i].len == c->v[i - 1].len &&
 		    memcmp(c->v[i].key, c->v[i - 1].key, c->v[i].len) == 0)
 			continue; /* the first of equal keys has the strongest mode */
+		if (c->v[i].len > UINT_MAX)
+			return -ENOMEM; /* tl_lock_item.len; no memory holds such a key */
 		size += sizeof(plan->items[0]) + c->v[i].len + 1;
 		n++;
 	}
@@ -229,6 +232,7 @@ static int plan_build(enum tl_strategy s, struct cands *c, const char *from, con
 		str[c->v[i].len] = '\0';
 		str += c->v[i].len + 1;
 		it->mode = c->v[i].mode;
+		it->len = (unsigned int)c->v[i].len;
 	}
 	*out = plan;
 	return 0;

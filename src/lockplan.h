@@ -40,6 +40,7 @@ enum tl_lock_mode {
 struct tl_lock_item {
 	char *key;              /* normalised path, or TL_GLOBAL_KEY */
 	enum tl_lock_mode mode;
+	unsigned int len;       /* strlen(key): stores compare lengths first */
 };
 
 struct tl_plan {

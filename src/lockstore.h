@@ -16,6 +16,11 @@
  * All-or-nothing: try_acquire either takes every item of the plan or none,
  * and never waits while holding, so two plans cannot deadlock.
  *
+ * The plan and the holder given to try_acquire stay valid, unchanged and
+ * in place until release (after a grant) or abandon (after a refusal) of
+ * that holder returns: a store may keep pointers to them (the mem store
+ * does, and keeps nothing else).
+ *
  * Fairness: a refused request leaves a *waiter mark* (its age and modes) on
  * the plan's keys. A request is refused on a key held in an incompatible
  * mode, or marked by an OLDER waiter in an incompatible mode. The oldest

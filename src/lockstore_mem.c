@@ -1,21 +1,38 @@
-/* lockstore_mem.c - the embedded lock store: an in-process table
+/* lockstore_mem.c - the embedded lock store: the plans it holds, in a list
  *
- * One entry per key that is held or waited for:
+ * The store keeps no table of keys. It keeps the plans that hold their
+ * locks (HELD) and the plans that were refused and still want them
+ * (WAITING), each as a pointer to the caller's plan and holder, which stay
+ * valid and in place until release or abandon (lockstore.h). Two plans
+ * conflict when they share a key that either of them wants exclusive:
  *
  *   state of a key        shared request        exclusive request
  *   free                  granted               granted
  *   shared (n holders)    granted (n+1)         refused
  *   exclusive             refused               refused
- *   + older waiter mark   refused if the mark   refused
- *                         is exclusive
+ *   + older waiter        refused if it wants   refused
+ *                         the key exclusive
  *
- * A refused request marks every key of its plan with its ticket and mode
- * (see lockstore.h, "Fairness"), then sleeps on the store's condition
- * variable until the change counter moves (any release or abandon), so
- * waiters are woken instead of polling and no wake-up is lost between the
- * refusal and the sleep (the counter is read under the mutex at refusal).
+ * A request is refused when its plan conflicts with a held plan, or with
+ * an older waiting one (lockstore.h, "Fairness"). It then joins WAITING
+ * and sleeps on the store's condition variable until the change counter
+ * moves (any release or abandon), so waiters are woken instead of polling
+ * and no wake-up is lost between the refusal and the sleep (the counter is
+ * read under the mutex at refusal).
  *
- * Leases are trivially the process: when it dies, its table dies with it.
+ * Why a list and not a table of keys: a rename holds about half a dozen
+ * keys and a mount has few renames in flight at once (the kernel
+ * serialises the renames of a mount between directories), so comparing a
+ * plan with the held ones touches a few cache lines, where a table touches
+ * a bucket and an entry per key on acquire and again on release. The daemon
+ * spends most of its time in the kernel, which leaves its own data out of
+ * the caches: lines not touched are what a rename saves. A release only
+ * takes the plan off the list. Keys are compared by length before bytes.
+ * A plan of more than MEM_PAIRS_MAX keys (the document strategy's walk
+ * below a directory) carries the sorted hashes of its keys, so that no
+ * comparison goes pair by pair over it.
+ *
+ * Leases are trivially the process: when it dies, its locks die with it.
  *
  * Lock order: store->mutex is a leaf; it is never held across a syscall
  * other than the condition wait, nor while calling out of this file.
@@ -35,251 +52,275 @@
 #include "path.h"
 #include "tlclock.h"
 
-struct mem_waiter {
-	uint64_t ticket;
-	enum tl_lock_mode mode;
-};
+/* Plans of more keys than this are compared through mem_rec.byhash. */
+#define MEM_PAIRS_MAX 16
 
-struct mem_entry {
-	struct mem_entry *next;
+struct mem_hkey {
 	uint64_t hash;
-	unsigned int shared;     /* shared holders */
-	bool excl;               /* held exclusive */
-	int64_t since_ms;        /* wall clock when it became held */
-	uint32_t holder_pid;     /* the latest holder, for listings: its pid */
-	char holder_id[sizeof(((struct tl_holder *)0)->id)]; /* and its id */
-	struct mem_waiter *w;    /* waiter marks */
-	size_t nw, wcap;
-	size_t keycap;           /* bytes allocated for KEY */
-	char key[];              /* one allocation with the entry */
+	size_t idx;                 /* the item of the plan with that hash */
 };
 
-/* Freed entries kept for reuse (an uncontended rename makes and frees one
- * per key of its plan): at most MEM_SPARE_MAX, with room for keys of at
- * least MEM_KEY_MIN bytes. */
-#define MEM_SPARE_MAX 64
-#define MEM_KEY_MIN 96
+/* A plan that holds its locks, or waits for them. */
+struct mem_rec {
+	uint64_t ticket;            /* its holder's */
+	const struct tl_plan *plan; /* the caller's, as given */
+	const struct tl_holder *h;  /* the caller's: pid and id, for listings */
+	int64_t since_ms;           /* held: wall clock when it was granted */
+	struct mem_hkey *byhash;    /* more than MEM_PAIRS_MAX items: their
+				     * hashes, sorted; else NULL */
+};
 
-/* Plans this long keep their entry pointers on the stack. */
-#define MEM_PLAN_STACK 32
+struct mem_recs {
+	struct mem_rec *v;
+	size_t n, cap;
+};
 
 struct mem_store {
 	struct lockstore base;
 	pthread_mutex_t mutex;
 	pthread_cond_t cond;     /* signalled when gen moves */
 	uint64_t gen;            /* protected by mutex */
-	struct mem_entry **buckets; /* protected by mutex */
-	size_t nbuckets;
-	size_t count;            /* protected by mutex */
-	struct mem_entry *spare; /* protected by mutex; chained by next */
-	size_t nspare;           /* protected by mutex */
+	struct mem_recs held;    /* protected by mutex */
+	struct mem_recs waiting; /* protected by mutex */
 };
 
-static uint64_t key_hash(const char *k)
+/* What this store keeps of a holder that waits (h->priv; none while it
+ * is not refused). */
+struct mem_hold {
+	uint64_t gen; /* s->gen when it was refused */
+};
+
+static uint64_t key_hash(const char *k, size_t len)
 {
 	uint64_t h = UINT64_C(14695981039346656037);
+	size_t i;
 
-	for (; *k; k++) {
-		h ^= (unsigned char)*k;
+	for (i = 0; i < len; i++) {
+		h ^= (unsigned char)k[i];
 		h *= UINT64_C(1099511628211);
 	}
 	return h;
 }
 
-/* Must be called with mutex held. */
-static int table_grow(struct mem_store *s)
+static int hkey_cmp(const void *pa, const void *pb)
 {
-	size_t n = s->nbuckets * 2, i;
-	struct mem_entry **b = calloc(n, sizeof(*b));
+	const struct mem_hkey *a = pa, *b = pb;
 
-	if (!b)
+	if (a->hash != b->hash)
+		return a->hash < b->hash ? -1 : 1;
+	return a->idx < b->idx ? -1 : a->idx > b->idx;
+}
+
+/* The sorted hashes of PLAN's keys when it has more than MEM_PAIRS_MAX,
+ * into *OUT (else NULL). Returns 0 or -ENOMEM. */
+static int byhash_make(const struct tl_plan *plan, struct mem_hkey **out)
+{
+	struct mem_hkey *v;
+	size_t i;
+
+	*out = NULL;
+	if (plan->n <= MEM_PAIRS_MAX)
+		return 0;
+	v = malloc(plan->n * sizeof(*v));
+	if (!v)
 		return -ENOMEM;
-	for (i = 0; i < s->nbuckets; i++) {
-		struct mem_entry *e = s->buckets[i], *next;
-
-		for (; e; e = next) {
-			next = e->next;
-			e->next = b[e->hash & (n - 1)];
-			b[e->hash & (n - 1)] = e;
-		}
+	for (i = 0; i < plan->n; i++) {
+		v[i].hash = key_hash(plan->items[i].key, plan->items[i].len);
+		v[i].idx = i;
 	}
-	free(s->buckets);
-	s->buckets = b;
-	s->nbuckets = n;
+	qsort(v, plan->n, sizeof(*v), hkey_cmp);
+	*out = v;
 	return 0;
 }
 
-/* Must be called with mutex held. */
-static struct mem_entry *entry_find(struct mem_store *s, const char *key, uint64_t h)
+/* The first entry of R->byhash with hash H or above. */
+static size_t byhash_lower(const struct mem_rec *r, uint64_t h)
 {
-	struct mem_entry *e = s->buckets[h & (s->nbuckets - 1)];
+	size_t lo = 0, hi = r->plan->n;
 
-	for (; e; e = e->next)
-		if (e->hash == h && strcmp(e->key, key) == 0)
-			return e;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (r->byhash[mid].hash < h)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static bool same_key(const struct tl_lock_item *a, const struct tl_lock_item *b)
+{
+	return a->len == b->len && memcmp(a->key, b->key, a->len) == 0;
+}
+
+static bool items_conflict(const struct tl_lock_item *a, const struct tl_lock_item *b)
+{
+	return (a->mode == TL_EXCLUSIVE || b->mode == TL_EXCLUSIVE) && same_key(a, b);
+}
+
+/* R's item with the key of IT, or NULL. */
+static const struct tl_lock_item *rec_item(const struct mem_rec *r, const struct tl_lock_item *it)
+{
+	const struct tl_plan *p = r->plan;
+	size_t j;
+
+	if (r->byhash) {
+		uint64_t h = key_hash(it->key, it->len);
+
+		for (j = byhash_lower(r, h); j < p->n && r->byhash[j].hash == h; j++)
+			if (same_key(&p->items[r->byhash[j].idx], it))
+				return &p->items[r->byhash[j].idx];
+		return NULL;
+	}
+	for (j = 0; j < p->n; j++)
+		if (same_key(&p->items[j], it))
+			return &p->items[j];
 	return NULL;
 }
 
-/* Must be called with mutex held. Makes the entry of KEY (hash H), known
- * to be missing. Returns NULL when out of memory. */
-static struct mem_entry *entry_new(struct mem_store *s, const char *key, uint64_t h)
+/* The first item of P's plan, in plan order and below LIMIT, that conflicts
+ * with an item of Q's plan; LIMIT when none does. */
+static size_t first_conflict(const struct mem_rec *p, const struct mem_rec *q, size_t limit)
 {
-	size_t len = strlen(key), cap;
-	struct mem_entry *e;
+	const struct tl_plan *a = p->plan, *b = q->plan;
+	size_t i, j, best = limit;
 
-	if (s->count >= s->nbuckets)
-		table_grow(s); /* a failed grow only makes chains longer */
-	e = s->spare;
-	if (e && e->keycap > len) {
-		s->spare = e->next;
-		s->nspare--;
-		cap = e->keycap;
-	} else {
-		cap = len + 1 > MEM_KEY_MIN ? len + 1 : MEM_KEY_MIN;
-		e = malloc(sizeof(*e) + cap);
-		if (!e)
-			return NULL;
+	if (p->byhash && q->byhash) {
+		/* both sorted by hash: one merge */
+		for (i = j = 0; i < a->n && j < b->n;) {
+			uint64_t h = p->byhash[i].hash;
+			size_t k;
+
+			if (h < q->byhash[j].hash) {
+				i++;
+				continue;
+			}
+			if (h > q->byhash[j].hash) {
+				j++;
+				continue;
+			}
+			for (k = j; k < b->n && q->byhash[k].hash == h; k++)
+				if (p->byhash[i].idx < best &&
+				    items_conflict(&a->items[p->byhash[i].idx],
+						   &b->items[q->byhash[k].idx]))
+					best = p->byhash[i].idx;
+			i++;
+		}
+		return best;
 	}
-	/* field by field: the holder id's bytes need no clearing */
-	e->shared = 0;
-	e->excl = false;
-	e->since_ms = 0;
-	e->holder_pid = 0;
-	e->holder_id[0] = '\0';
-	e->w = NULL;
-	e->nw = 0;
-	e->wcap = 0;
-	e->keycap = cap;
-	memcpy(e->key, key, len + 1);
-	e->hash = h;
-	e->next = s->buckets[h & (s->nbuckets - 1)];
-	s->buckets[h & (s->nbuckets - 1)] = e;
-	s->count++;
-	return e;
+	if (p->byhash) {
+		/* Q is small: look each of its keys up in P */
+		for (j = 0; j < b->n; j++) {
+			uint64_t h = key_hash(b->items[j].key, b->items[j].len);
+
+			for (i = byhash_lower(p, h); i < a->n && p->byhash[i].hash == h; i++)
+				if (p->byhash[i].idx < best &&
+				    items_conflict(&a->items[p->byhash[i].idx], &b->items[j]))
+					best = p->byhash[i].idx;
+		}
+		return best;
+	}
+	for (i = 0; i < limit; i++) {
+		const struct tl_lock_item *q_it;
+
+		if (!q->byhash) {
+			for (j = 0; j < b->n; j++)
+				if (items_conflict(&a->items[i], &b->items[j]))
+					return i;
+			continue;
+		}
+		q_it = rec_item(q, &a->items[i]);
+		if (q_it && items_conflict(&a->items[i], q_it))
+			return i;
+	}
+	return limit;
 }
 
-/* Must be called with mutex held. Returns NULL when out of memory. */
-static struct mem_entry *entry_get(struct mem_store *s, const char *key)
+static struct mem_rec *recs_find(struct mem_recs *rs, uint64_t ticket)
 {
-	uint64_t h = key_hash(key);
-	struct mem_entry *e = entry_find(s, key, h);
+	size_t i;
 
-	return e ? e : entry_new(s, key, h);
+	for (i = 0; i < rs->n; i++)
+		if (rs->v[i].ticket == ticket)
+			return &rs->v[i];
+	return NULL;
 }
 
-/* Frees E when nothing holds or waits for it. Must be called with mutex
- * held. */
-static void entry_put(struct mem_store *s, struct mem_entry *e)
+/* Appends a copy of R. Returns 0 or -ENOMEM. */
+static int recs_add(struct mem_recs *rs, const struct mem_rec *r)
 {
-	struct mem_entry **pp;
+	if (rs->n == rs->cap) {
+		size_t cap = rs->cap ? rs->cap * 2 : 16;
+		struct mem_rec *v = realloc(rs->v, cap * sizeof(*v));
 
-	if (e->excl || e->shared || e->nw)
+		if (!v)
+			return -ENOMEM;
+		rs->v = v;
+		rs->cap = cap;
+	}
+	rs->v[rs->n++] = *r;
+	return 0;
+}
+
+/* Takes R (one of RS) off RS; its byhash stays the caller's. */
+static void recs_del(struct mem_recs *rs, struct mem_rec *r)
+{
+	*r = rs->v[--rs->n];
+}
+
+/* The state of the key of IT among the held plans: any exclusive holder,
+ * how many shared ones, when the earliest of them was granted. */
+static void key_state(const struct mem_store *s, const struct tl_lock_item *it, bool *excl,
+		      unsigned int *shared, int64_t *since_ms)
+{
+	size_t i;
+
+	*excl = false;
+	*shared = 0;
+	*since_ms = INT64_MAX;
+	for (i = 0; i < s->held.n; i++) {
+		const struct mem_rec *r = &s->held.v[i];
+		const struct tl_lock_item *mine = rec_item(r, it);
+
+		if (!mine)
+			continue;
+		if (mine->mode == TL_EXCLUSIVE)
+			*excl = true;
+		else
+			(*shared)++;
+		if (r->since_ms < *since_ms)
+			*since_ms = r->since_ms;
+	}
+}
+
+/* Fills WHY for a refusal on ME's item AT, because of BY (held, or an
+ * older waiter when WAITING). Must be called with mutex held. */
+static void why_refused(const struct mem_store *s, const struct mem_rec *me, size_t at,
+			const struct mem_rec *by, bool waiting, struct tl_conflict *why)
+{
+	const struct tl_lock_item *it = &me->plan->items[at];
+	unsigned int shared;
+	int64_t since;
+	bool excl;
+
+	snprintf(why->key, sizeof(why->key), "%s", it->key);
+	if (waiting) {
+		snprintf(why->holder, sizeof(why->holder), "an older waiting request #%" PRIu64,
+			 by->ticket);
+		why->held_ms = -1;
 		return;
-	for (pp = &s->buckets[e->hash & (s->nbuckets - 1)]; *pp; pp = &(*pp)->next) {
-		if (*pp == e) {
-			*pp = e->next;
-			break;
-		}
 	}
-	s->count--;
-	free(e->w);
-	if (s->nspare < MEM_SPARE_MAX) {
-		e->next = s->spare;
-		s->spare = e;
-		s->nspare++;
-	} else {
-		free(e);
-	}
+	key_state(s, it, &excl, &shared, &since);
+	snprintf(why->holder, sizeof(why->holder), "pid %u, %.80s (%s%s)", by->h->pid, by->h->id,
+		 excl ? "exclusive" : "shared", shared > 1 ? ", and others" : "");
+	why->held_ms = tl_wall_ms() - since;
 }
 
-static bool modes_conflict(enum tl_lock_mode a, enum tl_lock_mode b)
+/* Wakes every waiter: a lock was released or a waiter left. Must be
+ * called with mutex held. */
+static void changed(struct mem_store *s)
 {
-	return a == TL_EXCLUSIVE || b == TL_EXCLUSIVE;
-}
-
-/* Why KEY in MODE cannot be granted to TICKET now, or NULL-equivalent
- * (returns false) when it can. Must be called with mutex held. */
-static bool entry_blocks(const struct mem_entry *e, enum tl_lock_mode mode, uint64_t ticket,
-			 struct tl_conflict *why)
-{
-	size_t i;
-
-	if (e->excl || (mode == TL_EXCLUSIVE && e->shared)) {
-		snprintf(why->holder, sizeof(why->holder), "pid %u, %.80s (%s%s)", e->holder_pid,
-			 e->holder_id, e->excl ? "exclusive" : "shared", e->shared > 1 ? ", and others" : "");
-		why->held_ms = tl_wall_ms() - e->since_ms;
-		return true;
-	}
-	for (i = 0; i < e->nw; i++) {
-		if (e->w[i].ticket < ticket && modes_conflict(e->w[i].mode, mode)) {
-			snprintf(why->holder, sizeof(why->holder), "an older waiting request #%" PRIu64,
-				 e->w[i].ticket);
-			why->held_ms = -1;
-			return true;
-		}
-	}
-	return false;
-}
-
-/* Must be called with mutex held. */
-static void waiter_drop(struct mem_entry *e, uint64_t ticket)
-{
-	size_t i;
-
-	for (i = 0; i < e->nw; i++) {
-		if (e->w[i].ticket == ticket) {
-			e->w[i] = e->w[--e->nw];
-			return;
-		}
-	}
-}
-
-/* Must be called with mutex held. */
-static void waiter_add(struct mem_entry *e, uint64_t ticket, enum tl_lock_mode mode)
-{
-	size_t i;
-
-	for (i = 0; i < e->nw; i++)
-		if (e->w[i].ticket == ticket)
-			return;
-	if (e->nw == e->wcap) {
-		size_t cap = e->wcap ? e->wcap * 2 : 4;
-		struct mem_waiter *w = realloc(e->w, cap * sizeof(*w));
-
-		if (!w)
-			return; /* no mark: fairness degrades, safety does not */
-		e->w = w;
-		e->wcap = cap;
-	}
-	e->w[e->nw].ticket = ticket;
-	e->w[e->nw].mode = mode;
-	e->nw++;
-}
-
-/* What this store keeps of a holder that left waiter marks (h->priv; none
- * while it left no marks). */
-struct mem_hold {
-	uint64_t gen; /* s->gen when it was refused */
-};
-
-/* Drops H's marks from every key of PLAN. Must be called with mutex held. */
-static void marks_drop(struct mem_store *s, const struct tl_plan *plan, struct tl_holder *h)
-{
-	size_t i;
-
-	if (!h->priv)
-		return;
-	for (i = 0; i < plan->n; i++) {
-		uint64_t hh = key_hash(plan->items[i].key);
-		struct mem_entry *e = entry_find(s, plan->items[i].key, hh);
-
-		if (e) {
-			waiter_drop(e, h->ticket);
-			entry_put(s, e);
-		}
-	}
-	free(h->priv);
-	h->priv = NULL;
 	s->gen++;
 	pthread_cond_broadcast(&s->cond);
 }
@@ -288,90 +329,72 @@ static int mem_try_acquire(struct lockstore *st, const struct tl_plan *plan, str
 			   struct tl_conflict *why)
 {
 	struct mem_store *s = (struct mem_store *)st;
-	struct mem_entry *stack[MEM_PLAN_STACK], **got = stack;
-	uint64_t stack_hash[MEM_PLAN_STACK], *hash = stack_hash;
-	size_t i, idlen;
-	int64_t now_ms = -1;
-	int err = 0;
+	struct mem_rec me = {.ticket = h->ticket, .plan = plan, .h = h}, *mine, *by = NULL;
+	struct mem_hold *mh;
+	bool by_waiter = false;
+	size_t i, at = plan->n;
+	int err;
 
-	if (plan->n > MEM_PLAN_STACK) {
-		got = malloc(plan->n * sizeof(*got));
-		hash = malloc(plan->n * sizeof(*hash));
-		if (!got || !hash) {
-			err = -ENOMEM;
-			goto out_free;
-		}
-	}
-	/* hashed outside the mutex */
-	for (i = 0; i < plan->n; i++)
-		hash[i] = key_hash(plan->items[i].key);
+	/* sorted outside the mutex (a retry drops it for the one it keeps) */
+	err = byhash_make(plan, &me.byhash);
+	if (err)
+		return err;
 	pthread_mutex_lock(&s->mutex);
-	for (i = 0; i < plan->n; i++) {
-		const struct tl_lock_item *it = &plan->items[i];
-		struct mem_entry *e = entry_find(s, it->key, hash[i]);
+	mine = recs_find(&s->waiting, h->ticket); /* refused before */
+	if (mine) {
+		free(me.byhash);
+		me = *mine;
+	}
+	for (i = 0; i < s->held.n && at; i++) {
+		size_t k = first_conflict(&me, &s->held.v[i], at);
 
-		got[i] = e;
-		if (e && entry_blocks(e, it->mode, h->ticket, why)) {
-			snprintf(why->key, sizeof(why->key), "%s", it->key);
-			err = -EAGAIN;
-			break;
+		if (k < at) {
+			at = k;
+			by = &s->held.v[i];
 		}
 	}
-	if (err) {
-		struct mem_hold *mh = h->priv ? h->priv : calloc(1, sizeof(*mh));
+	for (i = 0; i < s->waiting.n && at; i++) {
+		struct mem_rec *w = &s->waiting.v[i];
+		size_t k;
 
-		if (!mh)
-			goto out_unlock; /* no marks: fairness degrades, safety does not */
-		/* mark every key, so no younger request overtakes us anywhere */
-		for (i = 0; i < plan->n; i++) {
-			struct mem_entry *e = entry_get(s, plan->items[i].key);
-
-			if (e)
-				waiter_add(e, h->ticket, plan->items[i].mode);
+		if (w->ticket >= me.ticket)
+			continue; /* younger waiters (and ourselves) do not hold us back */
+		k = first_conflict(&me, w, at);
+		if (k < at) {
+			at = k;
+			by = w;
+			by_waiter = true;
 		}
-		mh->gen = s->gen;
-		h->priv = mh;
+	}
+	if (at < plan->n) {
+		why_refused(s, &me, at, by, by_waiter, why);
+		/* as a waiter, no younger request overtakes us on any key;
+		 * without memory for that, fairness degrades, safety does not */
+		if (!mine && recs_add(&s->waiting, &me))
+			free(me.byhash);
+		mh = h->priv ? h->priv : calloc(1, sizeof(*mh));
+		if (mh) {
+			mh->gen = s->gen;
+			h->priv = mh;
+		}
+		err = -EAGAIN;
 		goto out_unlock;
 	}
-	for (i = 0; i < plan->n; i++) {
-		if (!got[i])
-			got[i] = entry_new(s, plan->items[i].key, hash[i]);
-		if (!got[i]) {
-			err = -ENOMEM;
-			goto out_unwind;
-		}
+	me.since_ms = tl_wall_ms();
+	err = recs_add(&s->held, &me);
+	if (err) {
+		if (!mine)
+			free(me.byhash);
+		goto out_unlock; /* a waiter stays one until abandon */
 	}
-	idlen = strnlen(h->id, sizeof(h->id) - 1);
-	for (i = 0; i < plan->n; i++) {
-		struct mem_entry *e = got[i];
-
-		if (!e->excl && !e->shared) {
-			if (now_ms < 0)
-				now_ms = tl_wall_ms();
-			e->since_ms = now_ms;
-		}
-		if (plan->items[i].mode == TL_EXCLUSIVE)
-			e->excl = true;
-		else
-			e->shared++;
-		e->holder_pid = h->pid;
-		memcpy(e->holder_id, h->id, idlen);
-		e->holder_id[idlen] = '\0';
+	if (mine) {
+		recs_del(&s->waiting, mine); /* its byhash went to HELD */
+		changed(s);
 	}
-	marks_drop(s, plan, h);
-	goto out_unlock;
-
-out_unwind:
-	for (i = 0; i < plan->n; i++)
-		if (got[i])
-			entry_put(s, got[i]);
+	free(h->priv);
+	h->priv = NULL;
 out_unlock:
 	pthread_mutex_unlock(&s->mutex);
-out_free:
-	if (got != stack)
-		free(got);
-	if (hash != stack_hash)
-		free(hash);
 	return err;
 }
 
@@ -383,7 +406,7 @@ static int mem_wait(struct lockstore *st, const struct tl_plan *plan, struct tl_
 	int err = 0;
 
 	pthread_mutex_lock(&s->mutex);
-	/* without marks (out of memory) for the next change of any lock */
+	/* without a gen to compare (out of memory) for the next change */
 	while (!mh || s->gen == mh->gen) {
 		int rc = pthread_cond_timedwait(&s->cond, &s->mutex, deadline);
 
@@ -401,88 +424,154 @@ static int mem_wait(struct lockstore *st, const struct tl_plan *plan, struct tl_
 static void mem_abandon(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h)
 {
 	struct mem_store *s = (struct mem_store *)st;
+	struct mem_rec *mine;
 
 	pthread_mutex_lock(&s->mutex);
-	marks_drop(s, plan, h);
+	mine = recs_find(&s->waiting, h->ticket);
+	if (mine) {
+		free(mine->byhash);
+		recs_del(&s->waiting, mine);
+		changed(s);
+	}
+	free(h->priv);
+	h->priv = NULL;
 	pthread_mutex_unlock(&s->mutex);
 }
 
 static int mem_release(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h)
 {
 	struct mem_store *s = (struct mem_store *)st;
-	uint64_t stack_hash[MEM_PLAN_STACK], *hash = NULL;
-	size_t i;
+	struct mem_hkey *byhash = NULL;
+	struct mem_rec *mine;
 
-	if (plan->n <= MEM_PLAN_STACK)
-		hash = stack_hash; /* hashed outside the mutex */
-	for (i = 0; hash && i < plan->n; i++)
-		hash[i] = key_hash(plan->items[i].key);
 	pthread_mutex_lock(&s->mutex);
-	for (i = plan->n; i-- > 0;) {
-		const struct tl_lock_item *it = &plan->items[i];
-		struct mem_entry *e = entry_find(s, it->key, hash ? hash[i] : key_hash(it->key));
-
-		if (!e)
-			continue; /* cannot happen for a plan we granted */
-		if (it->mode == TL_EXCLUSIVE)
-			e->excl = false;
-		else if (e->shared)
-			e->shared--;
-		entry_put(s, e);
+	mine = recs_find(&s->held, h->ticket);
+	if (mine) { /* always, for a plan we granted */
+		byhash = mine->byhash;
+		recs_del(&s->held, mine);
+		changed(s);
 	}
-	s->gen++;
-	pthread_cond_broadcast(&s->cond);
 	pthread_mutex_unlock(&s->mutex);
+	free(byhash);
 	return 0;
+}
+
+/* One key of one plan, for a listing. */
+struct mem_row {
+	const struct tl_lock_item *it;
+	const struct mem_rec *r;
+	bool held;
+};
+
+static int row_cmp(const void *pa, const void *pb)
+{
+	const struct mem_row *a = pa, *b = pb;
+	int c = strcmp(a->it->key, b->it->key);
+
+	return c ? c : (int)b->held - (int)a->held;
+}
+
+static bool listed(const char *prefix, const char *key)
+{
+	return !prefix || strcmp(prefix, "/") == 0 || strcmp(prefix, key) == 0 ||
+	       path_is_ancestor(prefix, key);
+}
+
+/* The rows of the plans of RS under PREFIX, appended to ROWS (*N). */
+static void rows_add(const struct mem_recs *rs, bool held, const char *prefix,
+		     struct mem_row *rows, size_t *n)
+{
+	size_t i, j;
+
+	for (i = 0; i < rs->n; i++)
+		for (j = 0; j < rs->v[i].plan->n; j++)
+			if (listed(prefix, rs->v[i].plan->items[j].key)) {
+				rows[*n].it = &rs->v[i].plan->items[j];
+				rows[*n].r = &rs->v[i];
+				rows[*n].held = held;
+				(*n)++;
+			}
+}
+
+/* The listing line OUT (zeroed, but its key) of the rows [A, B) of one key
+ * (held rows first). */
+static int info_make(const struct mem_row *a, const struct mem_row *b, int64_t now,
+		     struct tl_lock_info *out)
+{
+	const struct mem_rec *latest = NULL;
+	unsigned int shared = 0, excl = 0;
+	int64_t since = INT64_MAX;
+
+	for (; a < b; a++) {
+		if (!a->held) {
+			out->waiters++;
+			continue;
+		}
+		if (a->it->mode == TL_EXCLUSIVE)
+			excl++;
+		else
+			shared++;
+		if (!latest || a->r->ticket > latest->ticket)
+			latest = a->r;
+		if (a->r->since_ms < since)
+			since = a->r->since_ms;
+	}
+	out->mode = excl ? TL_EXCLUSIVE : TL_SHARED;
+	out->count = excl ? 1 : shared;
+	out->age_ms = latest ? now - since : -1;
+	if (latest) {
+		if (asprintf(&out->holders, "pid %u, %s", latest->h->pid, latest->h->id) < 0)
+			out->holders = NULL;
+	} else {
+		out->holders = strdup("-");
+	}
+	return out->holders ? 0 : -ENOMEM;
 }
 
 static int mem_list(struct lockstore *st, const char *prefix, struct tl_lock_info **out, size_t *n)
 {
 	struct mem_store *s = (struct mem_store *)st;
+	struct mem_row *rows = NULL;
 	struct tl_lock_info *v = NULL;
 	int64_t now = tl_wall_ms();
-	size_t i, k = 0;
+	size_t i, j, nrows = 0, total = 0, k = 0;
 	int err = -ENOMEM;
 
 	*out = NULL;
 	*n = 0;
 	pthread_mutex_lock(&s->mutex);
-	if (s->count) {
-		v = calloc(s->count, sizeof(*v));
+	for (i = 0; i < s->held.n; i++)
+		total += s->held.v[i].plan->n;
+	for (i = 0; i < s->waiting.n; i++)
+		total += s->waiting.v[i].plan->n;
+	if (total) {
+		rows = malloc(total * sizeof(*rows));
+		if (!rows)
+			goto out_unlock;
+	}
+	rows_add(&s->held, true, prefix, rows, &nrows);
+	rows_add(&s->waiting, false, prefix, rows, &nrows);
+	if (nrows) {
+		qsort(rows, nrows, sizeof(*rows), row_cmp);
+		v = calloc(nrows, sizeof(*v));
 		if (!v)
 			goto out_unlock;
 	}
-	for (i = 0; i < s->nbuckets; i++) {
-		struct mem_entry *e;
-
-		for (e = s->buckets[i]; e; e = e->next) {
-			if (prefix && strcmp(prefix, "/") != 0 && strcmp(prefix, e->key) != 0 &&
-			    !path_is_ancestor(prefix, e->key))
-				continue;
-			v[k].key = strdup(e->key);
-			if (e->excl || e->shared) {
-				if (asprintf(&v[k].holders, "pid %u, %s", e->holder_pid,
-					     e->holder_id) < 0)
-					v[k].holders = NULL;
-			} else {
-				v[k].holders = strdup("-");
-			}
-			if (!v[k].key || !v[k].holders) {
-				k++;
-				lockstore_free_list(v, k);
-				v = NULL;
-				goto out_unlock;
-			}
-			v[k].mode = e->excl ? TL_EXCLUSIVE : TL_SHARED;
-			v[k].count = e->excl ? 1 : e->shared;
-			v[k].age_ms = e->excl || e->shared ? now - e->since_ms : -1;
-			v[k].waiters = (unsigned)e->nw;
-			k++;
+	for (i = 0; i < nrows; i = j) {
+		for (j = i + 1; j < nrows && strcmp(rows[j].it->key, rows[i].it->key) == 0; j++)
+			;
+		v[k].key = strdup(rows[i].it->key);
+		if (!v[k].key || info_make(&rows[i], &rows[j], now, &v[k])) {
+			lockstore_free_list(v, k + 1);
+			v = NULL;
+			goto out_unlock;
 		}
+		k++;
 	}
 	err = 0;
 out_unlock:
 	pthread_mutex_unlock(&s->mutex);
+	free(rows);
 	if (!err) {
 		*out = v;
 		*n = k;
@@ -490,29 +579,23 @@ out_unlock:
 	return err;
 }
 
+static void recs_free(struct mem_recs *rs)
+{
+	size_t i;
+
+	for (i = 0; i < rs->n; i++)
+		free(rs->v[i].byhash);
+	free(rs->v);
+}
+
 static void mem_close(struct lockstore *st)
 {
 	struct mem_store *s = (struct mem_store *)st;
-	size_t i;
 
 	if (!s)
 		return;
-	for (i = 0; i < s->nbuckets; i++) {
-		struct mem_entry *e = s->buckets[i], *next;
-
-		for (; e; e = next) {
-			next = e->next;
-			free(e->w);
-			free(e);
-		}
-	}
-	while (s->spare) {
-		struct mem_entry *e = s->spare;
-
-		s->spare = e->next;
-		free(e);
-	}
-	free(s->buckets);
+	recs_free(&s->held);
+	recs_free(&s->waiting);
 	pthread_cond_destroy(&s->cond);
 	pthread_mutex_destroy(&s->mutex);
 	free(s);
@@ -537,12 +620,6 @@ int lockstore_mem_open(const struct tl_config *cfg, struct lockstore **out)
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
-	s->nbuckets = 64;
-	s->buckets = calloc(s->nbuckets, sizeof(*s->buckets));
-	if (!s->buckets) {
-		free(s);
-		return -ENOMEM;
-	}
 	pthread_mutex_init(&s->mutex, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

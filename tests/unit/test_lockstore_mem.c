@@ -215,6 +215,89 @@ START_TEST(test_lockstore_mem__long_keys)
 }
 END_TEST
 
+/* A document plan: FROM, NBELOW entries below it named PREFIX%02d, TO. */
+static struct tl_plan *dplan(const char *from, const char *prefix, size_t nbelow, const char *to)
+{
+	char *below[64];
+	struct tl_plan *p = NULL;
+	size_t i;
+
+	ck_assert_uint_le(nbelow, 64);
+	for (i = 0; i < nbelow; i++)
+		ck_assert_int_ge(asprintf(&below[i], "%s/%s%02zu", from, prefix, i), 0);
+	ck_assert_int_eq(lockplan_rename(TL_STRATEGY_DOCUMENT, from, to, 0,
+					 (const char *const *)below, nbelow, &p), 0);
+	for (i = 0; i < nbelow; i++)
+		free(below[i]);
+	return p;
+}
+
+/* Plans of many keys (more than the store compares pair by pair) conflict
+ * with small plans and with each other on exactly the keys they share. */
+START_TEST(test_lockstore_mem__many_keys)
+{
+	struct tl_plan *big = dplan("/src", "f", 40, "/dst"),
+		       *big2 = dplan("/other", "g", 40, "/src/f07"),
+		       *big3 = dplan("/third", "h", 40, "/fourth"),
+		       *small = rplan("/src/f39", "/x"), *small2 = rplan("/third/h05", "/v"),
+		       *free1 = rplan("/y/z", "/w");
+	struct tl_holder hb, hb2, hb3, hs, hs2, hf;
+	struct tl_conflict why;
+	struct tl_lock_info *v;
+	size_t n, i;
+
+	holder(&hb, 1);
+	holder(&hb2, 2);
+	holder(&hb3, 3);
+	holder(&hs, 4);
+	holder(&hs2, 5);
+	holder(&hf, 6);
+	ck_assert_uint_eq(big->n, 42);
+	/* a small plan held, a big one wanting one of its keys */
+	ck_assert_int_eq(st->ops->try_acquire(st, small2, &hs2, &why), 0);
+	ck_assert_int_eq(st->ops->try_acquire(st, big3, &hb3, &why), -EAGAIN);
+	ck_assert_str_eq(why.key, "/third"); /* its first conflicting key */
+	st->ops->abandon(st, big3, &hb3);
+	ck_assert_int_eq(st->ops->release(st, small2, &hs2), 0);
+	/* a big plan held: a small one under it, a big one sharing one key */
+	ck_assert_int_eq(st->ops->try_acquire(st, big, &hb, &why), 0);
+	ck_assert_int_eq(st->ops->try_acquire(st, small, &hs, &why), -EAGAIN);
+	ck_assert_str_eq(why.key, "/src");
+	ck_assert_ptr_nonnull(strstr(why.holder, "exclusive"));
+	ck_assert_int_eq(st->ops->try_acquire(st, big2, &hb2, &why), -EAGAIN);
+	ck_assert_str_eq(why.key, "/src/f07");
+	ck_assert_uint_eq(waiters_on("/src/f07"), 1);
+	ck_assert_uint_eq(waiters_on("/src/f39"), 1);
+	/* disjoint ones, big and small, pass */
+	ck_assert_int_eq(st->ops->try_acquire(st, big3, &hb3, &why), 0);
+	ck_assert_int_eq(st->ops->try_acquire(st, free1, &hf, &why), 0);
+	ck_assert_int_eq(st->ops->list(st, "/src", &v, &n), 0);
+	ck_assert_uint_eq(n, 41); /* /src and the 40 below it */
+	for (i = 0; i < n; i++) {
+		ck_assert_int_eq(v[i].mode, TL_EXCLUSIVE);
+		ck_assert_uint_eq(v[i].count, 1);
+		ck_assert_ptr_nonnull(strstr(v[i].holders, "test#1"));
+	}
+	lockstore_free_list(v, n);
+	ck_assert_int_eq(st->ops->release(st, big, &hb), 0);
+	ck_assert_int_eq(st->ops->try_acquire(st, big2, &hb2, &why), 0);
+	ck_assert_int_eq(st->ops->try_acquire(st, small, &hs, &why), 0);
+	ck_assert_ptr_null(hb2.priv);
+	ck_assert_ptr_null(hs.priv);
+	ck_assert_int_eq(st->ops->release(st, small, &hs), 0);
+	ck_assert_int_eq(st->ops->release(st, big2, &hb2), 0);
+	ck_assert_int_eq(st->ops->release(st, big3, &hb3), 0);
+	ck_assert_int_eq(st->ops->release(st, free1, &hf), 0);
+	ck_assert_uint_eq(nlocks(), 0);
+	lockplan_free(big);
+	lockplan_free(big2);
+	lockplan_free(big3);
+	lockplan_free(small);
+	lockplan_free(small2);
+	lockplan_free(free1);
+}
+END_TEST
+
 START_TEST(test_lockstore_mem__list)
 {
 	struct tl_plan *a = rplan("/l/m n", "/l/o");
@@ -254,6 +337,7 @@ Suite *make_suite_lockstore_mem(void)
 	tcase_add_test(tc, test_lockstore_mem__abandon_clears_marks);
 	tcase_add_test(tc, test_lockstore_mem__list);
 	tcase_add_test(tc, test_lockstore_mem__long_keys);
+	tcase_add_test(tc, test_lockstore_mem__many_keys);
 	suite_add_tcase(s, tc);
 	return s;
 }
