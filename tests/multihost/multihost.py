@@ -704,7 +704,8 @@ class Run(object):
         renames = [r for _, out in self.workers for r in checker.read_jsonl(out)]
         nemesis = checker.read_jsonl(self.nemesis_log) if os.path.exists(self.nemesis_log) else []
         rep = checker.check(logs, renames, nemesis, self.initial, final, self.contents,
-                            final_contents, left, end_of_run=t_stop)
+                            final_contents, left, end_of_run=t_stop,
+                            fenced_ns=getattr(self.args, "delay_ms", 20) * 1000000)
         rep["faults"] = dict(self.faults)
         rep["skipped_faults"] = {k: v for k, v in self.skipped.items() if v != "not selected"}
         rep["daemon_exit"] = statuses
@@ -759,12 +760,12 @@ def cmd_run(a):
             total[k] += v
         nviol += len(rep["violations"])
         print("run %d (seed %d, %s, %d hosts, %ds): %d renames %s (%d unseen), %d holds "
-              "(%d killed, %d fenced), overlaps tolerated %d, ambiguous %d; faults %s; "
-              "violations %d"
+              "(%d killed, %d fenced), overlaps tolerated %d, ambiguous %d, at the known "
+              "limit %d; faults %s; violations %d"
               % (n + 1, rep["seed"], rep["engine"], a.hosts, a.duration, rep["renames"],
                  json.dumps(rep["results"], sort_keys=True), rep["renames_unseen"],
                  rep["holds"], rep["holds_killed"], rep["holds_fenced"],
-                 rep["overlaps_tolerated"], rep["overlaps_ambiguous"],
+                 rep["overlaps_tolerated"], rep["overlaps_ambiguous"], rep["overlaps_limit"],
                  json.dumps(rep["faults"]), len(rep["violations"])))
         for k, why in rep["skipped_faults"].items():
             print("  %s skipped: %s" % (k, why))

@@ -99,6 +99,30 @@ def test_checker__a_fenced_holder_that_failed_is_no_violation():
     assert rules(run(holds, renames, final=final_of(final))) == ["overlap"]
 
 
+def test_checker__a_daemon_stopped_after_its_last_check_is_the_known_limit():
+    # A held X:/d0/f0 from 10 to 40 ms and renamed; its daemon was stopped
+    # at 35 ms; B took over at 25 ms and renamed too
+    holds = {"A": [acq(10, 100, "A#1", "/d0/f0", "/d1/f0", "X:/d0/f0"), rel(40, 100, "A#1")],
+             "B": [acq(25, 200, "B#1", "/d0/f0", "/d1/f0", "X:/d0/f0"), rel(30, 200, "B#1")]}
+    renames = [ren("A", 9, 41, "/d0/f0", "/d1/f0"), ren("B", 24, 31, "/d0/f0", "/d1/f0")]
+    final = final_of(dict(INITIAL, f0="d1"))
+
+    def go(pause_ms, pid=100, fenced_ms=20):
+        nemesis = [{"t": pause_ms * MS, "kind": "pause", "host": "A", "pid": pid,
+                    "phase": "start"}]
+        return checker.check(holds, renames, nemesis, INITIAL, final, CONTENTS, dict(CONTENTS),
+                             [], fenced_ns=None if fenced_ms is None else fenced_ms * MS)
+    # stopped 25 ms after its grant, past the 20 ms before its last check
+    rep = go(35)
+    assert rep["violations"] == [] and rep["overlaps_limit"] == 1
+    # stopped 5 ms after its grant: fencing should have refused its rename
+    rep = go(15)
+    assert rules(rep) == ["overlap"] and rep["overlaps_limit"] == 0
+    # another daemon of host A stopped, or no FENCED_NS given: a violation
+    assert rules(go(35, pid=101)) == ["overlap"]
+    assert rules(go(35, fenced_ms=None)) == ["overlap"]
+
+
 def test_checker__a_killed_daemon_ends_its_hold_and_an_unended_hold_is_reported():
     holds = {"A": [acq(10, 100, "A#1", "/d0/f0", "/d1/f0", "X:/d0/f0")],
              "B": [acq(25, 200, "B#1", "/d0/f0", "/d1/f0", "X:/d0/f0"), rel(30, 200, "B#1")]}

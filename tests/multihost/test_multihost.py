@@ -50,10 +50,11 @@ def test_multihost__quick_run_under_the_nemesis_has_no_violation(machine, engine
     run = multihost.Run(quick_args(engine=engine, duration=duration), str(tmp_path), seed)
     rep = run.go()
     print("\nmultihost (%s): seed %d, %d renames %s (%d returned 0 unseen by any daemon), %d holds "
-          "(%d killed, %d fenced), overlaps tolerated %d, ambiguous %d, faults %s"
+          "(%d killed, %d fenced), overlaps tolerated %d, ambiguous %d, at the known limit %d "
+          "(a daemon stopped after its last check), faults %s"
           % (engine, seed, rep["renames"], rep["results"], rep["renames_unseen"], rep["holds"],
              rep["holds_killed"], rep["holds_fenced"], rep["overlaps_tolerated"],
-             rep["overlaps_ambiguous"], rep["faults"]))
+             rep["overlaps_ambiguous"], rep["overlaps_limit"], rep["faults"]))
     for kind, why in rep["skipped_faults"].items():
         print("multihost: %s not injected: %s" % (kind, why))
     assert rep["violations"] == [], "seed %d: %s" % (seed, rep["violations"][:10])
