@@ -32,10 +32,11 @@ Rules:
    between its grant and its last check before renaming, rename_delay_ms
    of the daemons), a daemon stopped (a "pause" naming its "pid") more
    than FENCED_NS after its grant and before its release was stopped
-   after that check: the known limit (BUGS in treelockfs(1)), which no
-   lease can close. Such an overlap is counted ("overlaps_limit"), not
-   reported; one whose daemon was stopped sooner is a violation, since
-   fencing is there for it.
+   after that check: inside its rename call, the known limit (BUGS in
+   treelockfs(1)) that no lease can close, or after it, when its hold
+   only looks long in the log. Such an overlap is counted
+   ("overlaps_limit"), not reported; one whose daemon was stopped sooner
+   is a violation, since fencing is there for it.
 2. Every hold ends: a hold with no release is closed by the kill of its
    daemon; one that neither was released nor was killed is a violation.
 3. Every rename that returned 0 is in the final tree: the final parent of
