@@ -1,7 +1,9 @@
 /* fs_rename.c - rename() in tree locks: lock keys, plans, ll_rename()
  *
  *   keys  = key_of(parent, name), key_of(newparent, newname)
- *   plan  = lockplan_rename(strategy, from, to, flags [, entries below])
+ *   plan  = lockplan_rename(strategy, from, to, flags [, entries below]),
+ *           or with the tree strategy and a store that compares tree
+ *           plans by their endpoints (the mem store), the endpoints alone
  *   hold  = lockmgr_acquire(plan)              all or nothing, bounded wait
  *   check = the keys still name what the fds hold, else ENOENT
  *   renameat2() by the directories' fds
@@ -800,6 +802,7 @@ static void hold_log_put(struct buf *b, const char *s)
 static void hold_log(struct tlfs *fs, const struct tl_plan *plan, const struct tl_holder *h,
 		     bool acquire, int res)
 {
+	struct tl_plan *full = NULL;
 	struct timespec ts;
 	struct buf b;
 	char head[160];
@@ -807,6 +810,14 @@ static void hold_log(struct tlfs *fs, const struct tl_plan *plan, const struct t
 
 	if (fs->hold_log_fd == -1)
 		return;
+	if (acquire && !plan->items) {
+		/* an endpoint plan: its keys, written out */
+		if (lockplan_tree_full(plan, &full)) {
+			tl_log(LOG_WARNING, "cannot write hold_log: %s", strerror(ENOMEM));
+			return;
+		}
+		plan = full;
+	}
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	buf_init(&b, 0);
 	snprintf(head, sizeof(head), "%lld%09ld\t%s\t%d\t", (long long)ts.tv_sec, ts.tv_nsec,
@@ -830,6 +841,7 @@ static void hold_log(struct tlfs *fs, const struct tl_plan *plan, const struct t
 	if (!b.err && write(fs->hold_log_fd, b.data, b.len) != (ssize_t)b.len)
 		tl_log(LOG_WARNING, "cannot write hold_log: %s", strerror(errno));
 	buf_free(&b);
+	lockplan_free(full);
 }
 
 void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
@@ -838,7 +850,7 @@ void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 	struct tlfs *fs = req_fs(req);
 	struct ll_inode *p1 = ino_get(fs, parent), *p2 = ino_get(fs, newparent);
 	struct key_list below = {0};
-	struct tl_plan *plan = NULL;
+	struct tl_plan *plan = NULL, ends;
 	struct tl_holder holder;
 	struct key_buf kfrom, kto; /* not cleared: only .s is read before set */
 	const char *from = NULL, *to = NULL;
@@ -898,8 +910,14 @@ void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 		if (res)
 			goto out_free_keys;
 	}
-	res = lockplan_rename(fs->cfg->lock_strategy, from, to, flags,
-			      (const char *const *)below.v, below.n, &plan);
+	if (fs->cfg->lock_strategy == TL_STRATEGY_TREE && lockmgr_takes_endpoint_plans(&fs->mgr)) {
+		/* the keys outlive the plan: they are freed after the release */
+		res = lockplan_rename_endpoints(from, to, flags, &ends);
+		plan = res ? NULL : &ends;
+	} else {
+		res = lockplan_rename(fs->cfg->lock_strategy, from, to, flags,
+				      (const char *const *)below.v, below.n, &plan);
+	}
 	if (res)
 		goto out_free_keys;
 	res = lockmgr_acquire(&fs->mgr, plan, (uint32_t)fuse_req_ctx(req)->pid, &holder);
@@ -968,7 +986,8 @@ out_release_locks:
 	tl_log(LOG_DEBUG, "rename '%s' -> '%s': %zu locks in %" PRId64 " ms: %s", from, to, plan->n,
 	       tl_mono_ms() - t0, res ? strerror(-res) : "ok");
 out_free_plan:
-	lockplan_free(plan);
+	if (plan != &ends)
+		lockplan_free(plan);
 out_free_keys:
 	key_list_free(&below);
 	key_buf_free(&kfrom);

@@ -244,6 +244,11 @@ bool lockmgr_other_writers_possible(const struct lockmgr *m)
 	return (m->store->ops->caps & TL_CAP_OTHER_WRITERS) != 0;
 }
 
+bool lockmgr_takes_endpoint_plans(const struct lockmgr *m)
+{
+	return (m->store->ops->caps & TL_CAP_ENDPOINT_PLANS) != 0;
+}
+
 const char *lockmgr_store_name(const struct lockmgr *m)
 {
 	return m->store->ops->name;

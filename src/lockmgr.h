@@ -65,6 +65,10 @@ int lockmgr_release_answered(struct lockmgr *m, const struct tl_plan *plan, stru
  * must then be checked again once they are. */
 bool lockmgr_other_writers_possible(const struct lockmgr *m);
 
+/* True when the store takes tree plans by their endpoints alone (its
+ * TL_CAP_ENDPOINT_PLANS, see lockplan_rename_endpoints()). */
+bool lockmgr_takes_endpoint_plans(const struct lockmgr *m);
+
 /* The store's name, for logs and the stats file. */
 const char *lockmgr_store_name(const struct lockmgr *m);
 

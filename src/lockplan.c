@@ -288,6 +288,116 @@ int lockplan_rename(enum tl_strategy s, const char *from, const char *to, unsign
 	return err;
 }
 
+/* How many whole components P and Q share from the start ("/a/b" and
+ * "/a/bc" share one). */
+static size_t common_components(const char *p, const char *q)
+{
+	size_t i, c = 0;
+
+	if (!p[1] || !q[1])
+		return 0; /* "/" has none */
+	for (i = 1;; i++) {
+		bool pe = p[i] == '/' || !p[i], qe = q[i] == '/' || !q[i];
+
+		if (pe || qe) {
+			if (!pe || !qe)
+				return c;
+			c++;
+			if (!p[i] || !q[i])
+				return c;
+		} else if (p[i] != q[i]) {
+			return c;
+		}
+	}
+}
+
+int lockplan_rename_endpoints(const char *from, const char *to, unsigned int flags,
+			      struct tl_plan *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (!path_is_normal(from) || !path_is_normal(to))
+		return -EINVAL;
+	out->strategy = TL_STRATEGY_TREE;
+	/* every key is a prefix of FROM or of TO that ends at a component:
+	 * depth(FROM) of them, depth(TO), less those the two share */
+	out->n = path_depth(from) + path_depth(to) - common_components(from, to);
+	out->from = (char *)from;
+	out->to = (char *)to;
+	out->flags = flags;
+	return 0;
+}
+
+int lockplan_tree_full(const struct tl_plan *p, struct tl_plan **out)
+{
+	int err = p->to ? lockplan_rename(TL_STRATEGY_TREE, p->from, p->to, p->flags, NULL, 0, out)
+			: lockplan_entry(TL_STRATEGY_TREE, p->from, out);
+
+	return err == -EINVAL ? -ENOMEM : err; /* its endpoints were checked */
+}
+
+/* True when the LEN bytes at A are the key B (BLEN bytes) or a proper
+ * ancestor of it. */
+static bool at_or_above(const char *a, size_t len, const char *b, size_t blen)
+{
+	return len <= blen && memcmp(a, b, len) == 0 && (len == blen || b[len] == '/');
+}
+
+/* P's endpoints that lock a key, into E (lengths in L): "/" locks none. */
+static size_t endpoints(const struct tl_plan *p, const char *e[2], size_t l[2])
+{
+	size_t n = 0;
+
+	if (p->from[1]) {
+		e[n] = p->from;
+		l[n++] = strlen(p->from);
+	}
+	if (p->to && p->to[1]) {
+		e[n] = p->to;
+		l[n++] = strlen(p->to);
+	}
+	return n;
+}
+
+bool lockplan_tree_conflict(const struct tl_plan *a, const struct tl_plan *b, const char **key,
+			    size_t *len)
+{
+	const char *ea[2], *eb[2];
+	size_t la[2], lb[2], na = endpoints(a, ea, la), nb = endpoints(b, eb, lb), i, j;
+
+	/* an endpoint is locked exclusive; every key above it, shared */
+	for (i = 0; i < na; i++)
+		for (j = 0; j < nb; j++) {
+			if (at_or_above(ea[i], la[i], eb[j], lb[j])) {
+				*key = ea[i];
+				*len = la[i];
+				return true;
+			}
+			if (at_or_above(eb[j], lb[j], ea[i], la[i])) {
+				*key = eb[j];
+				*len = lb[j];
+				return true;
+			}
+		}
+	return false;
+}
+
+int lockplan_tree_mode(const struct tl_plan *p, const char *key, size_t len)
+{
+	const char *e[2];
+	size_t l[2], n = endpoints(p, e, l), i;
+	int mode = 0;
+
+	if (len <= 1)
+		return 0; /* "/" */
+	for (i = 0; i < n; i++) {
+		if (len == l[i] && memcmp(key, e[i], len) == 0)
+			return 2;
+		if (at_or_above(key, len, e[i], l[i]))
+			mode = 1;
+	}
+	return mode;
+}
+
 int lockplan_entry(enum tl_strategy s, const char *path, struct tl_plan **out)
 {
 	struct cands c;

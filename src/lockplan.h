@@ -20,6 +20,7 @@
 #ifndef TREELOCKFS_LOCKPLAN_H
 #define TREELOCKFS_LOCKPLAN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 enum tl_strategy {
@@ -45,8 +46,9 @@ struct tl_lock_item {
 
 struct tl_plan {
 	enum tl_strategy strategy;
-	struct tl_lock_item *items; /* sorted by path_cmp(), unique keys */
-	size_t n;
+	struct tl_lock_item *items; /* sorted by path_cmp(), unique keys; NULL
+				     * in an endpoint plan (below) */
+	size_t n;                   /* how many keys it locks */
 	char *from;                 /* the operation, for logs and intents */
 	char *to;                   /* NULL for entry plans */
 	unsigned int flags;         /* RENAME_* flags, as given */
@@ -66,10 +68,38 @@ int lockplan_strategy_parse(const char *name, enum tl_strategy *out);
 int lockplan_rename(enum tl_strategy s, const char *from, const char *to, unsigned int flags,
 		    const char *const *below, size_t nbelow, struct tl_plan **out);
 
+/* The tree plan of rename(FROM, TO, FLAGS) by its endpoints only, into
+ * *OUT (the caller's, not freed): items NULL, n the number of keys the
+ * full plan has. A tree plan's keys follow from its endpoints (FROM and TO,
+ * or the one path of an entry plan), and so does whether two tree plans
+ * conflict (lockplan_tree_conflict()); a store that says so
+ * (TL_CAP_ENDPOINT_PLANS) takes such a plan instead of the full one,
+ * which then costs no sort, copy or allocation. FROM and TO are borrowed:
+ * they must stay as they are until the plan is released. Returns 0 or
+ * -EINVAL for a key that is not normalised. */
+int lockplan_rename_endpoints(const char *from, const char *to, unsigned int flags,
+			      struct tl_plan *out);
+
+/* The full plan of tree plan P (an endpoint plan or not) into *OUT (free
+ * with lockplan_free()), for what lists its keys. Returns 0 or -ENOMEM. */
+int lockplan_tree_full(const struct tl_plan *p, struct tl_plan **out);
+
+/* True when tree plans A and B (rename or entry, endpoint plans or not)
+ * share a key that either wants exclusive: an endpoint of one is an
+ * endpoint of the other or an ancestor of one ("/" is never locked). Sets
+ * *KEY and *LEN to such a key (one of those endpoints; not NUL-terminated
+ * at *LEN). This function can't fail. */
+bool lockplan_tree_conflict(const struct tl_plan *a, const struct tl_plan *b, const char **key,
+			    size_t *len);
+
+/* The mode in which tree plan P locks the LEN bytes of KEY: 1 shared, 2
+ * exclusive, 0 not at all. This function can't fail. */
+int lockplan_tree_mode(const struct tl_plan *p, const char *key, size_t len);
+
 /* Plans an operation that creates or removes the entry PATH. */
 int lockplan_entry(enum tl_strategy s, const char *path, struct tl_plan **out);
 
-/* Frees a plan; accepts NULL. */
+/* Frees a plan (not an endpoint plan); accepts NULL. */
 void lockplan_free(struct tl_plan *plan);
 
 #endif /* TREELOCKFS_LOCKPLAN_H */

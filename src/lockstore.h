@@ -80,6 +80,10 @@ enum {
 	 * shared by several mounts must set it; without it the mount
 	 * assumes it is the only writer (the mem store). */
 	TL_CAP_OTHER_WRITERS = 1u << 0,
+	/* The store takes a tree plan that carries only its endpoints
+	 * (lockplan_rename_endpoints(): items NULL) wherever it takes a
+	 * plan. */
+	TL_CAP_ENDPOINT_PLANS = 1u << 1,
 };
 
 struct lockstore_ops {

@@ -32,6 +32,13 @@
  * below a directory) carries the sorted hashes of its keys, so that no
  * comparison goes pair by pair over it.
  *
+ * Tree plans are compared by their endpoints alone (lockplan_tree_conflict():
+ * two such plans conflict when an endpoint of one is an endpoint of the
+ * other or above one), a handful of prefix comparisons whatever the depth.
+ * So a rename can hand the store an endpoint plan, which carries no items
+ * (TL_CAP_ENDPOINT_PLANS) and costs no sort, copy or allocation to make;
+ * a listing makes the full plan of each such plan when it is asked for.
+ *
  * Leases are trivially the process: when it dies, its locks die with it.
  *
  * Lock order: store->mutex is a leaf; it is never held across a syscall
@@ -111,16 +118,16 @@ static int hkey_cmp(const void *pa, const void *pb)
 	return a->idx < b->idx ? -1 : a->idx > b->idx;
 }
 
-/* The sorted hashes of PLAN's keys when it has more than MEM_PAIRS_MAX,
- * into *OUT (else NULL). Returns 0 or -ENOMEM. */
+/* The sorted hashes of PLAN's keys when it has more than MEM_PAIRS_MAX
+ * and is not a tree plan, into *OUT (else NULL). Returns 0 or -ENOMEM. */
 static int byhash_make(const struct tl_plan *plan, struct mem_hkey **out)
 {
 	struct mem_hkey *v;
 	size_t i;
 
 	*out = NULL;
-	if (plan->n <= MEM_PAIRS_MAX)
-		return 0;
+	if (plan->strategy == TL_STRATEGY_TREE || plan->n <= MEM_PAIRS_MAX)
+		return 0; /* tree plans compare by their endpoints */
 	v = malloc(plan->n * sizeof(*v));
 	if (!v)
 		return -ENOMEM;
@@ -237,6 +244,71 @@ static size_t first_conflict(const struct mem_rec *p, const struct mem_rec *q, s
 	return limit;
 }
 
+static bool is_tree(const struct mem_rec *r)
+{
+	return r->plan->strategy == TL_STRATEGY_TREE;
+}
+
+/* True when tree plan T locks a key of Q's items that either wants
+ * exclusive; sets *KEY, *LEN to it. */
+static bool tree_items_conflict(const struct tl_plan *t, const struct tl_plan *q, const char **key,
+				size_t *len)
+{
+	size_t j;
+
+	for (j = 0; j < q->n; j++) {
+		int m = lockplan_tree_mode(t, q->items[j].key, q->items[j].len);
+
+		if (m == 2 || (m == 1 && q->items[j].mode == TL_EXCLUSIVE)) {
+			*key = q->items[j].key;
+			*len = q->items[j].len;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* What refuses a plan: the contended key (LEN bytes, not NUL-terminated
+ * at LEN), and for plans compared item by item the first such item in
+ * plan order (AT; the plan's n while there is none). */
+struct mem_clash {
+	size_t at;
+	const char *key;
+	size_t len;
+};
+
+/* True when P's plan and Q's conflict where C has found no earlier
+ * conflict (item plans: before C->at); C then says where. Tree plans
+ * compare by their endpoints (lockplan_tree_conflict()), which also serves
+ * the endpoint plans that carry no items; the first conflict found
+ * stands. */
+static bool recs_conflict(const struct mem_rec *p, const struct mem_rec *q, struct mem_clash *c)
+{
+	const char *key;
+	size_t len, k;
+
+	if (is_tree(p) || is_tree(q)) {
+		bool hit = is_tree(p) && is_tree(q)
+				   ? lockplan_tree_conflict(p->plan, q->plan, &key, &len)
+			   : is_tree(p) ? tree_items_conflict(p->plan, q->plan, &key, &len)
+					: tree_items_conflict(q->plan, p->plan, &key, &len);
+
+		if (!hit)
+			return false;
+		c->at = 0; /* nothing earlier to look for */
+		c->key = key;
+		c->len = len;
+		return true;
+	}
+	k = first_conflict(p, q, c->at);
+	if (k >= c->at)
+		return false;
+	c->at = k;
+	c->key = p->plan->items[k].key;
+	c->len = p->plan->items[k].len;
+	return true;
+}
+
 static struct mem_rec *recs_find(struct mem_recs *rs, uint64_t ticket)
 {
 	size_t i;
@@ -269,11 +341,12 @@ static void recs_del(struct mem_recs *rs, struct mem_rec *r)
 	*r = rs->v[--rs->n];
 }
 
-/* The state of the key of IT among the held plans: any exclusive holder,
- * how many shared ones, when the earliest of them was granted. */
-static void key_state(const struct mem_store *s, const struct tl_lock_item *it, bool *excl,
+/* The state of KEY (LEN bytes) among the held plans: any exclusive
+ * holder, how many shared ones, when the earliest of them was granted. */
+static void key_state(const struct mem_store *s, const char *key, size_t len, bool *excl,
 		      unsigned int *shared, int64_t *since_ms)
 {
+	const struct tl_lock_item it = {.key = (char *)key, .len = (unsigned int)len};
 	size_t i;
 
 	*excl = false;
@@ -281,11 +354,18 @@ static void key_state(const struct mem_store *s, const struct tl_lock_item *it, 
 	*since_ms = INT64_MAX;
 	for (i = 0; i < s->held.n; i++) {
 		const struct mem_rec *r = &s->held.v[i];
-		const struct tl_lock_item *mine = rec_item(r, it);
+		const struct tl_lock_item *mine;
+		int mode;
 
-		if (!mine)
+		if (is_tree(r)) {
+			mode = lockplan_tree_mode(r->plan, key, len);
+		} else {
+			mine = rec_item(r, &it);
+			mode = !mine ? 0 : mine->mode == TL_EXCLUSIVE ? 2 : 1;
+		}
+		if (!mode)
 			continue;
-		if (mine->mode == TL_EXCLUSIVE)
+		if (mode == 2)
 			*excl = true;
 		else
 			(*shared)++;
@@ -294,24 +374,23 @@ static void key_state(const struct mem_store *s, const struct tl_lock_item *it, 
 	}
 }
 
-/* Fills WHY for a refusal on ME's item AT, because of BY (held, or an
+/* Fills WHY for a refusal on the key of C, because of BY (held, or an
  * older waiter when WAITING). Must be called with mutex held. */
-static void why_refused(const struct mem_store *s, const struct mem_rec *me, size_t at,
+static void why_refused(const struct mem_store *s, const struct mem_clash *c,
 			const struct mem_rec *by, bool waiting, struct tl_conflict *why)
 {
-	const struct tl_lock_item *it = &me->plan->items[at];
 	unsigned int shared;
 	int64_t since;
 	bool excl;
 
-	snprintf(why->key, sizeof(why->key), "%s", it->key);
+	snprintf(why->key, sizeof(why->key), "%.*s", (int)c->len, c->key);
 	if (waiting) {
 		snprintf(why->holder, sizeof(why->holder), "an older waiting request #%" PRIu64,
 			 by->ticket);
 		why->held_ms = -1;
 		return;
 	}
-	key_state(s, it, &excl, &shared, &since);
+	key_state(s, c->key, c->len, &excl, &shared, &since);
 	snprintf(why->holder, sizeof(why->holder), "pid %u, %.80s (%s%s)", by->h->pid, by->h->id,
 		 excl ? "exclusive" : "shared", shared > 1 ? ", and others" : "");
 	why->held_ms = tl_wall_ms() - since;
@@ -330,9 +409,10 @@ static int mem_try_acquire(struct lockstore *st, const struct tl_plan *plan, str
 {
 	struct mem_store *s = (struct mem_store *)st;
 	struct mem_rec me = {.ticket = h->ticket, .plan = plan, .h = h}, *mine, *by = NULL;
+	struct mem_clash c = {.at = plan->n};
 	struct mem_hold *mh;
 	bool by_waiter = false;
-	size_t i, at = plan->n;
+	size_t i;
 	int err;
 
 	/* sorted outside the mutex (a retry drops it for the one it keeps) */
@@ -345,29 +425,21 @@ static int mem_try_acquire(struct lockstore *st, const struct tl_plan *plan, str
 		free(me.byhash);
 		me = *mine;
 	}
-	for (i = 0; i < s->held.n && at; i++) {
-		size_t k = first_conflict(&me, &s->held.v[i], at);
-
-		if (k < at) {
-			at = k;
+	for (i = 0; i < s->held.n && c.at; i++)
+		if (recs_conflict(&me, &s->held.v[i], &c))
 			by = &s->held.v[i];
-		}
-	}
-	for (i = 0; i < s->waiting.n && at; i++) {
+	for (i = 0; i < s->waiting.n && c.at; i++) {
 		struct mem_rec *w = &s->waiting.v[i];
-		size_t k;
 
 		if (w->ticket >= me.ticket)
 			continue; /* younger waiters (and ourselves) do not hold us back */
-		k = first_conflict(&me, w, at);
-		if (k < at) {
-			at = k;
+		if (recs_conflict(&me, w, &c)) {
 			by = w;
 			by_waiter = true;
 		}
 	}
-	if (at < plan->n) {
-		why_refused(s, &me, at, by, by_waiter, why);
+	if (by) {
+		why_refused(s, &c, by, by_waiter, why);
 		/* as a waiter, no younger request overtakes us on any key;
 		 * without memory for that, fairness degrades, safety does not */
 		if (!mine && recs_add(&s->waiting, &me))
@@ -477,20 +549,26 @@ static bool listed(const char *prefix, const char *key)
 	       path_is_ancestor(prefix, key);
 }
 
-/* The rows of the plans of RS under PREFIX, appended to ROWS (*N). */
-static void rows_add(const struct mem_recs *rs, bool held, const char *prefix,
-		     struct mem_row *rows, size_t *n)
+/* The plans of RS to list, appended to PLANS (*NP) with their records
+ * (RECS): an endpoint plan's keys come from its full plan, made into FULL
+ * (*NFULL; the caller frees them). Returns 0 or -ENOMEM. */
+static int plans_add(const struct mem_recs *rs, const struct tl_plan **plans,
+		     const struct mem_rec **recs, size_t *np, struct tl_plan **full, size_t *nfull)
 {
-	size_t i, j;
+	size_t i;
 
-	for (i = 0; i < rs->n; i++)
-		for (j = 0; j < rs->v[i].plan->n; j++)
-			if (listed(prefix, rs->v[i].plan->items[j].key)) {
-				rows[*n].it = &rs->v[i].plan->items[j];
-				rows[*n].r = &rs->v[i];
-				rows[*n].held = held;
-				(*n)++;
-			}
+	for (i = 0; i < rs->n; i++) {
+		const struct tl_plan *p = rs->v[i].plan;
+
+		if (!p->items) {
+			if (lockplan_tree_full(p, &full[*nfull]))
+				return -ENOMEM;
+			p = full[(*nfull)++];
+		}
+		plans[*np] = p;
+		recs[(*np)++] = &rs->v[i];
+	}
+	return 0;
 }
 
 /* The listing line OUT (zeroed, but its key) of the rows [A, B) of one key
@@ -531,26 +609,45 @@ static int info_make(const struct mem_row *a, const struct mem_row *b, int64_t n
 static int mem_list(struct lockstore *st, const char *prefix, struct tl_lock_info **out, size_t *n)
 {
 	struct mem_store *s = (struct mem_store *)st;
+	const struct tl_plan **plans = NULL;
+	const struct mem_rec **recs = NULL;
+	struct tl_plan **full = NULL;
 	struct mem_row *rows = NULL;
 	struct tl_lock_info *v = NULL;
 	int64_t now = tl_wall_ms();
-	size_t i, j, nrows = 0, total = 0, k = 0;
+	size_t i, j, np = 0, nheld, nfull = 0, nrows = 0, total = 0, k = 0;
 	int err = -ENOMEM;
 
 	*out = NULL;
 	*n = 0;
 	pthread_mutex_lock(&s->mutex);
-	for (i = 0; i < s->held.n; i++)
-		total += s->held.v[i].plan->n;
-	for (i = 0; i < s->waiting.n; i++)
-		total += s->waiting.v[i].plan->n;
+	nheld = s->held.n;
+	i = s->held.n + s->waiting.n;
+	if (i) {
+		plans = malloc(i * sizeof(*plans));
+		recs = malloc(i * sizeof(*recs));
+		full = malloc(i * sizeof(*full));
+		if (!plans || !recs || !full)
+			goto out_unlock;
+	}
+	if (plans_add(&s->held, plans, recs, &np, full, &nfull) ||
+	    plans_add(&s->waiting, plans, recs, &np, full, &nfull))
+		goto out_unlock;
+	for (i = 0; i < np; i++)
+		total += plans[i]->n;
 	if (total) {
 		rows = malloc(total * sizeof(*rows));
 		if (!rows)
 			goto out_unlock;
 	}
-	rows_add(&s->held, true, prefix, rows, &nrows);
-	rows_add(&s->waiting, false, prefix, rows, &nrows);
+	for (i = 0; i < np; i++)
+		for (j = 0; j < plans[i]->n; j++)
+			if (listed(prefix, plans[i]->items[j].key)) {
+				rows[nrows].it = &plans[i]->items[j];
+				rows[nrows].r = recs[i];
+				rows[nrows].held = i < nheld;
+				nrows++;
+			}
 	if (nrows) {
 		qsort(rows, nrows, sizeof(*rows), row_cmp);
 		v = calloc(nrows, sizeof(*v));
@@ -572,6 +669,11 @@ static int mem_list(struct lockstore *st, const char *prefix, struct tl_lock_inf
 out_unlock:
 	pthread_mutex_unlock(&s->mutex);
 	free(rows);
+	for (i = 0; i < nfull; i++)
+		lockplan_free(full[i]);
+	free(full);
+	free(recs);
+	free(plans);
 	if (!err) {
 		*out = v;
 		*n = k;
@@ -603,6 +705,7 @@ static void mem_close(struct lockstore *st)
 
 static const struct lockstore_ops mem_ops = {
 	.name = "mem",
+	.caps = TL_CAP_ENDPOINT_PLANS,
 	.try_acquire = mem_try_acquire,
 	.wait = mem_wait,
 	.abandon = mem_abandon,

@@ -7,6 +7,7 @@
 
 #include <check.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -251,6 +252,84 @@ START_TEST(test_lockplan__tree_every_pair)
 }
 END_TEST
 
+/* True when full plans A and B share a key that either wants exclusive,
+ * item by item: the definition lockplan_tree_conflict() must meet. */
+static bool items_conflict(const struct tl_plan *a, const struct tl_plan *b)
+{
+	size_t i, j;
+
+	for (i = 0; i < a->n; i++)
+		for (j = 0; j < b->n; j++)
+			if (strcmp(a->items[i].key, b->items[j].key) == 0 &&
+			    (a->items[i].mode == TL_EXCLUSIVE || b->items[j].mode == TL_EXCLUSIVE))
+				return true;
+	return false;
+}
+
+/* An endpoint plan stands for its full plan: the same number of keys, the
+ * same full plan made from it, the same mode of every key, and against
+ * every other tree plan (rename or entry, endpoints or full) the same
+ * conflicts, named by a key both lock, one of them exclusive. Over renames
+ * between the paths up to two deep (and "/"-level names), and entries on
+ * every path up to three deep. */
+START_TEST(test_lockplan__endpoints_agree_with_items)
+{
+	char paths[39][16];
+	size_t n = tree_paths(paths), shallow = 12, np = 0, i, j, k, len;
+	struct tl_plan *full[12 * 12 + 39], ends[12 * 12 + 39], *made;
+	const char *key;
+
+	for (i = 0; i < shallow; i++)
+		for (j = 0; j < shallow; j++, np++) {
+			ck_assert_int_eq(lockplan_rename(TL_STRATEGY_TREE, paths[i], paths[j], 0,
+							 NULL, 0, &full[np]),
+					 0);
+			ck_assert_int_eq(lockplan_rename_endpoints(paths[i], paths[j], 0, &ends[np]),
+					 0);
+		}
+	for (i = 0; i < n; i++, np++) {
+		ck_assert_int_eq(lockplan_entry(TL_STRATEGY_TREE, paths[i], &full[np]), 0);
+		ends[np] = *full[np]; /* an entry plan's endpoint is its path */
+		ends[np].items = NULL;
+	}
+	for (i = 0; i < np; i++) {
+		ck_assert_ptr_null(ends[i].items);
+		ck_assert_uint_eq(ends[i].n, full[i]->n);
+		ck_assert_int_eq(lockplan_tree_full(&ends[i], &made), 0);
+		ck_assert_uint_eq(made->n, full[i]->n);
+		for (k = 0; k < made->n; k++) {
+			ck_assert_str_eq(made->items[k].key, full[i]->items[k].key);
+			ck_assert_int_eq(made->items[k].mode, full[i]->items[k].mode);
+		}
+		lockplan_free(made);
+		for (k = 0; k < n; k++)
+			ck_assert_int_eq(lockplan_tree_mode(&ends[i], paths[k], strlen(paths[k])),
+					 mode_of(full[i], paths[k]) + 1);
+		ck_assert_int_eq(lockplan_tree_mode(&ends[i], "/", 1), 0);
+		for (j = 0; j < np; j++) {
+			bool want = items_conflict(full[i], full[j]);
+
+			ck_assert_msg(lockplan_tree_conflict(&ends[i], full[j], &key, &len) == want,
+				      "%s -> %s against %s -> %s", full[i]->from,
+				      full[i]->to ? full[i]->to : "-", full[j]->from,
+				      full[j]->to ? full[j]->to : "-");
+			if (!want)
+				continue;
+			ck_assert_int_gt(lockplan_tree_mode(&ends[i], key, len), 0);
+			ck_assert_int_gt(lockplan_tree_mode(&ends[j], key, len), 0);
+			ck_assert_int_eq(lockplan_tree_mode(&ends[i], key, len) +
+						 lockplan_tree_mode(&ends[j], key, len) > 2,
+					 1);
+		}
+	}
+	for (i = 0; i < np; i++)
+		lockplan_free(full[i]);
+	/* what is not a key is refused, as by lockplan_rename() */
+	ck_assert_int_eq(lockplan_rename_endpoints("/a/../b", "/c", 0, &ends[0]), -EINVAL);
+	ck_assert_int_eq(lockplan_rename_endpoints("/a", "c", 0, &ends[0]), -EINVAL);
+}
+END_TEST
+
 START_TEST(test_lockplan__strategy_names)
 {
 	enum tl_strategy s;
@@ -275,6 +354,7 @@ Suite *make_suite_lockplan(void)
 	tcase_add_test(tc, test_lockplan__rejects_unnormal);
 	tcase_add_test(tc, test_lockplan__long_paths_sorted_unique);
 	tcase_add_test(tc, test_lockplan__tree_every_pair);
+	tcase_add_test(tc, test_lockplan__endpoints_agree_with_items);
 	tcase_add_test(tc, test_lockplan__strategy_names);
 	suite_add_tcase(s, tc);
 	return s;

@@ -325,6 +325,65 @@ START_TEST(test_lockstore_mem__list)
 }
 END_TEST
 
+/* Endpoint plans (what a rename hands this store: no items) are held,
+ * refused and listed as their full plans are, beside full plans and entry
+ * plans, and the refusal names the contended key and its holder. */
+START_TEST(test_lockstore_mem__endpoint_plans)
+{
+	struct tl_plan a, b, *full = rplan("/e/f/g", "/e/h"), *entry = NULL;
+	struct tl_holder ha, hb, hf, he;
+	struct tl_conflict why;
+	struct tl_lock_info *v;
+	size_t n, i;
+
+	ck_assert_uint_ne(st->ops->caps & TL_CAP_ENDPOINT_PLANS, 0);
+	ck_assert_int_eq(lockplan_rename_endpoints("/e/f/x", "/e/y", 0, &a), 0);
+	ck_assert_int_eq(lockplan_rename_endpoints("/e/f", "/z", 0, &b), 0);
+	ck_assert_int_eq(lockplan_entry(TL_STRATEGY_TREE, "/e/f/x/new", &entry), 0);
+	holder(&ha, 1);
+	holder(&hb, 2);
+	holder(&hf, 3);
+	holder(&he, 4);
+	ck_assert_int_eq(st->ops->try_acquire(st, &a, &ha, &why), 0);
+	ck_assert_int_eq(st->ops->try_acquire(st, full, &hf, &why), 0); /* /e, /e/f shared */
+	/* the listing shows a's keys as its full plan has them */
+	ck_assert_int_eq(st->ops->list(st, "/", &v, &n), 0);
+	ck_assert_uint_eq(n, 6); /* /e /e/f /e/f/x /e/y /e/f/g /e/h */
+	for (i = 0; i < n; i++)
+		if (strcmp(v[i].key, "/e/f") == 0) {
+			ck_assert_int_eq(v[i].mode, TL_SHARED);
+			ck_assert_uint_eq(v[i].count, 2);
+		} else if (strcmp(v[i].key, "/e/f/x") == 0) {
+			ck_assert_int_eq(v[i].mode, TL_EXCLUSIVE);
+			ck_assert_ptr_nonnull(strstr(v[i].holders, "test#1"));
+		}
+	lockstore_free_list(v, n);
+	/* moving /e/f waits for both: its key is shared by them */
+	memset(&why, 0, sizeof(why));
+	ck_assert_int_eq(st->ops->try_acquire(st, &b, &hb, &why), -EAGAIN);
+	ck_assert_str_eq(why.key, "/e/f");
+	ck_assert_ptr_nonnull(strstr(why.holder, "shared, and others"));
+	ck_assert_uint_eq(waiters_on("/e/f"), 1);
+	ck_assert_uint_eq(waiters_on("/z"), 1);
+	/* an entry below a's source waits for a, and also behind the older
+	 * waiter b, which wants /e/f exclusive */
+	ck_assert_int_eq(st->ops->try_acquire(st, entry, &he, &why), -EAGAIN);
+	ck_assert_int_eq(st->ops->release(st, &a, &ha), 0);
+	ck_assert_int_eq(st->ops->try_acquire(st, entry, &he, &why), -EAGAIN);
+	ck_assert_str_eq(why.key, "/e/f");
+	ck_assert_ptr_nonnull(strstr(why.holder, "waiting"));
+	ck_assert_int_eq(st->ops->release(st, full, &hf), 0);
+	ck_assert_int_eq(st->ops->try_acquire(st, &b, &hb, &why), 0);
+	ck_assert_int_eq(st->ops->try_acquire(st, entry, &he, &why), -EAGAIN);
+	ck_assert_int_eq(st->ops->release(st, &b, &hb), 0);
+	ck_assert_int_eq(st->ops->try_acquire(st, entry, &he, &why), 0);
+	ck_assert_int_eq(st->ops->release(st, entry, &he), 0);
+	ck_assert_uint_eq(nlocks(), 0);
+	lockplan_free(full);
+	lockplan_free(entry);
+}
+END_TEST
+
 Suite *make_suite_lockstore_mem(void)
 {
 	Suite *s = suite_create("lockstore_mem");
@@ -338,6 +397,7 @@ Suite *make_suite_lockstore_mem(void)
 	tcase_add_test(tc, test_lockstore_mem__list);
 	tcase_add_test(tc, test_lockstore_mem__long_keys);
 	tcase_add_test(tc, test_lockstore_mem__many_keys);
+	tcase_add_test(tc, test_lockstore_mem__endpoint_plans);
 	suite_add_tcase(s, tc);
 	return s;
 }
