@@ -66,6 +66,7 @@ void lockmgr_init(struct lockmgr *m, struct lockstore *store, double timeout, co
 {
 	memset(m, 0, sizeof(*m));
 	m->store = store;
+	m->caps = store->ops->caps;
 	m->timeout = timeout;
 	snprintf(m->owner, sizeof(m->owner), "%s", owner ? owner : "local");
 }
@@ -237,16 +238,6 @@ int lockmgr_check_lease(struct lockmgr *m)
 		return 0;
 	stats_add(&m->stats.fenced, 1);
 	return lockstore_errno(-ESTALE);
-}
-
-bool lockmgr_other_writers_possible(const struct lockmgr *m)
-{
-	return (m->store->ops->caps & TL_CAP_OTHER_WRITERS) != 0;
-}
-
-bool lockmgr_takes_endpoint_plans(const struct lockmgr *m)
-{
-	return (m->store->ops->caps & TL_CAP_ENDPOINT_PLANS) != 0;
 }
 
 const char *lockmgr_store_name(const struct lockmgr *m)

@@ -24,6 +24,7 @@
 
 struct lockmgr {
 	struct lockstore *store;   /* not owned */
+	unsigned int caps;         /* the store's TL_CAP_*, read once */
 	double timeout;            /* seconds */
 	char owner[64];            /* this mount's owner name, for holder ids */
 	uint64_t next_ticket;      /* atomic */
@@ -62,12 +63,19 @@ int lockmgr_release_answered(struct lockmgr *m, const struct tl_plan *plan, stru
 
 /* True when other mounts may change the tree and take locks in the store
  * (its TL_CAP_OTHER_WRITERS): keys computed before the locks were held
- * must then be checked again once they are. */
-bool lockmgr_other_writers_possible(const struct lockmgr *m);
+ * must then be checked again once they are. Asked several times a rename:
+ * one load. */
+static inline bool lockmgr_other_writers_possible(const struct lockmgr *m)
+{
+	return (m->caps & TL_CAP_OTHER_WRITERS) != 0;
+}
 
 /* True when the store takes tree plans by their endpoints alone (its
  * TL_CAP_ENDPOINT_PLANS, see lockplan_rename_endpoints()). */
-bool lockmgr_takes_endpoint_plans(const struct lockmgr *m);
+static inline bool lockmgr_takes_endpoint_plans(const struct lockmgr *m)
+{
+	return (m->caps & TL_CAP_ENDPOINT_PLANS) != 0;
+}
 
 /* The store's name, for logs and the stats file. */
 const char *lockmgr_store_name(const struct lockmgr *m);

@@ -452,7 +452,8 @@ static int mem_try_acquire(struct lockstore *st, const struct tl_plan *plan, str
 		err = -EAGAIN;
 		goto out_unlock;
 	}
-	me.since_ms = tl_wall_ms();
+	/* granted at the first try: when the manager started asking */
+	me.since_ms = mine || !h->start_ms ? tl_wall_ms() : h->start_ms;
 	err = recs_add(&s->held, &me);
 	if (err) {
 		if (!mine)
