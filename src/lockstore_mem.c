@@ -550,24 +550,28 @@ static bool listed(const char *prefix, const char *key)
 	       path_is_ancestor(prefix, key);
 }
 
-/* The plans of RS to list, appended to PLANS (*NP) with their records
- * (RECS): an endpoint plan's keys come from its full plan, made into FULL
- * (*NFULL; the caller frees them). Returns 0 or -ENOMEM. */
-static int plans_add(const struct mem_recs *rs, const struct tl_plan **plans,
-		     const struct mem_rec **recs, size_t *np, struct tl_plan **full, size_t *nfull)
+/* A plan in a listing: its record, and the plan whose keys are listed
+ * (an endpoint plan's full plan, made for the listing and freed after). */
+struct mem_listed {
+	const struct mem_rec *r;
+	const struct tl_plan *p;
+	struct tl_plan *full;
+};
+
+/* Appends the plans of RS to L (*N). Returns 0 or -ENOMEM. */
+static int listed_add(const struct mem_recs *rs, struct mem_listed *l, size_t *n)
 {
 	size_t i;
 
-	for (i = 0; i < rs->n; i++) {
-		const struct tl_plan *p = rs->v[i].plan;
-
-		if (!p->items) {
-			if (lockplan_tree_full(p, &full[*nfull]))
+	for (i = 0; i < rs->n; i++, (*n)++) {
+		l[*n].r = &rs->v[i];
+		l[*n].p = rs->v[i].plan;
+		l[*n].full = NULL;
+		if (!l[*n].p->items) {
+			if (lockplan_tree_full(l[*n].p, &l[*n].full))
 				return -ENOMEM;
-			p = full[(*nfull)++];
+			l[*n].p = l[*n].full;
 		}
-		plans[*np] = p;
-		recs[(*np)++] = &rs->v[i];
 	}
 	return 0;
 }
@@ -610,13 +614,11 @@ static int info_make(const struct mem_row *a, const struct mem_row *b, int64_t n
 static int mem_list(struct lockstore *st, const char *prefix, struct tl_lock_info **out, size_t *n)
 {
 	struct mem_store *s = (struct mem_store *)st;
-	const struct tl_plan **plans = NULL;
-	const struct mem_rec **recs = NULL;
-	struct tl_plan **full = NULL;
+	struct mem_listed *l = NULL;
 	struct mem_row *rows = NULL;
 	struct tl_lock_info *v = NULL;
 	int64_t now = tl_wall_ms();
-	size_t i, j, np = 0, nheld, nfull = 0, nrows = 0, total = 0, k = 0;
+	size_t i, j, np = 0, nheld, nrows = 0, total = 0, k = 0;
 	int err = -ENOMEM;
 
 	*out = NULL;
@@ -625,27 +627,24 @@ static int mem_list(struct lockstore *st, const char *prefix, struct tl_lock_inf
 	nheld = s->held.n;
 	i = s->held.n + s->waiting.n;
 	if (i) {
-		plans = malloc(i * sizeof(*plans));
-		recs = malloc(i * sizeof(*recs));
-		full = malloc(i * sizeof(*full));
-		if (!plans || !recs || !full)
+		l = malloc(i * sizeof(*l));
+		if (!l)
 			goto out_unlock;
 	}
-	if (plans_add(&s->held, plans, recs, &np, full, &nfull) ||
-	    plans_add(&s->waiting, plans, recs, &np, full, &nfull))
+	if (listed_add(&s->held, l, &np) || listed_add(&s->waiting, l, &np))
 		goto out_unlock;
 	for (i = 0; i < np; i++)
-		total += plans[i]->n;
+		total += l[i].p->n;
 	if (total) {
 		rows = malloc(total * sizeof(*rows));
 		if (!rows)
 			goto out_unlock;
 	}
 	for (i = 0; i < np; i++)
-		for (j = 0; j < plans[i]->n; j++)
-			if (listed(prefix, plans[i]->items[j].key)) {
-				rows[nrows].it = &plans[i]->items[j];
-				rows[nrows].r = recs[i];
+		for (j = 0; j < l[i].p->n; j++)
+			if (listed(prefix, l[i].p->items[j].key)) {
+				rows[nrows].it = &l[i].p->items[j];
+				rows[nrows].r = l[i].r;
 				rows[nrows].held = i < nheld;
 				nrows++;
 			}
@@ -670,11 +669,9 @@ static int mem_list(struct lockstore *st, const char *prefix, struct tl_lock_inf
 out_unlock:
 	pthread_mutex_unlock(&s->mutex);
 	free(rows);
-	for (i = 0; i < nfull; i++)
-		lockplan_free(full[i]);
-	free(full);
-	free(recs);
-	free(plans);
+	for (i = 0; i < np; i++)
+		lockplan_free(l[i].full);
+	free(l);
 	if (!err) {
 		*out = v;
 		*n = k;
