@@ -197,19 +197,6 @@ int lockmgr_acquire(struct lockmgr *m, const struct tl_plan *plan, uint32_t pid,
 	return 0;
 }
 
-void lockmgr_answering(struct lockmgr *m)
-{
-	__atomic_add_fetch(&m->answered, 1, __ATOMIC_RELEASE);
-}
-
-int lockmgr_release_answered(struct lockmgr *m, const struct tl_plan *plan, struct tl_holder *h)
-{
-	int err = lockmgr_release(m, plan, h);
-
-	__atomic_sub_fetch(&m->answered, 1, __ATOMIC_RELEASE);
-	return err;
-}
-
 int lockmgr_release(struct lockmgr *m, const struct tl_plan *plan, struct tl_holder *h)
 {
 	char desc[600];
@@ -260,15 +247,6 @@ int lockmgr_start(struct lockmgr *m)
 
 int lockmgr_list(struct lockmgr *m, const char *prefix, struct tl_lock_info **out, size_t *n)
 {
-	int64_t until = tl_mono_us() + 100000;
-
-	/* releases of renames that have answered: microseconds each, but a
-	 * stream of renames could keep some pending, hence the bound */
-	while (__atomic_load_n(&m->answered, __ATOMIC_ACQUIRE) && tl_mono_us() < until) {
-		struct timespec ts = {.tv_nsec = 20000};
-
-		nanosleep(&ts, NULL);
-	}
 	*out = NULL;
 	*n = 0;
 	return m->store->ops->list(m->store, prefix, out, n);

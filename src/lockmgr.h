@@ -28,7 +28,6 @@ struct lockmgr {
 	double timeout;            /* seconds */
 	char owner[64];            /* this mount's owner name, for holder ids */
 	uint64_t next_ticket;      /* atomic */
-	unsigned answered;         /* atomic: see lockmgr_answering() */
 	struct tl_stats stats;
 };
 
@@ -52,14 +51,6 @@ bool lockmgr_lease_fresh(struct lockmgr *m);
 /* Fencing before acting on held locks: returns 0 while our lease is
  * fresh, else counts the refusal and returns -ENOLCK. */
 int lockmgr_check_lease(struct lockmgr *m);
-
-/* A rename that answers its caller before it releases its locks calls
- * lockmgr_answering() before the answer and lockmgr_release_answered()
- * (lockmgr_release() otherwise) after it. Meanwhile lockmgr_list() waits
- * (up to 100 ms) for such releases, so that a listing made after a rename
- * returned does not show its locks. lockmgr_answering() can't fail. */
-void lockmgr_answering(struct lockmgr *m);
-int lockmgr_release_answered(struct lockmgr *m, const struct tl_plan *plan, struct tl_holder *h);
 
 /* True when other mounts may change the tree and take locks in the store
  * (its TL_CAP_OTHER_WRITERS): keys computed before the locks were held
