@@ -32,6 +32,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #include "options.h"
@@ -41,7 +42,7 @@
 #define TLFS_CTL_NAME ".treelockfs"
 
 /* What a control inode is; CTL_NONE for every backing inode. */
-enum ctl_kind { CTL_NONE, CTL_DIR, CTL_STATS, CTL_LOCKS };
+enum ctl_kind { CTL_NONE, CTL_DIR, CTL_STATS, CTL_LOCKS, CTL_METRICS };
 
 /* One inode the kernel knows: one per (st_dev, st_ino) it looked up, with
  * a lookup count; the nodeid is its address. The root is fs->root. Control
@@ -106,6 +107,8 @@ struct tlfs {
 	uint64_t flag_refused_on[2];
 	uint64_t flag_suspect;
 	int hold_log_fd;         /* hold_log=FILE (O_APPEND), -1 for none */
+	const char *mountpoint;  /* as given, for the metrics' labels */
+	int64_t start_ms;        /* wall clock when the mount started */
 
 	/* the inode table (fs_inode.c); itab_mutex is a leaf lock, never
 	 * held across a syscall */
@@ -244,5 +247,10 @@ void ctl_release(struct fuse_file_info *fi);
 /* Adds the control directory's entries from OFFSET into BUF (REM bytes
  * left, updated). Returns the bytes added. */
 size_t ctl_readdir(fuse_req_t req, char *buf, size_t rem, off_t offset);
+
+/* Writes the metrics of FS (a struct tlfs *) to F in Prometheus's text
+ * format: what .treelockfs/metrics and metrics_file= show. Returns 0 or
+ * -errno. */
+int ctl_render_metrics(void *fs, FILE *f);
 
 #endif /* TREELOCKFS_FS_H */

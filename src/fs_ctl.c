@@ -1,9 +1,10 @@
 /* fs_ctl.c - the hidden control entry ".treelockfs/", see fs.h
  *
  * ".treelockfs" at the root is never listed, cannot be created, removed or
- * renamed, and holds two read-only files rendered when opened: "stats" (the
- * lock manager's counters) and "locks" (the locks the store holds, one per
- * line, only those the reader may look up). Their inodes are static,
+ * renamed, and holds three read-only files rendered when opened: "stats"
+ * (the lock manager's counters), "metrics" (the same and more, in
+ * Prometheus's text format, metrics.h) and "locks" (the locks the store
+ * holds, one per line, only those the reader may look up). Their inodes are static,
  * without fd; their handles carry CTL_TAG.
  */
 #include <config.h>
@@ -20,12 +21,14 @@
 
 #include "fs.h"
 #include "lockplan.h"
+#include "metrics.h"
 #include "path.h"
 
 static struct ll_inode ctl_inodes[] = {
 	[CTL_DIR] = {.fd = -1, .type = S_IFDIR, .ctl = CTL_DIR},
 	[CTL_STATS] = {.fd = -1, .type = S_IFREG, .ctl = CTL_STATS},
 	[CTL_LOCKS] = {.fd = -1, .type = S_IFREG, .ctl = CTL_LOCKS},
+	[CTL_METRICS] = {.fd = -1, .type = S_IFREG, .ctl = CTL_METRICS},
 };
 
 struct ctl_buf {
@@ -78,6 +81,25 @@ static bool ctl_key_visible(struct tlfs *fs, const char *key)
 	return ok;
 }
 
+int ctl_render_metrics(void *arg, FILE *f)
+{
+	struct tlfs *fs = arg;
+	struct tl_store_metrics sm;
+	struct tl_metrics_src src = {
+		.mountpoint = fs->mountpoint ? fs->mountpoint : "",
+		.owner = fs->cfg->owner ? fs->cfg->owner : "",
+		.store = lockmgr_store_name(&fs->mgr),
+		.strategy = lockplan_strategy_name(fs->cfg->lock_strategy),
+		.lock_timeout = fs->cfg->lock_timeout,
+		.start_time_ms = fs->start_ms,
+		.stats = lockmgr_stats(&fs->mgr),
+		.store_m = &sm,
+	};
+
+	lockmgr_store_metrics(&fs->mgr, &sm);
+	return metrics_format(f, &src);
+}
+
 /* Renders control file KIND into a new buffer. The locks file lists only
  * the keys the requesting user may look up (ctl_key_visible(), checked
  * with REQ's credentials); the store is asked as the daemon. */
@@ -101,6 +123,8 @@ static int ctl_render(struct tlfs *fs, fuse_req_t req, enum ctl_kind kind,
 			lockplan_strategy_name(fs->cfg->lock_strategy));
 		lockmgr_format_stats(&fs->mgr, buf, sizeof(buf));
 		fputs(buf, f);
+	} else if (kind == CTL_METRICS) {
+		ctl_render_metrics(fs, f);
 	} else {
 		struct tl_lock_info *v = NULL;
 		size_t n = 0, i;
@@ -177,9 +201,10 @@ int ctl_lookup(struct tlfs *fs, struct ll_inode *parent, const char *name,
 		e->entry_timeout = fs->cfg->entry_timeout;
 		return 0;
 	}
-	k = strcmp(name, "stats") == 0	 ? CTL_STATS
-	    : strcmp(name, "locks") == 0 ? CTL_LOCKS
-					 : CTL_NONE;
+	k = strcmp(name, "stats") == 0	   ? CTL_STATS
+	    : strcmp(name, "locks") == 0   ? CTL_LOCKS
+	    : strcmp(name, "metrics") == 0 ? CTL_METRICS
+					   : CTL_NONE;
 	if (parent->ctl != CTL_DIR || k == CTL_NONE)
 		return -ENOENT;
 	ctl_stat(k, &e->attr);
@@ -239,15 +264,16 @@ void ctl_release(struct fuse_file_info *fi)
 
 size_t ctl_readdir(fuse_req_t req, char *buf, size_t rem, off_t offset)
 {
-	static const char *const names[] = {".", "..", "stats", "locks"};
+	static const char *const names[] = {".", "..", "stats", "locks", "metrics"};
+	static const enum ctl_kind kinds[] = {CTL_DIR, CTL_DIR, CTL_STATS, CTL_LOCKS, CTL_METRICS};
 	size_t used = 0;
 	off_t i;
 
-	for (i = offset; i < 4; i++) {
+	for (i = offset; i < (off_t)(sizeof(names) / sizeof(names[0])); i++) {
 		struct stat st;
 		size_t n;
 
-		ctl_stat(i < 2 ? CTL_DIR : i == 2 ? CTL_STATS : CTL_LOCKS, &st);
+		ctl_stat(kinds[i], &st);
 		n = fuse_add_direntry(req, buf + used, rem - used, names[i], &st, i + 1);
 		if (n > rem - used)
 			break;

@@ -855,22 +855,25 @@ void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 	struct key_buf kfrom, kto; /* not cleared: only .s is read before set */
 	const char *from = NULL, *to = NULL;
 	size_t dlen;
-	int64_t t0 = tl_log_level >= LOG_DEBUG ? tl_mono_ms() : 0; /* for the debug line only */
+	int64_t t0 = tl_mono_us(); /* for the metrics and the debug line */
 	uint64_t gen = __atomic_load_n(&fs->rename_gen, __ATOMIC_ACQUIRE);
 	int res;
 
 	kfrom.s = kto.s = NULL;
 	if ((flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE)) ||
 	    ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE))) {
+		lockmgr_count_rename(&fs->mgr, -EINVAL, tl_mono_us() - t0);
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
 	if (ctl_is_name(fs, p1, name) || ctl_is_name(fs, p2, newname)) {
+		lockmgr_count_rename(&fs->mgr, -EPERM, tl_mono_us() - t0);
 		fuse_reply_err(req, EPERM);
 		return;
 	}
 	if (flag_refused(fs, p1, flags)) {
 		lockmgr_count_unlocked(&fs->mgr, false);
+		lockmgr_count_rename(&fs->mgr, -EINVAL, tl_mono_us() - t0);
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
@@ -881,6 +884,7 @@ void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 		if (!res && renameat2(p1->fd, name, p2->fd, newname, flags) == -1)
 			res = -errno;
 		lockmgr_count_unlocked(&fs->mgr, true);
+		lockmgr_count_rename(&fs->mgr, res, tl_mono_us() - t0);
 		fuse_reply_err(req, -res);
 		return;
 	}
@@ -981,7 +985,7 @@ out_release_locks:
 	 * 0.78-0.97 this way) */
 	lockmgr_release(&fs->mgr, plan, &holder);
 	tl_log(LOG_DEBUG, "rename '%s' -> '%s': %zu locks in %" PRId64 " ms: %s", from, to, plan->n,
-	       tl_mono_ms() - t0, res ? strerror(-res) : "ok");
+	       (tl_mono_us() - t0) / 1000, res ? strerror(-res) : "ok");
 out_free_plan:
 	if (plan != &ends)
 		lockplan_free(plan);
@@ -989,6 +993,7 @@ out_free_keys:
 	key_list_free(&below);
 	key_buf_free(&kfrom);
 	key_buf_free(&kto);
+	lockmgr_count_rename(&fs->mgr, res, tl_mono_us() - t0);
 	if (req)
 		fuse_reply_err(req, -res);
 }

@@ -53,6 +53,10 @@ struct httpc {
 	size_t max_body;
 	char *opaque_header;        /* "X-Opaque-Id: ..."; protected by mutex */
 	uint64_t requests;          /* atomic */
+	uint64_t failures;          /* atomic: attempts with no answer */
+	uint64_t bytes_sent;        /* atomic */
+	uint64_t bytes_received;    /* atomic */
+	struct tl_hist seconds;     /* the attempts' durations (atomics) */
 	pthread_key_t key;
 	struct httpc_handle *handles; /* protected by mutex */
 	pthread_mutex_t mutex;      /* leaf lock: never held across a request */
@@ -355,6 +359,15 @@ uint64_t httpc_requests(const struct httpc *c)
 	return __atomic_load_n(&c->requests, __ATOMIC_RELAXED);
 }
 
+void httpc_counters(const struct httpc *c, struct httpc_counters *out)
+{
+	out->requests = stats_get(&c->requests);
+	out->failures = stats_get(&c->failures);
+	out->bytes_sent = stats_get(&c->bytes_sent);
+	out->bytes_received = stats_get(&c->bytes_received);
+	out->seconds = &c->seconds;
+}
+
 static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
 	struct buf *b = userdata;
@@ -441,6 +454,7 @@ static int request_node(struct httpc *c, struct httpc_handle *h, int i, const ch
 	CURL *e = h->easy;
 	char *url = NULL;
 	CURLcode rc;
+	int64_t t0;
 	int err = -ENOMEM;
 	size_t ulen;
 
@@ -511,7 +525,11 @@ static int request_node(struct httpc *c, struct httpc_handle *h, int i, const ch
 	}
 
 	__atomic_add_fetch(&c->requests, 1, __ATOMIC_RELAXED);
+	t0 = tl_mono_us();
 	rc = curl_easy_perform(e);
+	stats_hist_record(&c->seconds, (uint64_t)(tl_mono_us() - t0));
+	if (body)
+		stats_add(&c->bytes_sent, len);
 	/* nothing of ours may outlive this call inside the handle */
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, NULL);
 	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, NULL);
@@ -522,6 +540,7 @@ static int request_node(struct httpc *c, struct httpc_handle *h, int i, const ch
 	if (rc != CURLE_OK) {
 		bool toobig = b.err == -EMSGSIZE;
 
+		stats_add(&c->failures, 1);
 		err = curl_errno(rc, toobig);
 		if (errbuf && errlen)
 			snprintf(errbuf, errlen, "%s: %s", c->nodes[i].name,
@@ -530,6 +549,7 @@ static int request_node(struct httpc *c, struct httpc_handle *h, int i, const ch
 		goto out_free_headers;
 	}
 	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &resp->status);
+	stats_add(&c->bytes_received, b.len);
 	resp->body = buf_detach(&b, &resp->len);
 	if (!resp->body) {
 		err = -ENOMEM;

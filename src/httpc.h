@@ -29,6 +29,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "stats.h"
+
 /* How long a node that failed is skipped. */
 #define HTTPC_NODE_RETRY_MS 2000
 /* Default cap of a response body. */
@@ -91,5 +93,14 @@ const char *httpc_node_name(const struct httpc *c, int i);
 
 /* Requests sent so far (every attempt counts). */
 uint64_t httpc_requests(const struct httpc *c);
+
+/* What this client did so far: requests sent (every attempt), those that
+ * got no answer (refused, timed out, cut, too big), body bytes each way,
+ * and the durations of the attempts. Each counter is read atomically. */
+struct httpc_counters {
+	uint64_t requests, failures, bytes_sent, bytes_received;
+	const struct tl_hist *seconds; /* lives as long as the client */
+};
+void httpc_counters(const struct httpc *c, struct httpc_counters *out);
 
 #endif /* TREELOCKFS_HTTPC_H */

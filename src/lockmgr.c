@@ -140,10 +140,14 @@ int lockmgr_acquire(struct lockmgr *m, const struct tl_plan *plan, uint32_t pid,
 			if (st->ops->abandon)
 				st->ops->abandon(st, plan, h);
 			stats_add(&m->stats.errors, 1);
+			if (attempt)
+				stats_sub(&m->stats.waiting, 1);
 			return lockstore_errno(err);
 		}
-		if (attempt == 0)
+		if (attempt == 0) {
 			stats_add(&m->stats.waits, 1);
+			stats_add(&m->stats.waiting, 1);
+		}
 		now = tl_mono_us();
 		if (!logged && now - start >= WAIT_LOG_MS * 1000) {
 			logged = true;
@@ -160,6 +164,7 @@ int lockmgr_acquire(struct lockmgr *m, const struct tl_plan *plan, uint32_t pid,
 		if (now >= deadline) {
 			if (st->ops->abandon)
 				st->ops->abandon(st, plan, h);
+			stats_sub(&m->stats.waiting, 1);
 			stats_record_wait(&m->stats, (uint64_t)(now - start));
 			if (err == -EAGAIN) {
 				stats_add(&m->stats.timeouts, 1);
@@ -186,6 +191,7 @@ int lockmgr_acquire(struct lockmgr *m, const struct tl_plan *plan, uint32_t pid,
 	if (attempt) {
 		int64_t waited = tl_mono_us() - start;
 
+		stats_sub(&m->stats.waiting, 1);
 		stats_record_wait(&m->stats, (uint64_t)waited);
 		/* also a long wait that one wake-up ended (the mem store's
 		 * condition wait) and that was never logged while it lasted */
@@ -193,6 +199,7 @@ int lockmgr_acquire(struct lockmgr *m, const struct tl_plan *plan, uint32_t pid,
 			tl_log(LOG_NOTICE, "%s got its locks after %" PRId64 " ms",
 			       plan_desc(plan, desc, sizeof(desc)), waited / 1000);
 	}
+	stats_add(&m->stats.held, 1);
 	stats_add(&m->stats.acquired, 1);
 	return 0;
 }
@@ -204,6 +211,7 @@ int lockmgr_release(struct lockmgr *m, const struct tl_plan *plan, struct tl_hol
 
 	if (plan->n == 0)
 		return 0;
+	stats_sub(&m->stats.held, 1);
 	err = m->store->ops->release(m->store, plan, h);
 	if (err) {
 		stats_add(&m->stats.errors, 1);
@@ -267,4 +275,17 @@ size_t lockmgr_format_stats(struct lockmgr *m, char *buf, size_t size)
 	const struct lockstore_ops *ops = m->store->ops;
 
 	return stats_format(&m->stats, ops->requests ? ops->requests(m->store) : 0, buf, size);
+}
+
+void lockmgr_count_rename(struct lockmgr *m, int res, int64_t us)
+{
+	stats_record_rename(&m->stats, res, us > 0 ? (uint64_t)us : 0);
+}
+
+void lockmgr_store_metrics(struct lockmgr *m, struct tl_store_metrics *out)
+{
+	lockstore_metrics_init(out);
+	out->requests = m->store->ops->requests ? m->store->ops->requests(m->store) : 0;
+	if (m->store->ops->metrics)
+		m->store->ops->metrics(m->store, out);
 }

@@ -84,6 +84,16 @@ int lockmgr_list(struct lockmgr *m, const char *prefix, struct tl_lock_info **ou
  * (lock_strategy=none). This function can't fail. */
 void lockmgr_count_unlocked(struct lockmgr *m, bool rename);
 
+/* Counts a rename answered with RES (0 or -errno) US microseconds after it
+ * arrived, by result and in the rename duration histogram. This function
+ * can't fail. */
+void lockmgr_count_rename(struct lockmgr *m, int res, int64_t us);
+
+/* What the store tells of its work (requests, bytes, durations, lease),
+ * for the metrics. Does not block on the store. This function can't
+ * fail. */
+void lockmgr_store_metrics(struct lockmgr *m, struct tl_store_metrics *out);
+
 /* The counters, to read with stats_get(). */
 const struct tl_stats *lockmgr_stats(const struct lockmgr *m);
 

@@ -52,3 +52,13 @@ int lockstore_errno(int store_err)
 		return -ENOLCK;
 	}
 }
+
+void lockstore_metrics_init(struct tl_store_metrics *m)
+{
+	*m = (struct tl_store_metrics){
+		.lease_age_ms = -1,
+		.lease_fresh = -1,
+		.owners_alive = -1,
+		.owners_dead = -1,
+	};
+}

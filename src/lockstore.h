@@ -38,6 +38,7 @@
 #include <time.h>
 
 #include "lockplan.h"
+#include "stats.h"
 
 struct tl_config;
 struct lockstore;
@@ -71,6 +72,26 @@ struct tl_lock_info {
 	int64_t age_ms;        /* since it was taken, -1 if unknown */
 	unsigned int waiters;
 };
+
+/* What a store tells of its own work, for the metrics (metrics.h). A
+ * field the store does not know stays as lockstore_metrics_init() left
+ * it: 0, or -1 where it says so. */
+struct tl_store_metrics {
+	uint64_t requests;         /* round trips sent (answered or not) */
+	uint64_t failures;         /* round trips with no answer (refused,
+				    * timed out, cut) */
+	uint64_t bytes_sent;       /* request bodies */
+	uint64_t bytes_received;   /* response bodies */
+	const struct tl_hist *request_seconds; /* round-trip durations, or NULL */
+	int64_t lease_age_ms;      /* since this mount's lease was last renewed,
+				    * -1: the store has no lease */
+	int lease_fresh;           /* 1 fresh, 0 stale (fenced), -1 no lease */
+	int64_t owners_alive;      /* other owners seen alive, -1 unknown */
+	int64_t owners_dead;       /* other owners known dead, -1 unknown */
+};
+
+/* Sets M to "nothing known". This function can't fail. */
+void lockstore_metrics_init(struct tl_store_metrics *m);
 
 /* Capabilities a store reports in lockstore_ops.caps. */
 enum {
@@ -128,6 +149,11 @@ struct lockstore_ops {
 
 	/* Store round trips so far (0 for the mem store). May be NULL. */
 	uint64_t (*requests)(struct lockstore *st);
+
+	/* Fills in what the store knows of M (lockstore_metrics_init() ran
+	 * first). Must not block on the store: it is read at every scrape.
+	 * May be NULL. */
+	void (*metrics)(struct lockstore *st, struct tl_store_metrics *m);
 
 	/* Stops background work and frees the store; accepts NULL. */
 	void (*close)(struct lockstore *st);

@@ -666,6 +666,36 @@ static uint64_t es_requests(struct lockstore *st)
 	return httpc_requests(es_of(st)->cl.http);
 }
 
+/* Counters of the HTTP client; the lease and what was seen of other owners
+ * under the mutex, never across a request. */
+static void es_metrics(struct lockstore *st, struct tl_store_metrics *m)
+{
+	struct es_store *es = es_of(st);
+	struct httpc_counters hc;
+	int64_t now = tl_mono_ms();
+	size_t i;
+
+	httpc_counters(es->cl.http, &hc);
+	m->requests = hc.requests;
+	m->failures = hc.failures;
+	m->bytes_sent = hc.bytes_sent;
+	m->bytes_received = hc.bytes_received;
+	m->request_seconds = hc.seconds;
+	pthread_mutex_lock(&es->mutex);
+	if (es->started) {
+		m->lease_age_ms = es->renewed_ms > 0 ? now - es->renewed_ms : -1;
+		m->lease_fresh = es_lease_fresh_locked(es, now) && es->held_old == 0;
+	}
+	m->owners_alive = m->owners_dead = 0;
+	for (i = 0; i < es->nobs; i++) {
+		if (es->obs[i].dead)
+			m->owners_dead++;
+		else if (es->obs[i].seq_no >= 0)
+			m->owners_alive++;
+	}
+	pthread_mutex_unlock(&es->mutex);
+}
+
 static int es_start(struct lockstore *st)
 {
 	int err = es_lease_start(es_of(st));
@@ -957,5 +987,6 @@ static const struct lockstore_ops es_ops = {
 	.lease_fresh = es_lease_fresh,
 	.list = es_list,
 	.requests = es_requests,
+	.metrics = es_metrics,
 	.close = es_close,
 };

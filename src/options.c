@@ -49,6 +49,8 @@ static const struct fuse_opt tl_opts[] = {
 	OPT_STR("lock_timeout", lock_timeout_s),
 	OPT_STR("rename_delay_ms", rename_delay_ms_s),
 	OPT_STR("hold_log", hold_log),
+	OPT_STR("metrics_file", metrics_file),
+	OPT_STR("metrics_interval", metrics_interval_s),
 	OPT_STR("entry_timeout", entry_timeout_s),
 	OPT_STR("attr_timeout", attr_timeout_s),
 	OPT_STR("negative_timeout", negative_timeout_s),
@@ -124,6 +126,7 @@ int config_init(struct tl_config *cfg)
 	cfg->attr_timeout = TL_DEFAULT_ATTR_TIMEOUT;
 	cfg->negative_timeout = TL_DEFAULT_NEGATIVE_TIMEOUT;
 	cfg->lease_ttl = TL_DEFAULT_LEASE_TTL;
+	cfg->metrics_interval = TL_DEFAULT_METRICS_INTERVAL;
 	if (!cfg->lock_store_s || !cfg->lock_strategy_s || !cfg->lock_scope_s || !cfg->owner)
 		return -ENOMEM;
 	for (i = 0; i < TL_STORE_COUNT; i++) {
@@ -507,6 +510,50 @@ bool config_parse_uint(struct tl_config *cfg, const char *name, const char *s, u
 	return true;
 }
 
+/* metrics_file=: made absolute (the daemon leaves its working directory
+ * when it goes to the background); its directory must exist, as the
+ * temporary file of each write is made there. */
+static void validate_metrics_file(struct tl_config *cfg)
+{
+	char *dir, *abs = NULL, *slash;
+	struct stat st;
+
+	if (!cfg->metrics_file[0] || cfg->metrics_file[strlen(cfg->metrics_file) - 1] == '/') {
+		config_error(cfg, "invalid metrics_file '%s': expected a file name",
+			     cfg->metrics_file);
+		return;
+	}
+	if (cfg->metrics_file[0] != '/') {
+		char *cwd = getcwd(NULL, 0);
+
+		if (!cwd || asprintf(&abs, "%s/%s", cwd, cfg->metrics_file) < 0)
+			abs = NULL;
+		free(cwd);
+		if (!abs) {
+			config_error(cfg, "cannot use metrics_file '%s': out of memory",
+				     cfg->metrics_file);
+			return;
+		}
+		free(cfg->metrics_file);
+		cfg->metrics_file = abs;
+	}
+	dir = strdup(cfg->metrics_file);
+	if (!dir)
+		return;
+	slash = strrchr(dir, '/');
+	if (slash == dir)
+		slash[1] = '\0';
+	else
+		*slash = '\0';
+	if (stat(dir, &st) != 0)
+		config_error(cfg, "cannot use metrics_file '%s': its directory: %s",
+			     cfg->metrics_file, strerror(errno));
+	else if (!S_ISDIR(st.st_mode))
+		config_error(cfg, "cannot use metrics_file '%s': '%s' is not a directory",
+			     cfg->metrics_file, dir);
+	free(dir);
+}
+
 int config_validate(struct tl_config *cfg)
 {
 	size_t i;
@@ -537,6 +584,10 @@ int config_validate(struct tl_config *cfg)
 	config_parse_seconds(cfg, "attr_timeout", cfg->attr_timeout_s, 0, 86400, &cfg->attr_timeout);
 	config_parse_seconds(cfg, "negative_timeout", cfg->negative_timeout_s, 0, 86400,
 			     &cfg->negative_timeout);
+	config_parse_uint(cfg, "metrics_interval", cfg->metrics_interval_s, 1, 86400,
+			  &cfg->metrics_interval);
+	if (cfg->metrics_file)
+		validate_metrics_file(cfg);
 	/* every backend checks the syntax of its options, the selected one
 	 * also what it needs */
 	for (i = 0; i < TL_STORE_COUNT; i++)
@@ -616,6 +667,8 @@ static const char help_mount[] =
 	"                             create, mkdir, mknod, symlink, link, unlink, rmdir\n"
 	"    --rename_delay_ms=N      testing: hold the locks N ms before renaming (default 0)\n"
 	"    --hold_log=FILE          append each rename's lock holds to FILE, on CLOCK_MONOTONIC\n"
+	"    --metrics_file=FILE      write Prometheus metrics to FILE (atomically replaced)\n"
+	"    --metrics_interval=SECONDS  how often metrics_file is written (default 15)\n"
 	"    --entry_timeout=SECONDS  cache names this long (default 1); with lock_store=mem\n"
 	"                             also directory paths for lock keys\n"
 	"    --attr_timeout=SECONDS   cache attributes this long (default 1)\n"
@@ -649,6 +702,7 @@ void config_free(struct tl_config *cfg)
 		&cfg->attr_timeout_s,   &cfg->negative_timeout_s, &cfg->log_level_s,
 		&cfg->config_file,      &cfg->owner,              &cfg->lease_ttl_s,
 		&cfg->backing,          &cfg->errors,             &cfg->hold_log,
+		&cfg->metrics_file,     &cfg->metrics_interval_s,
 	};
 	size_t i;
 

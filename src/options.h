@@ -59,6 +59,8 @@ struct tl_config {
 	char *lock_timeout_s;
 	char *rename_delay_ms_s;
 	char *hold_log;        /* mount: file of every rename's lock holds, or NULL */
+	char *metrics_file;    /* mount: Prometheus textfile (absolute once validated) */
+	char *metrics_interval_s;
 	char *entry_timeout_s;
 	char *attr_timeout_s;
 	char *negative_timeout_s;
@@ -78,6 +80,7 @@ struct tl_config {
 	enum tl_scope lock_scope;
 	double lock_timeout;     /* seconds */
 	unsigned int rename_delay_ms;
+	unsigned int metrics_interval; /* seconds */
 	double entry_timeout;    /* seconds */
 	double attr_timeout;
 	double negative_timeout;
@@ -166,5 +169,6 @@ void config_free(struct tl_config *cfg);
 #define TL_DEFAULT_ATTR_TIMEOUT 1.0
 #define TL_DEFAULT_NEGATIVE_TIMEOUT 0.0
 #define TL_DEFAULT_LEASE_TTL 10.0
+#define TL_DEFAULT_METRICS_INTERVAL 15
 
 #endif /* TREELOCKFS_OPTIONS_H */

@@ -2,6 +2,7 @@
  *
  *   treelockctl [store options] check | locks [PATH] | owners | intents
  *               | break PATH | reap OWNER|--dead
+ *   treelockctl metrics MOUNTPOINT
  *
  * Store options are the mount's (options.h), parsed the same way, so one
  * config file serves both. treelockctl never takes a lease: it observes.
@@ -13,6 +14,7 @@
 #include <errno.h>
 #include <fuse_opt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +54,8 @@ static void usage(FILE *f)
 	      "    intents            unfinished operations of dead owners (--all: every one)\n"
 	      "    break PATH         delete the lock on PATH (asks unless --force)\n"
 	      "    reap OWNER|--dead  remove a dead owner's locks, intents and lease\n"
+	      "    metrics MOUNTPOINT the metrics of a mount (any store), in Prometheus's\n"
+	      "                       text format\n"
 	      "\n"
 	      "treelockctl options:\n"
 	      "    --force            break/reap without asking, reap a live owner\n"
@@ -357,6 +361,40 @@ static int cmd_reap(struct lockstore *st, const char *owner, const struct ctl_op
 	return rc;
 }
 
+/* Copies MOUNTPOINT/.treelockfs/metrics to standard output: the mount
+ * renders it when it is opened. Needs no store options. */
+static int cmd_metrics(const char *mountpoint)
+{
+	char path[PATH_MAX], buf[65536];
+	size_t n;
+	FILE *f;
+	int rc = 0;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/.treelockfs/metrics", mountpoint) >=
+	    sizeof(path)) {
+		fprintf(stderr, "treelockctl: mount point '%s' is too long\n", mountpoint);
+		return EXIT_USAGE;
+	}
+	f = fopen(path, "re");
+	if (!f) {
+		fprintf(stderr, "treelockctl: cannot read the metrics of '%s': %s%s\n", mountpoint,
+			strerror(errno), errno == ENOENT ? " (not a treelockfs mount?)" : "");
+		return EXIT_USAGE;
+	}
+	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+		if (fwrite(buf, 1, n, stdout) != n)
+			rc = EXIT_STORE;
+	if (ferror(f)) {
+		fprintf(stderr, "treelockctl: cannot read the metrics of '%s': %s\n", mountpoint,
+			strerror(errno));
+		rc = EXIT_STORE;
+	}
+	fclose(f);
+	if (fflush(stdout) != 0)
+		rc = EXIT_STORE;
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	struct fuse_args args;
@@ -369,6 +407,15 @@ int main(int argc, char **argv)
 
 	tl_log_init("treelockctl", LOG_WARNING);
 	take_own_flags(&argc, argv, &o);
+	/* a mount's own file: no store options, no config */
+	if (argc >= 2 && strcmp(argv[1], "metrics") == 0) {
+		if (argc != 3) {
+			fprintf(stderr, "treelockctl: bad command line: metrics MOUNTPOINT\n");
+			usage(stderr);
+			return EXIT_USAGE;
+		}
+		return cmd_metrics(argv[2]);
+	}
 	if (config_init(&cfg)) {
 		fprintf(stderr, "treelockctl: out of memory\n");
 		return EXIT_USAGE;

@@ -26,6 +26,8 @@
 #include "fs.h"
 #include "lockstore.h"
 #include "log.h"
+#include "metrics.h"
+#include "tlclock.h"
 
 static void usage(const char *prog)
 {
@@ -128,6 +130,7 @@ int main(int argc, char *argv[])
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fuse_cmdline_opts opts = {0};
 	struct fuse_loop_config *loop_cfg = NULL;
+	struct metrics_writer metrics = {0};
 	struct tl_config cfg;
 	struct tlfs fs = {.backing_fd = -1, .hold_log_fd = -1};
 	struct fuse_session *se = NULL;
@@ -241,6 +244,12 @@ int main(int argc, char *argv[])
 		tl_log_use_syslog();
 	if (fuse_set_signal_handlers(se) != 0)
 		goto out_unmount;
+	fs.mountpoint = opts.mountpoint;
+	fs.start_ms = tl_wall_ms();
+	/* a thread: after daemonising; a failure is logged, the mount goes on */
+	if (cfg.metrics_file)
+		metrics_writer_start(&metrics, cfg.metrics_file, cfg.metrics_interval,
+				     ctl_render_metrics, &fs);
 	tl_log(LOG_NOTICE, "serving '%s' at '%s'", cfg.backing, opts.mountpoint);
 	if (opts.singlethread) {
 		err = fuse_session_loop(se);
@@ -272,6 +281,7 @@ int main(int argc, char *argv[])
 		tl_log(LOG_ERR, "the FUSE loop ended with an error: %s", strerror(-err));
 
 out_signals:
+	metrics_writer_stop(&metrics);
 	fuse_remove_signal_handlers(se);
 out_unmount:
 	fuse_session_unmount(se);
