@@ -362,3 +362,15 @@ def test_metrics__alerting_rules_check():
     r = subprocess.run([PROMTOOL, "check", "rules", RULES], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "SUCCESS" in r.stdout
+
+
+@pytest.mark.nofuse
+def test_metrics__man_page_lists_every_metric():
+    """Every metric name metrics.c writes is in treelockfs(1)."""
+    with open(os.path.join(SRCDIR, "src", "metrics.c"), encoding="utf-8") as f:
+        names = set(re.findall(r'"(treelockfs_[a-z_]+)"', f.read()))
+    with open(os.path.join(SRCDIR, "man", "treelockfs.1"), encoding="utf-8") as f:
+        man = f.read().replace("\\-", "-")
+    assert len(names) > 20
+    missing = sorted(n for n in names if n not in man)
+    assert not missing, "not in man/treelockfs.1: %s" % missing
