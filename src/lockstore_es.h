@@ -55,9 +55,12 @@ bool lockstore_es_configured(const struct tl_config *cfg);
 int lockstore_es_open_ctl(const struct tl_config *cfg, struct lockstore **out);
 
 /* Prints reachability, product and version, index, mapping and strategy to
- * OUT. Returns 0 when everything is in order, -ENOENT when the index is
- * missing, -EPROTO when its mapping or strategy is not ours, -ENOLCK. */
-int lockstore_es_check(struct lockstore *st, FILE *out);
+ * OUT, as lines of text or (JSON) as one JSON document (described by
+ * contrib/treelockctl.schema.json). Returns 0 when everything is in
+ * order, -ENOENT when the index is missing, -EPROTO when its mapping or
+ * strategy is not ours, -ENOLCK (nothing printed with JSON: the caller
+ * reports the error). */
+int lockstore_es_check(struct lockstore *st, FILE *out, bool json);
 
 /* Lists owners. With OBSERVE_MS > 0, owners whose state cannot be told at
  * once are read again for up to OBSERVE_MS (monotonic) so that dead ones

@@ -38,7 +38,36 @@ int lockstore_es_open_ctl(const struct tl_config *cfg, struct lockstore **out)
 	return es_store_open(cfg, out, true);
 }
 
-int lockstore_es_check(struct lockstore *st, FILE *out)
+/* The check as one JSON document; see lockstore_es_check(). */
+static void check_json(FILE *out, struct es_store *es, const char *status, const bool *kw,
+		       const char *strategy)
+{
+	cJSON *o = cJSON_CreateObject();
+	char *text;
+
+	if (!o)
+		return;
+	cJSON_AddStringToObject(o, "store", es->version);
+	cJSON_AddStringToObject(o, "node", httpc_node_name(es->cl.http, 0));
+	cJSON_AddStringToObject(o, "index", es->cl.index);
+	cJSON_AddStringToObject(o, "status", status);
+	if (kw)
+		cJSON_AddBoolToObject(o, "mapping_ours", *kw);
+	else
+		cJSON_AddNullToObject(o, "mapping_ours");
+	if (strategy)
+		cJSON_AddStringToObject(o, "strategy", strategy);
+	else
+		cJSON_AddNullToObject(o, "strategy");
+	cJSON_AddStringToObject(o, "scripts", es_index_scripts_note(&es->cl));
+	text = cJSON_Print(o);
+	if (text)
+		fprintf(out, "%s\n", text);
+	free(text);
+	cJSON_Delete(o);
+}
+
+int lockstore_es_check(struct lockstore *st, FILE *out, bool json)
 {
 	struct es_store *es = es_store_of(st);
 	char *have = NULL;
@@ -47,19 +76,28 @@ int lockstore_es_check(struct lockstore *st, FILE *out)
 
 	if (!es)
 		return -EINVAL;
-	fprintf(out, "store:    %s at %s\n", es->version, httpc_node_name(es->cl.http, 0));
-	fprintf(out, "index:    %s\n", es->cl.index);
-	err = es_index_read_mapping(&es->cl, &have, &kw);
-	if (err == -ENOENT) {
-		fprintf(out, "status:   index missing (a mount creates it)\n");
-		return -ENOENT;
+	if (!json) {
+		fprintf(out, "store:    %s at %s\n", es->version, httpc_node_name(es->cl.http, 0));
+		fprintf(out, "index:    %s\n", es->cl.index);
 	}
-	if (err)
+	err = es_index_read_mapping(&es->cl, &have, &kw);
+	if (err && err != -ENOENT)
 		return -ENOLCK;
-	fprintf(out, "mapping:  %s\n", kw ? "ok (path is a keyword)" : "NOT OURS (path is not a keyword)");
-	fprintf(out, "strategy: %s\n", have ? have : "(none recorded)");
-	fprintf(out, "scripts:  %s\n", es_index_scripts_note(&es->cl));
-	err = kw && have ? 0 : -EPROTO;
+	if (json) {
+		check_json(out, es, err == -ENOENT ? "index_missing" : kw && have ? "ok" : "not_ours",
+			   err == -ENOENT ? NULL : &kw, have);
+	} else {
+		if (err == -ENOENT) {
+			fprintf(out, "status:   index missing (a mount creates it)\n");
+		} else {
+			fprintf(out, "mapping:  %s\n",
+				kw ? "ok (path is a keyword)" : "NOT OURS (path is not a keyword)");
+			fprintf(out, "strategy: %s\n", have ? have : "(none recorded)");
+			fprintf(out, "scripts:  %s\n", es_index_scripts_note(&es->cl));
+		}
+	}
+	if (!err)
+		err = kw && have ? 0 : -EPROTO;
 	free(have);
 	return err;
 }

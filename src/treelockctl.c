@@ -10,6 +10,7 @@
  */
 #include <config.h>
 
+#include <cjson/cJSON.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <fuse_opt.h>
@@ -40,6 +41,7 @@ struct ctl_opts {
 	bool dead;
 	bool all;
 	bool no_wait;
+	bool json;
 };
 
 static void usage(FILE *f)
@@ -62,6 +64,7 @@ static void usage(FILE *f)
 	      "    --all              intents: list those of live owners too\n"
 	      "    --no-wait          owners/intents/reap: do not watch owners whose state\n"
 	      "                       is not yet known (up to 2 x their lease_ttl)\n"
+	      "    --json             check/locks/owners/intents: one JSON document\n"
 	      "    -h, --help         this help\n"
 	      "    -V, --version      version\n"
 	      "\n",
@@ -82,6 +85,8 @@ static void take_own_flags(int *argc, char **argv, struct ctl_opts *o)
 			o->all = true;
 		else if (strcmp(argv[i], "--no-wait") == 0)
 			o->no_wait = true;
+		else if (strcmp(argv[i], "--json") == 0)
+			o->json = true;
 		else
 			argv[j++] = argv[i];
 	}
@@ -111,6 +116,50 @@ static void fmt_age(int64_t ms, char *buf, size_t size)
 		snprintf(buf, size, "%" PRId64 "s", ms / 1000);
 }
 
+/* Prints ROOT (a JSON object, consumed) as one document on standard
+ * output. Returns 0, or EXIT_STORE when out of memory. */
+static int print_json(cJSON *root)
+{
+	char *text = root ? cJSON_Print(root) : NULL;
+
+	cJSON_Delete(root);
+	if (!text) {
+		fprintf(stderr, "treelockctl: out of memory\n");
+		return EXIT_STORE;
+	}
+	printf("%s\n", text);
+	free(text);
+	return 0;
+}
+
+/* MS as a JSON number, or null when unknown (negative). */
+static void add_ms(cJSON *o, const char *name, int64_t ms)
+{
+	if (ms < 0)
+		cJSON_AddNullToObject(o, name);
+	else
+		cJSON_AddNumberToObject(o, name, (double)ms);
+}
+
+/* "a#1, b#2" as a JSON array of strings. */
+static void add_holders(cJSON *o, const char *holders)
+{
+	cJSON *arr = cJSON_AddArrayToObject(o, "holders");
+	const char *p = holders;
+
+	while (arr && p && *p) {
+		size_t n = strcspn(p, ",");
+		char *one = strndup(p, n);
+
+		if (one && *one)
+			cJSON_AddItemToArray(arr, cJSON_CreateString(one));
+		free(one);
+		p += n;
+		while (*p == ',' || *p == ' ')
+			p++;
+	}
+}
+
 /* Normalises a user-given key: a path (its bytes, UTF-8 or not), "global",
  * or a key as listings print one that is not UTF-8 ("bytes:/..."), kept
  * as given. */
@@ -124,7 +173,7 @@ static int user_key(const char *arg, char **out)
 	return path_normalise(arg, out);
 }
 
-static int cmd_locks(struct lockstore *st, const char *prefix)
+static int cmd_locks(struct lockstore *st, const char *prefix, bool json)
 {
 	struct tl_lock_info *list = NULL;
 	char *key = NULL, age[32];
@@ -143,6 +192,24 @@ static int cmd_locks(struct lockstore *st, const char *prefix)
 	if (err) {
 		fprintf(stderr, "treelockctl: cannot list locks: %s\n", strerror(-err));
 		return EXIT_STORE;
+	}
+	if (json) {
+		cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "locks");
+
+		for (i = 0; arr && i < n; i++) {
+			cJSON *l = cJSON_CreateObject();
+
+			cJSON_AddItemToArray(arr, l);
+			cJSON_AddStringToObject(l, "key", list[i].key);
+			cJSON_AddStringToObject(l, "mode", list[i].mode == TL_EXCLUSIVE ? "exclusive"
+											: "shared");
+			cJSON_AddNumberToObject(l, "count", list[i].count);
+			add_ms(l, "age_ms", list[i].age_ms);
+			cJSON_AddNumberToObject(l, "waiters", list[i].waiters);
+			add_holders(l, list[i].holders);
+		}
+		lockstore_free_list(list, n);
+		return print_json(root);
 	}
 	printf("%-40s %-9s %5s %7s %7s  %s\n", "KEY", "MODE", "COUNT", "AGE", "WAITERS", "HOLDERS");
 	for (i = 0; i < n; i++) {
@@ -167,6 +234,23 @@ static int cmd_owners(struct lockstore *st, const struct ctl_opts *o)
 		fprintf(stderr, "treelockctl: cannot list owners: %s\n", strerror(-err));
 		return EXIT_STORE;
 	}
+	if (o->json) {
+		cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "owners");
+
+		for (i = 0; arr && i < n; i++) {
+			cJSON *w = cJSON_CreateObject();
+
+			cJSON_AddItemToArray(arr, w);
+			cJSON_AddStringToObject(w, "id", own[i].id);
+			cJSON_AddStringToObject(w, "name", own[i].name);
+			add_ms(w, "renewed_age_ms",
+			       own[i].renewed_ms > 0 ? tl_wall_ms() - own[i].renewed_ms : -1);
+			cJSON_AddNumberToObject(w, "ttl_ms", (double)own[i].ttl_ms);
+			cJSON_AddStringToObject(w, "state", state_name(own[i].state));
+		}
+		lockstore_es_free_owners(own, n);
+		return print_json(root);
+	}
 	printf("%-48s %-16s %8s %8s  %s\n", "OWNER", "NAME", "RENEWED", "TTL", "STATE");
 	for (i = 0; i < n; i++) {
 		fmt_age(own[i].renewed_ms > 0 ? tl_wall_ms() - own[i].renewed_ms : -1, age, sizeof(age));
@@ -188,6 +272,30 @@ static int cmd_intents(struct lockstore *st, const struct ctl_opts *o)
 	if (err) {
 		fprintf(stderr, "treelockctl: cannot list intents: %s\n", strerror(-err));
 		return EXIT_STORE;
+	}
+	if (o->json) {
+		cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "intents");
+
+		for (i = 0; arr && i < n; i++) {
+			cJSON *t;
+
+			if (!o->all && it[i].owner_state != ES_OWNER_DEAD)
+				continue;
+			t = cJSON_CreateObject();
+			cJSON_AddItemToArray(arr, t);
+			cJSON_AddStringToObject(t, "holder", it[i].holder);
+			cJSON_AddStringToObject(t, "owner", it[i].owner);
+			cJSON_AddStringToObject(t, "owner_state", state_name(it[i].owner_state));
+			add_ms(t, "age_ms", it[i].start_ms > 0 ? tl_wall_ms() - it[i].start_ms : -1);
+			cJSON_AddStringToObject(t, "operation", it[i].to ? "rename" : "change");
+			cJSON_AddStringToObject(t, "from", it[i].from);
+			if (it[i].to)
+				cJSON_AddStringToObject(t, "to", it[i].to);
+			else
+				cJSON_AddNullToObject(t, "to");
+		}
+		lockstore_es_free_intents(it, n);
+		return print_json(root);
 	}
 	printf("%-52s %-7s %7s  %s\n", "HOLDER", "OWNER", "AGE", "OPERATION");
 	for (i = 0; i < n; i++) {
@@ -477,10 +585,12 @@ int main(int argc, char **argv)
 		goto out_cleanup_curl;
 	}
 	if (strcmp(cmd, "check") == 0) {
-		err = lockstore_es_check(st, stdout);
+		err = lockstore_es_check(st, stdout, o.json);
+		if (err == -ENOLCK)
+			fprintf(stderr, "treelockctl: cannot read the index: %s\n", strerror(-err));
 		rc = err ? EXIT_STORE : 0;
 	} else if (strcmp(cmd, "locks") == 0) {
-		rc = cmd_locks(st, ac == 3 ? av[2] : NULL);
+		rc = cmd_locks(st, ac == 3 ? av[2] : NULL, o.json);
 	} else if (strcmp(cmd, "owners") == 0) {
 		rc = cmd_owners(st, &o);
 	} else if (strcmp(cmd, "intents") == 0) {

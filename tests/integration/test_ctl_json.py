@@ -1,0 +1,109 @@
+"""treelockctl check|locks|owners|intents --json: one JSON document each,
+valid against contrib/treelockctl.schema.json (Debian package
+python3-jsonschema), and saying what the tables say."""
+import json
+import os
+import signal
+import subprocess
+
+import pytest
+
+from conftest import CTL, SRCDIR, makedirs
+from es_helpers import (ctl, emu, emu_module, es_mounts, forget_mount, held_by,  # noqa: F401
+                        owner_id, start_op, wait_for)
+
+try:
+    import jsonschema
+except ImportError:  # pragma: no cover - the environment, not the product
+    jsonschema = None
+
+SCHEMA_PATH = os.path.join(SRCDIR, "contrib", "treelockctl.schema.json")
+
+
+def schema():
+    with open(SCHEMA_PATH, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def validated(r, kind):
+    """The document R printed, checked against the schema's KIND part."""
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    s = schema()
+    jsonschema.validate(doc, s)
+    jsonschema.validate(doc, dict(s["$defs"][kind], **{"$defs": s["$defs"]}))
+    return doc
+
+
+pytestmark = pytest.mark.skipif(jsonschema is None,
+                                reason="no python3 jsonschema (Debian package python3-jsonschema)")
+
+
+@pytest.mark.nofuse
+def test_ctl_json__schema_is_valid():
+    jsonschema.Draft202012Validator.check_schema(schema())
+
+
+def test_ctl_json__every_command(backend, es_mounts):
+    a, b = es_mounts(backend, "A", "B", opts={"A": ["rename_delay_ms=60000"]})
+    makedirs(a, "d", "src")
+    hung = start_op(os.rename, a.path("d/src"), a.path("d/dst"))
+    wait_for(lambda: held_by(backend, "/d/src"), 10, what="A's locks")
+
+    doc = validated(ctl(backend, "check", "--json"), "check")
+    assert doc["status"] == "ok" and doc["mapping_ours"] is True
+    assert doc["strategy"] == "tree"
+
+    doc = validated(ctl(backend, "locks", "--json"), "locks")
+    keys = {l["key"]: l for l in doc["locks"]}
+    assert keys["/d/src"]["mode"] == "exclusive" and keys["/d/dst"]["mode"] == "exclusive"
+    assert keys["/d"]["mode"] == "shared"
+    a_owner = owner_id(backend, "A")
+    assert any(h.startswith(a_owner + "#") for h in keys["/d/src"]["holders"]), keys
+    # the table says the same
+    table = ctl(backend, "locks").stdout
+    assert all(k in table for k in keys)
+
+    doc = validated(ctl(backend, "owners", "--json", "--no-wait"), "owners")
+    names = {o["name"] for o in doc["owners"]}
+    assert {"A", "B"} <= names
+    assert all(o["ttl_ms"] == 2000 for o in doc["owners"])
+
+    doc = validated(ctl(backend, "intents", "--json", "--all", "--no-wait"), "intents")
+    ours = [i for i in doc["intents"] if i["owner"] == a_owner]
+    assert len(ours) == 1 and ours[0]["operation"] == "rename"
+    assert (ours[0]["from"], ours[0]["to"]) == ("/d/src", "/d/dst")
+
+    # A dies: its intent is a dead owner's, which intents lists by default
+    a.kill(signal.SIGKILL)
+    forget_mount(a)
+    hung.join(5)
+
+    def dead_intent():
+        r = ctl(backend, "intents", "--json")
+        d = validated(r, "intents")
+        return [i for i in d["intents"] if i["owner"] == a_owner and
+                i["owner_state"] == "dead"]
+    found = wait_for(dead_intent, 60, what="A's intent as a dead owner's")
+    assert found[0]["age_ms"] is None or found[0]["age_ms"] >= 0
+
+
+def test_ctl_json__index_missing(backend):
+    r = ctl(backend, "check", "--json", extra=["--es_index=treelockfs-nothing-here"])
+    assert r.returncode == 2, r.stderr
+    doc = json.loads(r.stdout)
+    jsonschema.validate(doc, schema())
+    assert doc["status"] == "index_missing" and doc["mapping_ours"] is None
+
+
+@pytest.mark.nofuse
+def test_ctl_json__store_unreachable_prints_no_document(tmp_path):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = subprocess.run([CTL, "--es_url=http://127.0.0.1:%d" % port, "--es_start_timeout=1",
+                        "locks", "--json"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert r.stdout == ""
+    assert r.stderr
