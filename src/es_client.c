@@ -41,8 +41,7 @@ bool es_deadline_passed(void)
 	return deadline_ms && es_deadline_left() == 0;
 }
 
-/* The timeout of the next request of this thread (0: the client's). */
-static unsigned int request_timeout(const struct es_client *c)
+unsigned int es_request_timeout(const struct es_client *c)
 {
 	int64_t left = es_deadline_left();
 
@@ -196,7 +195,7 @@ enum es_call_class es_call(struct es_client *c, const char *method, const char *
 	char errbuf[256];
 	int err;
 
-	err = httpc_request(c->http, method, path, ctype, body, len, request_timeout(c), r, errbuf,
+	err = httpc_request(c->http, method, path, ctype, body, len, es_request_timeout(c), r, errbuf,
 			    sizeof(errbuf));
 	if (err) {
 		es_client_set_error(c, "request '%s %s' failed: %s", method, path,

@@ -142,6 +142,10 @@ void es_log_refusal(struct es_client *c, const char *method, const char *path,
  * DEADLINE_MS (monotonic ms), at least ES_GRACE_MS) as its whole timeout:
  * a rename's lock_timeout bounds every request made on its behalf. */
 void es_deadline_set(int64_t deadline_ms);
+/* The timeout of the calling thread's next request of C, as above, in
+ * ms (0: none nearer than the client's own), for requests made with
+ * httpc_request() directly. */
+unsigned int es_request_timeout(const struct es_client *c);
 /* True when the calling thread has a deadline and it has passed. */
 bool es_deadline_passed(void);
 /* Milliseconds left until the calling thread's deadline (INT64_MAX: none,

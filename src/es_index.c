@@ -360,7 +360,8 @@ int es_index_check_cluster(struct es_client *c, char *version, size_t size, bool
 	const char *num, *dist;
 	int err;
 
-	err = httpc_request(c->http, "GET", "/", NULL, NULL, 0, 0, &r, errbuf, sizeof(errbuf));
+	err = httpc_request(c->http, "GET", "/", NULL, NULL, 0, es_request_timeout(c), &r, errbuf,
+			    sizeof(errbuf));
 	if (err) {
 		/* the caller retries, then logs the last error */
 		if (*errbuf)

@@ -820,6 +820,11 @@ int es_start_retry(struct es_store *es, const char *what, int (*step)(struct es_
 	unsigned int attempts = 0;
 	int err;
 
+	/* every request of the last attempt is capped by what is left, as a
+	 * rename's lock_timeout caps its own (es_start_timeout=0: one attempt,
+	 * each request with the client's timeout) */
+	if (es->start_timeout)
+		es_deadline_set(deadline);
 	for (;;) {
 		attempts++;
 		err = step(es, arg);
@@ -834,6 +839,7 @@ int es_start_retry(struct es_store *es, const char *what, int (*step)(struct es_
 		es_sleep_ms(delay - delay / 4 + (int64_t)(random() % (delay / 2 + 1)));
 		delay = delay * 2 > ES_START_BACKOFF_MAX_MS ? ES_START_BACKOFF_MAX_MS : delay * 2;
 	}
+	es_deadline_set(0);
 	if (err == -EAGAIN) {
 		tl_log(LOG_ERR,
 		       "cannot %s at '%s' (es_start_timeout %u s, %u attempts in %.1f s); "
