@@ -936,6 +936,10 @@ int es_store_open(const struct tl_config *cfg, struct lockstore **out, bool for_
 		goto out_close;
 	if (eo->insecure)
 		tl_log(LOG_WARNING, "es_insecure: TLS certificates of the lock store are not verified");
+	es->cleartext_creds = (eo->user || eo->api_key) && es_opts_cleartext(eo);
+	if (es->cleartext_creds && !for_ctl)
+		tl_log(LOG_WARNING, "es_allow_insecure: the password or API key of the lock store "
+		       "travels unencrypted (http://): anyone on the path can read and reuse it");
 	err = es_start_retry(es, "open the lock store", open_step, for_ctl);
 	if (err)
 		goto out_close;

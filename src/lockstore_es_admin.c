@@ -49,6 +49,8 @@ int lockstore_es_check(struct lockstore *st, FILE *out)
 		return -EINVAL;
 	fprintf(out, "store:    %s at %s\n", es->version, httpc_node_name(es->cl.http, 0));
 	fprintf(out, "index:    %s\n", es->cl.index);
+	if (es->cleartext_creds)
+		fprintf(out, "warning:  credentials travel unencrypted (http://, es_allow_insecure)\n");
 	err = es_index_read_mapping(&es->cl, &have, &kw);
 	if (err == -ENOENT) {
 		fprintf(out, "status:   index missing (a mount creates it)\n");

@@ -42,3 +42,68 @@ def test_es__start_fails_within_start_timeout(mount_factory, silent):
     assert "es_start_timeout 4 s" in err, err
     # 4 s and the slack of starting a process on a busy machine
     assert elapsed < 4 + 1.5, (elapsed, err)
+
+
+# ---- credentials over plain http: refused unless es_allow_insecure=1 ------------------------
+
+
+@pytest.mark.parametrize("cred", ["user", "api-key"])
+def test_es__credentials_over_http_refused(mount_factory, tmp_path, cred):
+    key = tmp_path / "key"
+    key.write_text("kid:ksecret-xyzzy\n")
+    os.chmod(key, 0o600)
+    s = socket.socket()  # a port that counts the connections made to it
+    s.bind(("127.0.0.1", 0))
+    s.listen(8)
+    s.settimeout(0.5)
+    port = s.getsockname()[1]
+    extra = ["es_user=u"] if cred == "user" else ["es_api_key_file=%s" % key]
+    try:
+        m = mount_factory(opts=["lock_store=es", "es_url=http://127.0.0.1:%d" % port, "owner=A",
+                                "es_start_timeout=0"] + extra, start=False)
+        r = subprocess.run(m.cmd(), capture_output=True, text=True, timeout=30,
+                           env=dict(os.environ, TREELOCKFS_ES_PASSWORD="pw-secret-xyzzy"))
+        with pytest.raises(socket.timeout):
+            s.accept()  # refused before a single request
+        # treelockctl follows the same rule
+        c = subprocess.run(ctl_cmd("http://127.0.0.1:%d" % port, extra, "check"),
+                           capture_output=True, text=True, timeout=30,
+                           env=dict(os.environ, TREELOCKFS_ES_PASSWORD="pw-secret-xyzzy"))
+    finally:
+        s.close()
+    for res in (r, c):
+        out = res.stdout + res.stderr
+        assert res.returncode != 0, out
+        assert "would travel unencrypted" in out and "es_allow_insecure=1" in out, out
+        assert "secret-xyzzy" not in out
+
+
+def ctl_cmd(url, extra, *args):
+    from conftest import CTL
+    return [CTL, "--es_url=" + url] + ["--" + e for e in extra] + list(args)
+
+
+@pytest.mark.emulator_only("a store that asks for a password is the emulator's option")
+def test_es__credentials_over_http_allowed_and_warned(tmp_path_factory, mount_factory, tmp_path):
+    from es_helpers import start_emulator
+    pw = tmp_path / "pw"
+    pw.write_text("right-horse")
+    emu = start_emulator(tmp_path_factory, "es8", ["--user", "elastic", "--password-file", str(pw)])
+    env = dict(os.environ, TREELOCKFS_ES_PASSWORD="right-horse")
+    try:
+        m = mount_factory(opts=es_opts(emu, "A", "es_user=elastic", "es_allow_insecure=1"),
+                          env=env)
+        assert "API key of the lock store travels unencrypted (http://)" in m.log(), m.log()
+        os.mkdir(m.path("d"))
+        os.rename(m.path("d"), m.path("e"))
+        conf = tmp_path / "ctl.conf"
+        conf.write_text("es_user = elastic\nes_allow_insecure = 1\n")
+        c = subprocess.run(ctl_cmd(emu.url, ["config=%s" % conf], "check"),
+                           capture_output=True, text=True, timeout=30, env=env)
+        assert c.returncode == 0, c.stdout + c.stderr
+        assert "warning:  credentials travel unencrypted (http://, es_allow_insecure)" \
+            in c.stdout, c.stdout
+        m.stop()
+        assert "right-horse" not in m.log()
+    finally:
+        emu.stop()
