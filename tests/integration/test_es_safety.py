@@ -10,8 +10,11 @@ import time
 
 import pytest
 
-from es_helpers import (INDEX, ctl, emu, emu_module, es_mounts, es_opts, es_request,  # noqa: F401,E501
-                        forget_mount, held_by, lock_docs, start_op, wait_for)
+from conftest import run_as
+from es_helpers import (ES8_AND_ENGINES, INDEX, ctl, emu, emu_module, es_mounts, es_opts,  # noqa: F401,E501
+                        es_request, forget_mount, held_by, lock_docs, start_op, wait_for)
+
+OTHER_USER = 4243
 
 
 # ---- es_start_timeout bounds the start, its last attempt included -----------------------------
@@ -107,3 +110,59 @@ def test_es__credentials_over_http_allowed_and_warned(tmp_path_factory, mount_fa
         assert "right-horse" not in m.log()
     finally:
         emu.stop()
+
+
+# ---- .treelockfs/locks: every key form judged by the entry it names ---------------------------
+
+
+def fsname(m, *parts):
+    return os.path.join(os.fsencode(m.mnt), *[os.fsencode(p) if isinstance(p, str) else p
+                                              for p in parts])
+
+
+def open_tree(path):
+    """Lets other users reach PATH (pytest makes its parents 0700)."""
+    p = path
+    for _ in range(3):
+        os.chmod(p, os.stat(p).st_mode | 0o755)
+        p = p.parent
+
+
+@ES8_AND_ENGINES
+def test_es__locks_file_hides_names_of_unlistable_dirs(backend, es_mounts, tmp_path):
+    # renames hold their locks for a while; another user reads the list
+    (a,) = es_mounts(backend, "A", opts={"A": ["allow_other", "rename_delay_ms=8000"]})
+    os.chmod(a.mnt, 0o755)
+    open_tree(tmp_path)
+    for d, mode in (("sec700", 0o700), ("x711", 0o711), ("pub", 0o755)):
+        os.mkdir(fsname(a, d))
+        os.chmod(fsname(a, d), mode)
+    for parts in (("sec700", b"caf\xe9-secret"), ("x711", "hidden-name"), ("pub", b"pub\xe9-open")):
+        open(fsname(a, *parts), "w").close()
+    ops = [start_op(os.rename, fsname(a, "sec700", b"caf\xe9-secret"),
+                    fsname(a, "sec700", b"caf\xe9-secret2")),
+           start_op(os.rename, fsname(a, "x711", "hidden-name"), fsname(a, "x711", "hidden-2")),
+           start_op(os.rename, fsname(a, "pub", b"pub\xe9-open"), fsname(a, "pub", b"pub\xe9-2"))]
+    keys = ["bytes:/sec700/caf\\xe9-secret", "/x711/hidden-name", "bytes:/pub/pub\\xe9-open"]
+    try:
+        wait_for(lambda: all(held_by(backend, k) for k in keys), 7, what="the three renames' locks")
+        as_root = a.ctl("locks")
+        open_tree(tmp_path)
+        as_other = run_as(OTHER_USER, OTHER_USER, lambda: a.ctl("locks"))
+    finally:
+        for op in ops:
+            op.join(30)
+    for op in ops:
+        assert op.error is None, op.error
+    # the listing escapes backslashes: one key is one line of text
+    shown = [k.replace("\\", "\\\\") for k in keys]
+    for k in shown:
+        assert k in as_root, (k, as_root)
+    assert as_other.startswith("# mode"), as_other
+    # a name that is not UTF-8, in a 0700 directory
+    assert "secret" not in as_other, as_other
+    # a name in a directory the user may search but not list
+    assert "hidden" not in as_other, as_other
+    # what the user may list stays visible, whatever its form
+    assert shown[2] in as_other and "/pub/pub\\\\xe9-2" in as_other, as_other
+    assert " /x711\n" in as_other, as_other  # a name in /, which the user may list
