@@ -86,11 +86,11 @@ struct es_client {
 	 * (es_index_scripts()), switched to inline by es_item_state() should
 	 * a stored script go missing; read by whoever builds a request. */
 	atomic_bool scripts_stored;
-	/* es_index.c's: a failure worth retrying left the scripts inline
-	 * (the heartbeat tries again), and how they travel for treelockctl
-	 * check; written by one thread at a time (the opening one, then the
-	 * heartbeat) */
-	bool scripts_pending;
+	/* es_index.c's: the scripts were checked once by a mount (its
+	 * heartbeat checks them again), and how they travel, for the log
+	 * and treelockctl check; written by one thread at a time (the
+	 * opening one, then the heartbeat) */
+	bool scripts_checked;
 	char scripts_note[240];
 };
 

@@ -35,6 +35,8 @@
 /* The version in the stored scripts' ids ("treelockfs-rel-v1"): bumped
  * whenever a script's source changes (es_scripts.h). */
 #define ES_SCRIPTS_VERSION "v1"
+/* The language of every script: a stored script of another is not ours. */
+#define ES_SCRIPT_LANG "painless"
 /* retry_on_conflict of scripted updates: concurrent shared updates of one
  * document are retried inside Elasticsearch */
 #define ES_RETRY_ON_CONFLICT 5

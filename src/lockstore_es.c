@@ -50,7 +50,8 @@
  *
  * Requests, each a fixed Painless source with parameters (never built
  * from strings), stored in the cluster at mount and named by id, or inline
- * where storing is refused (es_index_scripts()):
+ * where storing is refused or a stored one is not ours, checked again at
+ * every heartbeat (es_index_scripts()):
  *
  *   acquire (ONE _bulk)  intent index, then per key in plan order:
  *                        X first attempt: create (the guide's exclusive)

@@ -3,6 +3,7 @@ start bounded by es_start_timeout, credentials over plain HTTP, stored
 scripts that are not ours, names of unreadable directories in the lock
 listing, directories too large for one request, and an unmount while the
 store is busy."""
+import errno
 import os
 import socket
 import subprocess
@@ -166,3 +167,84 @@ def test_es__locks_file_hides_names_of_unlistable_dirs(backend, es_mounts, tmp_p
     # what the user may list stays visible, whatever its form
     assert shown[2] in as_other and "/pub/pub\\\\xe9-2" in as_other, as_other
     assert " /x711\n" in as_other, as_other  # a name in /, which the user may list
+
+
+# ---- a stored script under our id that is not ours ---------------------------------------------
+
+SCRIPT_IDS = ["treelockfs-%s-v1" % n for n in ("acqs", "acqx", "rel", "mark", "unmark", "evict")]
+EXCLUSIVE_CHECK = "if (s.lock_type == 'exclusive') { throw new IllegalStateException('exclusive'); }"
+
+
+def replace_script(backend, sid, source=None, lang="painless"):
+    st, body = es_request(backend, "GET", "/_scripts/" + sid)
+    assert st == 200 and body["found"], body
+    src = body["script"]["source"] if source is None else source
+    st, body = es_request(backend, "PUT", "/_scripts/" + sid,
+                          {"script": {"lang": lang, "source": src}})
+    assert st == 200, body
+
+
+@ES8_AND_ENGINES
+def test_es__foreign_acquire_script_does_not_break_exclusion(backend, es_mounts):
+    for sid in SCRIPT_IDS:  # a fresh cluster: A stores ours
+        es_request(backend, "DELETE", "/_scripts/" + sid)
+    (a,) = es_mounts(backend, "A", opts={"A": ["rename_delay_ms=15000"]})
+    assert "lock scripts: stored in the cluster" in a.log(), a.log()
+    os.makedirs(a.path("p", "q"))
+    open(a.path("p", "q", "f"), "w").close()
+    # the shared acquire script, without its exclusive check, under our id
+    st, body = es_request(backend, "GET", "/_scripts/treelockfs-acqs-v1")
+    foreign = body["script"]["source"].replace(EXCLUSIVE_CHECK, "")
+    assert foreign != body["script"]["source"]
+    replace_script(backend, "treelockfs-acqs-v1", foreign)
+    # the running mount finds it at its next check, a new one at start
+    wait_for(lambda: "treelockfs-acqs-v1 is not ours" in a.log(), 20,
+             what="mount A's heartbeat to find the foreign script")
+    (b,) = es_mounts(backend, "B", opts={"B": ["lock_timeout=2"]})
+    line = [x for x in b.log().splitlines() if "lock scripts:" in x]
+    assert line and ("stored script treelockfs-acqs-v1 is not ours: its source differs from "
+                     "this release's: sending every script inline" in line[0]), b.log()
+    r = ctl(backend, "check")
+    assert ("scripts:  inline (stored script treelockfs-acqs-v1 is not ours: its source "
+            "differs from this release's)") in r.stdout, r.stdout
+    # A holds /p/q exclusive while it renames it; B's rename below needs
+    # /p/q shared: refused until A is done, so B gives up (lock_timeout=2)
+    op_a = start_op(os.rename, a.path("p", "q"), a.path("p", "r"))
+    try:
+        wait_for(lambda: (held_by(backend, "/p/q") or {}).get("lock_type") == "exclusive", 10,
+                 what="A's exclusive lock on /p/q")
+        op_b = start_op(os.rename, b.path("p", "q", "f"), b.path("p", "q", "g"))
+        op_b.join(60)
+        assert op_a.is_alive(), "A's rename ended first: the test proves nothing"
+        assert op_b.errno == errno.EBUSY, (op_b.error, b.log())
+    finally:
+        op_a.join(60)
+    assert op_a.error is None, op_a.error
+    assert os.path.exists(a.path("p", "r", "f"))
+    wait_for(lambda: lock_docs(backend) == {}, 10, what="every lock released")
+    for sid in SCRIPT_IDS:  # ours again for the tests after this one
+        es_request(backend, "DELETE", "/_scripts/" + sid)
+
+
+@ES8_AND_ENGINES
+def test_es__stored_script_of_another_language_is_not_ours(backend, es_mounts):
+    for sid in SCRIPT_IDS:
+        es_request(backend, "DELETE", "/_scripts/" + sid)
+    (a,) = es_mounts(backend, "A")
+    # our release script's very source, stored as a search template
+    replace_script(backend, "treelockfs-rel-v1", lang="mustache")
+    (b,) = es_mounts(backend, "B")
+    assert "stored script treelockfs-rel-v1 is not ours: its language differs" in b.log(), \
+        b.log()
+    wait_for(lambda: "treelockfs-rel-v1 is not ours" in a.log(), 20, what="A's re-check")
+    os.mkdir(b.path("d"))
+    os.rename(b.path("d"), b.path("e"))  # inline: works
+    os.rename(a.path("e"), a.path("f"))
+    assert lock_docs(backend) == {}
+    # stored again as ours: by id again, at the next check
+    for sid in SCRIPT_IDS:
+        es_request(backend, "DELETE", "/_scripts/" + sid)
+    wait_for(lambda: a.log().count("lock scripts: stored in the cluster") >= 2, 20,
+             what="A back to stored scripts")
+    for sid in SCRIPT_IDS:
+        es_request(backend, "DELETE", "/_scripts/" + sid)
