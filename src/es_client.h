@@ -55,6 +55,11 @@ struct es_batch_req;
 #define ES_BATCH_AGE_MS 50
 #define ES_BATCH_MAX 64
 #define ES_BATCH_MAX_BYTES (4u << 20)
+/* Items of one _bulk request at most: a larger bulk (a document-strategy
+ * plan of a large directory) goes in chunks of this many, one after the
+ * other, so that no answer nears the response cap (an item's answer is a
+ * few hundred bytes, a refusal's about 2 KB). */
+#define ES_BULK_MAX_ITEMS 1000
 
 struct es_client {
 	struct httpc *http;
@@ -172,7 +177,11 @@ cJSON *es_parse(const struct httpc_response *r);
  * B may travel in one _bulk with the bulks of other threads (group commit,
  * see max_inflight): the items of each caller are applied in its
  * order, a failure of the whole request is every caller's, and the
- * request's timeout is capped by the earliest deadline among them. */
+ * request's timeout is capped by the earliest deadline among them.
+ * A B of more than ES_BULK_MAX_ITEMS items goes in chunks, in order; a
+ * chunk that fails ends it (-EAGAIN once an earlier chunk was sent: those
+ * may have been applied), and so does the deadline passing between two
+ * chunks. *ROOT then holds the items of every chunk. */
 int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root);
 
 /* Called with the outcome of a bulk handed off by

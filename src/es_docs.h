@@ -55,6 +55,8 @@ struct es_req {
 	bool stored;           /* scripts by id (stored in the cluster), else inline */
 	char *const *dead;     /* owner ids known dead (their marks are ignored) */
 	size_t ndead;
+	size_t sent;           /* items 0..sent-1 may have reached the store (a
+				* plan goes in chunks): a rollback releases these */
 };
 
 /* One script of the store: its versioned stored id and its source. */

@@ -388,7 +388,7 @@ out_rollback:
 	/* roll back (idempotent: noop where we hold nothing) and mark; the
 	 * intent stays while we wait, so a reap finds our marks too */
 	r->stored = es_client_scripts_stored(&es->cl);
-	for (i = n; i-- > 0;)
+	for (i = r->sent; i-- > 0;)
 		es_docs_release(&b, r->ids[i], r->hkey, r->stored);
 	for (i = 0; i < n; i++)
 		es_docs_mark(&b, r, i);
@@ -413,7 +413,7 @@ static void rollback(struct es_store *es, const struct es_req *r)
 	bool stored = es_client_scripts_stored(&es->cl);
 	size_t i;
 
-	for (i = r->plan->n; i-- > 0;)
+	for (i = r->sent; i-- > 0;)
 		es_docs_release(&b, r->ids[i], r->hkey, stored);
 	es_docs_intent_delete(&b, r->hkey);
 	es_send_idempotent(es, &b);
@@ -432,6 +432,7 @@ static int try_acquire(struct lockstore *st, const struct tl_plan *plan, struct 
 	cJSON *root = NULL;
 	bool fresh, any_refused, intent_ok = false;
 	bool sent = false; /* a request of ours may have reached the store */
+	size_t sent_upto = 0; /* the items before it may have reached it */
 	size_t i, ndead = 0;
 	int err = -ENOMEM, round, index_err;
 
@@ -468,8 +469,9 @@ static int try_acquire(struct lockstore *st, const struct tl_plan *plan, struct 
 	for (i = 0; i < plan->n; i++)
 		state[i] = ES_ITEM_RETRY;
 
-	for (round = 0; round < ES_ITEM_RETRIES; round++) {
-		size_t k = 0;
+	any_refused = false;
+	for (round = 0; round < ES_ITEM_RETRIES && !any_refused; round++) {
+		size_t next = 0, first, cnt, k;
 		cJSON *it;
 
 		if (round) {
@@ -479,7 +481,6 @@ static int try_acquire(struct lockstore *st, const struct tl_plan *plan, struct 
 				break; /* lock_timeout: lockmgr decides */
 			es_sleep_ms(ES_RETRY_BASE_MS << round);
 		}
-		buf_free(&b);
 		es_strv_free(dead, ndead);
 		dead = NULL;
 		ndead = 0;
@@ -488,54 +489,65 @@ static int try_acquire(struct lockstore *st, const struct tl_plan *plan, struct 
 			goto out_rollback;
 		r.dead = dead;
 		r.ndead = ndead;
-		r.now_ms = tl_wall_ms();
-		r.stored = es_client_scripts_stored(&es->cl);
-		if (!intent_ok)
-			es_docs_intent(&b, &r, es->name);
-		for (i = 0; i < plan->n; i++)
-			if (state[i] == ES_ITEM_RETRY)
-				es_docs_acquire(&b, &r, i);
-		/* a whole request that failed may have been applied: the
-		 * retry is safe (scripts are idempotent; a create that 409s
-		 * is checked against our holder id in on_refusal()) */
-		err = es_bulk_send(&es->cl, &b, &root);
-		if (err == -ETIMEDOUT)
-			continue; /* not sent, and the deadline has passed */
-		sent = true;
-		if (err == -EAGAIN)
-			continue;
-		if (err)
-			goto out_rollback;
-		it = cJSON_GetObjectItemCaseSensitive(root, "items")->child;
-		if (!intent_ok) {
-			intent_ok = es_item_state(&es->cl, it, NULL) == ES_ITEM_OK;
-			it = it ? it->next : NULL;
-		}
-		for (i = 0; i < plan->n; i++) {
-			long status;
-
-			if (state[i] != ES_ITEM_RETRY)
-				continue;
-			state[i] = es_item_state(&es->cl, it, &status);
-			if (state[i] == ES_ITEM_FATAL) {
-				char *t = cJSON_PrintUnformatted(it);
-
-				tl_log(LOG_ERR, "lock store rejected lock '%s' (HTTP %ld): %.1000s",
-				       plan->items[i].key, status, t ? t : "?");
-				free(t);
-				err = -EACCES;
+		/* the plan in chunks of ES_BULK_MAX_ITEMS, in order (a large
+		 * document-strategy plan); the first refused chunk ends the
+		 * attempt, and what was taken is rolled back */
+		while (!any_refused && (next < plan->n || !intent_ok)) {
+			buf_free(&b);
+			r.now_ms = tl_wall_ms();
+			r.stored = es_client_scripts_stored(&es->cl);
+			if (!intent_ok)
+				es_docs_intent(&b, &r, es->name);
+			for (first = next, cnt = 0; next < plan->n && cnt < ES_BULK_MAX_ITEMS - 1;
+			     next++)
+				if (state[next] == ES_ITEM_RETRY) {
+					es_docs_acquire(&b, &r, next);
+					cnt++;
+				}
+			if (!cnt && intent_ok)
+				break;
+			/* a whole request that failed may have been applied:
+			 * the retry is safe (scripts are idempotent; a create
+			 * that 409s is checked against our holder id in
+			 * on_refusal()) */
+			err = es_bulk_send(&es->cl, &b, &root);
+			if (err == -ETIMEDOUT)
+				break; /* not sent, and the deadline has passed */
+			sent = true;
+			if (next > sent_upto)
+				sent_upto = next;
+			if (err == -EAGAIN)
+				break; /* the next round resends what is not known */
+			if (err)
 				goto out_rollback;
+			it = cJSON_GetObjectItemCaseSensitive(root, "items")->child;
+			if (!intent_ok) {
+				intent_ok = es_item_state(&es->cl, it, NULL) == ES_ITEM_OK;
+				it = it ? it->next : NULL;
 			}
-			it = it ? it->next : NULL;
+			for (i = first; i < next; i++) {
+				long status;
+
+				if (state[i] != ES_ITEM_RETRY)
+					continue;
+				state[i] = es_item_state(&es->cl, it, &status);
+				if (state[i] == ES_ITEM_FATAL) {
+					char *t = cJSON_PrintUnformatted(it);
+
+					tl_log(LOG_ERR,
+					       "lock store rejected lock '%s' (HTTP %ld): %.1000s",
+					       plan->items[i].key, status, t ? t : "?");
+					free(t);
+					err = -EACCES;
+					goto out_rollback;
+				}
+				if (state[i] == ES_ITEM_REFUSED)
+					any_refused = true;
+				it = it ? it->next : NULL;
+			}
+			cJSON_Delete(root);
+			root = NULL;
 		}
-		cJSON_Delete(root);
-		root = NULL;
-		any_refused = false;
-		for (i = 0; i < plan->n; i++)
-			if (state[i] == ES_ITEM_REFUSED)
-				any_refused = true;
-		if (any_refused)
-			break;
 		for (k = 0, i = 0; i < plan->n; i++)
 			if (state[i] == ES_ITEM_RETRY)
 				k++;
@@ -545,6 +557,7 @@ static int try_acquire(struct lockstore *st, const struct tl_plan *plan, struct 
 	for (i = 0; i < plan->n && state[i] != ES_ITEM_REFUSED; i++)
 		;
 	if (i < plan->n) {
+		r.sent = sent_upto;
 		err = on_refusal(es, &r, h, state, why);
 		if (err == 0)
 			goto out_held;
@@ -570,8 +583,10 @@ out_held:
 out_rollback:
 	/* nothing to undo when no request of ours left (queued until the
 	 * deadline, or failed while being built) */
-	if (sent)
+	if (sent) {
+		r.sent = sent_upto;
 		rollback(es, &r);
+	}
 	if (err != -EACCES)
 		err = -ENOLCK;
 out:
@@ -660,6 +675,11 @@ static bool es_lease_fresh(struct lockstore *st)
 	fresh = es_lease_fresh_locked(es, tl_mono_ms()) && es->held_old == 0;
 	pthread_mutex_unlock(&es->mutex);
 	return fresh;
+}
+
+static void es_shutdown(struct lockstore *st, int64_t end_ms)
+{
+	httpc_set_end(es_of(st)->cl.http, end_ms);
 }
 
 static uint64_t es_requests(struct lockstore *st)
@@ -967,6 +987,7 @@ static const struct lockstore_ops es_ops = {
 	.release = es_release,
 	.lease_fresh = es_lease_fresh,
 	.list = es_list,
+	.shutdown = es_shutdown,
 	.requests = es_requests,
 	.close = es_close,
 };

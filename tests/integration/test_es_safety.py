@@ -248,3 +248,94 @@ def test_es__stored_script_of_another_language_is_not_ours(backend, es_mounts):
              what="A back to stored scripts")
     for sid in SCRIPT_IDS:
         es_request(backend, "DELETE", "/_scripts/" + sid)
+
+
+# ---- document strategy: large plans in chunks; an unmount ends the daemon ----------------------
+
+
+def fill(dirpath, n):
+    for i in range(n):
+        open(os.path.join(dirpath, "entry-%06d" % i), "w").close()
+
+
+@ES8_AND_ENGINES
+def test_es__document_plan_in_chunks_is_all_or_nothing(backend, es_mounts):
+    # 2,500 entries: three requests; a lock held by a guide-style client on
+    # an entry of the third refuses the plan, and what the first two took
+    # is let go again
+    (a,) = es_mounts(backend, "A", opts={"A": ["lock_strategy=document", "lock_timeout=20",
+                                               "es_timeout_ms=30000"]}, lease_ttl=10)
+    os.mkdir(a.path("big"))
+    fill(a.bpath("big"), 2500)
+    st, body = es_request(backend, "PUT", "/%s/_create/%s?refresh=true" % (
+        INDEX, "%2Fbig%2Fentry-002400"), {"lock_type": "exclusive"})
+    assert st == 201, body
+    with pytest.raises(OSError) as e:
+        os.rename(a.path("big"), a.path("big2"))
+    # EBUSY, or ENOLCK when the deadline cut the last attempt's requests
+    assert e.value.errno in (errno.EBUSY, errno.ENOLCK), a.log()
+    assert "waits for '/big/entry-002400', held by a client without owner" in a.log(), a.log()
+    assert os.path.isdir(a.path("big")) and not os.path.exists(a.path("big2"))
+    # nothing of ours is left: only the guide's lock, as it was
+    wait_for(lambda: list(lock_docs(backend)) == ["/big/entry-002400"], 30,
+             what="every lock of the refused plan let go")
+    src = lock_docs(backend)["/big/entry-002400"]["_source"]
+    assert src["lock_type"] == "exclusive" and not src.get("holders"), src
+    assert not src.get("waiters"), src  # our waiter marks dropped too
+    es_request(backend, "DELETE", "/%s/_doc/%s?refresh=true" % (INDEX, "%2Fbig%2Fentry-002400"))
+    os.rename(a.path("big"), a.path("big2"))
+    assert len(os.listdir(a.path("big2"))) == 2500
+    wait_for(lambda: lock_docs(backend) == {}, 30, what="the rename's locks released")
+
+
+@pytest.mark.emulator_only("a real engine takes minutes for 200,000 scripted items on two "
+                           "shared cores")
+def test_es__document_plan_of_a_large_directory(emu, es_mounts):
+    # 100,200 entries: one _bulk answer would exceed the 16 MiB response
+    # cap
+    n = 100200
+    (a,) = es_mounts(emu, "A", opts={"A": ["lock_strategy=document", "lock_timeout=900",
+                                           "es_timeout_ms=60000"]}, lease_ttl=30)
+    os.mkdir(a.path("big"))
+    fill(a.bpath("big"), n)
+    emu.reset_stats()
+    t0 = time.monotonic()
+    try:
+        os.rename(a.path("big"), a.path("big2"))
+    except OSError:
+        print(a.log()[-3000:])
+        raise
+    print("\nrenamed a directory of %d entries in %.1f s, %d requests" % (
+        n, time.monotonic() - t0, emu.stats()["total"]))
+    assert len(os.listdir(a.path("big2"))) == n
+    assert lock_docs(emu) == {}
+
+
+@ES8_AND_ENGINES
+def test_es__unmount_ends_daemon_within_lock_timeout(backend, es_mounts):
+    # the store stops answering; requests would wait es_timeout_ms (60 s)
+    # each: the lease renewals, the release kept by a failed rename, the
+    # lease's deletion at exit. After the unmount the daemon must be gone
+    # within lock_timeout (and some slack for a busy machine)
+    lock_timeout = 4
+    (a,) = es_mounts(backend, "A", opts={"A": ["lock_timeout=%d" % lock_timeout,
+                                               "es_timeout_ms=60000"]})
+    os.mkdir(a.path("d"))
+    backend.pause()
+    try:
+        with pytest.raises(OSError) as e:
+            os.rename(a.path("d"), a.path("e"))
+        assert e.value.errno == errno.ENOLCK
+        r = subprocess.run(["fusermount3", "-u", a.mnt], capture_output=True, text=True,
+                           timeout=30)
+        assert r.returncode == 0, r.stderr
+        t0 = time.monotonic()
+        try:
+            a.proc.wait(timeout=lock_timeout + 6)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the daemon still runs %.1f s after the unmount (lock_timeout %d s):\n%s"
+                        % (time.monotonic() - t0, lock_timeout, a.log()))
+        print("\ndaemon gone %.1f s after the unmount" % (time.monotonic() - t0))
+    finally:
+        backend.resume()
+        forget_mount(a)
