@@ -52,7 +52,7 @@ def test_es__scripts_stored_at_mount(backend, es_mounts):
 @pytest.mark.emulator_only("a user without the privilege to store scripts is the emulator's fault")
 def test_es__no_script_privilege_falls_back_inline(emu, es_mounts):
     emu.admin("POST", "/_esemu/forbid", {"apis": ["put_script"]})
-    (a,) = es_mounts(emu, "A")
+    (a,) = es_mounts(emu, "A", lease_ttl=60)  # no heartbeat re-check during the count
     assert ("lock scripts: sent inline (cannot store scripts: HTTP 403 security_exception)"
             in a.log()), a.log()
     st, body = es_request(emu, "GET", "/_scripts/treelockfs-acqs-v1")
