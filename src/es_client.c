@@ -41,8 +41,7 @@ bool es_deadline_passed(void)
 	return deadline_ms && es_deadline_left() == 0;
 }
 
-/* The timeout of the next request of this thread (0: the client's). */
-static unsigned int request_timeout(const struct es_client *c)
+unsigned int es_request_timeout(const struct es_client *c)
 {
 	int64_t left = es_deadline_left();
 
@@ -196,7 +195,7 @@ enum es_call_class es_call(struct es_client *c, const char *method, const char *
 	char errbuf[256];
 	int err;
 
-	err = httpc_request(c->http, method, path, ctype, body, len, request_timeout(c), r, errbuf,
+	err = httpc_request(c->http, method, path, ctype, body, len, es_request_timeout(c), r, errbuf,
 			    sizeof(errbuf));
 	if (err) {
 		es_client_set_error(c, "request '%s %s' failed: %s", method, path,
@@ -625,18 +624,18 @@ static void queue_add(struct es_client *c, struct es_batch_req *q)
 	c->queued++;
 }
 
-int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root)
+/* One _bulk of DATA[0..LEN) (NITEMS items), alone or with the queue. */
+static int bulk_send_one(struct es_client *c, const char *data, size_t len, long nitems,
+			 cJSON **root)
 {
-	struct es_batch_req me = {.data = b->data, .len = b->len, .deadline_ms = deadline_ms};
+	struct es_batch_req me = {.data = data, .len = len, .deadline_ms = deadline_ms};
 	bool led = false, expired = false;
 	int64_t until = 0;
 
 	*root = NULL;
-	if (b->err)
-		return -ENOMEM;
-	me.nitems = es_bulk_count(b->data, b->len);
+	me.nitems = nitems;
 	if (me.nitems <= 0 || !c->batch_ready)
-		return bulk_post(c, b->data, b->len, root); /* not ours to split */
+		return bulk_post(c, data, len, root); /* not ours to split */
 	/* still queued then (the deadline, or now if it has passed, plus the
 	 * grace every request gets): not sent, this caller's own failure */
 	if (me.deadline_ms) {
@@ -681,6 +680,81 @@ int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root)
 				       "lock store's other requests");
 	*root = me.root;
 	return me.err;
+}
+
+/* The end of the first N items of DATA[0..LEN) (ndjson es_bulk_count()
+ * accepts). */
+static size_t items_end(const char *data, size_t len, long n)
+{
+	const char *p = data, *end = data + len;
+
+	while (n-- > 0 && p < end) {
+		/* the action line; all but delete carry a source line */
+		bool del = strncmp(p, "{\"delete\"", 9) == 0;
+		int lines = del ? 1 : 2;
+
+		while (lines-- > 0 && p < end) {
+			const char *nl = memchr(p, '\n', (size_t)(end - p));
+
+			p = nl ? nl + 1 : end;
+		}
+	}
+	return (size_t)(p - data);
+}
+
+int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root)
+{
+	long nitems, done = 0, k;
+	size_t off = 0, l;
+	cJSON *all = NULL, *part, *items, *it;
+	int err = 0;
+
+	*root = NULL;
+	if (b->err)
+		return -ENOMEM;
+	nitems = es_bulk_count(b->data, b->len);
+	if (nitems <= ES_BULK_MAX_ITEMS)
+		return bulk_send_one(c, b->data, b->len, nitems, root);
+	/* in chunks, one after the other: each answer stays well below the
+	 * response cap; the items of every chunk are appended in order */
+	all = cJSON_CreateObject();
+	items = all ? cJSON_AddArrayToObject(all, "items") : NULL;
+	if (!items) {
+		cJSON_Delete(all);
+		return -ENOMEM;
+	}
+	cJSON_AddFalseToObject(all, "errors");
+	while (done < nitems) {
+		k = nitems - done < ES_BULK_MAX_ITEMS ? nitems - done : ES_BULK_MAX_ITEMS;
+		l = items_end(b->data + off, b->len - off, k);
+		if (done && es_deadline_passed()) {
+			/* the rest is not sent: a caller past its deadline
+			 * gets one chunk's grace, not one per chunk */
+			err = -EAGAIN;
+			break;
+		}
+		err = bulk_send_one(c, b->data + off, l, k, &part);
+		if (err) {
+			/* what went before may have been applied */
+			if (done && err == -ETIMEDOUT)
+				err = -EAGAIN;
+			break;
+		}
+		while ((it = cJSON_DetachItemFromArray(cJSON_GetObjectItemCaseSensitive(part, "items"),
+						       0)))
+			cJSON_AddItemToArray(items, it);
+		if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(part, "errors")))
+			cJSON_ReplaceItemInObjectCaseSensitive(all, "errors", cJSON_CreateTrue());
+		cJSON_Delete(part);
+		done += k;
+		off += l;
+	}
+	if (err) {
+		cJSON_Delete(all);
+		return err;
+	}
+	*root = all;
+	return 0;
 }
 
 /* The sender thread: sends the queue whenever a handed-off bulk waits in
@@ -759,8 +833,8 @@ int es_bulk_send_detached(struct es_client *c, const struct buf *b, cJSON **root
 	if (b->err)
 		return -ENOMEM;
 	nitems = es_bulk_count(b->data, b->len);
-	if (nitems <= 0 || !c->batch_ready)
-		return es_bulk_send(c, b, root);
+	if (nitems <= 0 || nitems > ES_BULK_MAX_ITEMS || !c->batch_ready)
+		return es_bulk_send(c, b, root); /* a bulk in chunks is waited for */
 	pthread_mutex_lock(&c->batch_mutex);
 	/* what es_bulk_send() would send at once, it sends: a lone rename
 	 * sees its release answered before it returns, as without a sender */

@@ -55,6 +55,11 @@ struct es_batch_req;
 #define ES_BATCH_AGE_MS 50
 #define ES_BATCH_MAX 64
 #define ES_BATCH_MAX_BYTES (4u << 20)
+/* Items of one _bulk request at most: a larger bulk (a document-strategy
+ * plan of a large directory) goes in chunks of this many, one after the
+ * other, so that no answer nears the response cap (an item's answer is a
+ * few hundred bytes, a refusal's about 2 KB). */
+#define ES_BULK_MAX_ITEMS 1000
 
 struct es_client {
 	struct httpc *http;
@@ -86,11 +91,11 @@ struct es_client {
 	 * (es_index_scripts()), switched to inline by es_item_state() should
 	 * a stored script go missing; read by whoever builds a request. */
 	atomic_bool scripts_stored;
-	/* es_index.c's: a failure worth retrying left the scripts inline
-	 * (the heartbeat tries again), and how they travel for treelockctl
-	 * check; written by one thread at a time (the opening one, then the
-	 * heartbeat) */
-	bool scripts_pending;
+	/* es_index.c's: the scripts were checked once by a mount (its
+	 * heartbeat checks them again), and how they travel, for the log
+	 * and treelockctl check; written by one thread at a time (the
+	 * opening one, then the heartbeat) */
+	bool scripts_checked;
 	char scripts_note[240];
 };
 
@@ -142,6 +147,10 @@ void es_log_refusal(struct es_client *c, const char *method, const char *path,
  * DEADLINE_MS (monotonic ms), at least ES_GRACE_MS) as its whole timeout:
  * a rename's lock_timeout bounds every request made on its behalf. */
 void es_deadline_set(int64_t deadline_ms);
+/* The timeout of the calling thread's next request of C, as above, in
+ * ms (0: none nearer than the client's own), for requests made with
+ * httpc_request() directly. */
+unsigned int es_request_timeout(const struct es_client *c);
 /* True when the calling thread has a deadline and it has passed. */
 bool es_deadline_passed(void);
 /* Milliseconds left until the calling thread's deadline (INT64_MAX: none,
@@ -168,7 +177,11 @@ cJSON *es_parse(const struct httpc_response *r);
  * B may travel in one _bulk with the bulks of other threads (group commit,
  * see max_inflight): the items of each caller are applied in its
  * order, a failure of the whole request is every caller's, and the
- * request's timeout is capped by the earliest deadline among them. */
+ * request's timeout is capped by the earliest deadline among them.
+ * A B of more than ES_BULK_MAX_ITEMS items goes in chunks, in order; a
+ * chunk that fails ends it (-EAGAIN once an earlier chunk was sent: those
+ * may have been applied), and so does the deadline passing between two
+ * chunks. *ROOT then holds the items of every chunk. */
 int es_bulk_send(struct es_client *c, const struct buf *b, cJSON **root);
 
 /* Called with the outcome of a bulk handed off by

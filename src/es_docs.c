@@ -61,8 +61,8 @@ static cJSON *update_action(const char *id)
 	return act;
 }
 
-/* Stored in this order: a mount reads the last one alone (es_index.c), so
- * a new script goes at the end, or ES_SCRIPTS_VERSION changes. */
+/* Stored in this order (es_index.c); a new script goes at the end, or
+ * ES_SCRIPTS_VERSION changes. */
 static const struct es_script scripts[] = {
 	{SCRIPT_ACQ_S_ID, SCRIPT_ACQ_S},   {SCRIPT_ACQ_X_ID, SCRIPT_ACQ_X},
 	{SCRIPT_RELEASE_ID, SCRIPT_RELEASE}, {SCRIPT_MARK_ID, SCRIPT_MARK},
@@ -78,7 +78,7 @@ cJSON *es_docs_stored_script(const char *source)
 {
 	cJSON *b = cJSON_CreateObject(), *s = cJSON_AddObjectToObject(b, "script");
 
-	cJSON_AddStringToObject(s, "lang", "painless");
+	cJSON_AddStringToObject(s, "lang", ES_SCRIPT_LANG);
 	cJSON_AddStringToObject(s, "source", source);
 	return b;
 }

@@ -35,6 +35,8 @@
 /* The version in the stored scripts' ids ("treelockfs-rel-v1"): bumped
  * whenever a script's source changes (es_scripts.h). */
 #define ES_SCRIPTS_VERSION "v1"
+/* The language of every script: a stored script of another is not ours. */
+#define ES_SCRIPT_LANG "painless"
 /* retry_on_conflict of scripted updates: concurrent shared updates of one
  * document are retried inside Elasticsearch */
 #define ES_RETRY_ON_CONFLICT 5
@@ -53,6 +55,8 @@ struct es_req {
 	bool stored;           /* scripts by id (stored in the cluster), else inline */
 	char *const *dead;     /* owner ids known dead (their marks are ignored) */
 	size_t ndead;
+	size_t sent;           /* items 0..sent-1 may have reached the store (a
+				* plan goes in chunks): a rollback releases these */
 };
 
 /* One script of the store: its versioned stored id and its source. */

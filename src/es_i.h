@@ -49,6 +49,8 @@ struct es_options {
 	char *start_timeout_s;
 	char *inflight_s;
 	int insecure;
+	/* es_allow_insecure: credentials may go to an http:// URL (warned) */
+	int allow_insecure;
 	unsigned int timeout_ms;
 	unsigned int start_timeout; /* seconds */
 	unsigned int inflight;      /* _bulk requests in flight at most */
@@ -91,6 +93,9 @@ struct es_store {
 	enum tl_strategy strategy;
 	char version[64];
 	bool opensearch;
+	/* es_allow_insecure=1 let credentials go to an http:// URL: said at
+	 * start and by treelockctl check */
+	bool cleartext_creds;
 
 	pthread_mutex_t mutex;   /* leaf: never held across a request */
 	/* protected by mutex: */
@@ -126,6 +131,10 @@ struct es_store {
 
 /* The es backend's options in CFG (es_options.c). */
 const struct es_options *es_options_of(const struct tl_config *cfg);
+
+/* True when a URL of O's es_url is http:// (credentials would travel
+ * unencrypted). */
+bool es_opts_cleartext(const struct es_options *o);
 
 /* Opens the store (lockstore_es.c); FOR_CTL: treelockctl's observer. */
 int es_store_open(const struct tl_config *cfg, struct lockstore **out, bool for_ctl);

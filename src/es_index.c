@@ -4,6 +4,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,8 +123,8 @@ int es_index_verify(struct es_client *c, enum tl_strategy s, char **have)
 		return -EPROTO;
 	if (strcmp(*have, want) != 0)
 		return -EINVAL;
-	if (c->scripts_pending)
-		es_index_scripts(c, false);
+	/* every check: a stored script may have been replaced meanwhile */
+	es_index_scripts(c, false);
 	return 0;
 }
 
@@ -164,8 +165,8 @@ static int script_read(struct es_client *c, const struct es_script *sc, char *wh
 	struct httpc_response r;
 	enum es_call_class cc;
 	char *path = NULL, st[128];
-	cJSON *root;
-	const char *have;
+	cJSON *root, *script;
+	const char *have, *lang;
 	int ret;
 
 	if (asprintf(&path, "/_scripts/%s", sc->id) < 0)
@@ -173,10 +174,14 @@ static int script_read(struct es_client *c, const struct es_script *sc, char *wh
 	cc = es_call(c, "GET", path, NULL, NULL, 0, &r, true);
 	if (cc == ES_CALL_OK) {
 		root = es_parse(&r);
-		have = es_jstr(cJSON_GetObjectItemCaseSensitive(root, "script"), "source");
-		ret = have && strcmp(have, sc->source) == 0;
+		script = cJSON_GetObjectItemCaseSensitive(root, "script");
+		have = es_jstr(script, "source");
+		lang = es_jstr(script, "lang");
+		ret = have && strcmp(have, sc->source) == 0 && lang && strcmp(lang, ES_SCRIPT_LANG) == 0;
 		if (!ret)
-			snprintf(why, size, "stored script %s is not ours", sc->id);
+			snprintf(why, size,
+				 "stored script %s is not ours: its %s differs from this release's",
+				 sc->id, have && strcmp(have, sc->source) == 0 ? "language" : "source");
 		cJSON_Delete(root);
 	} else if (cc == ES_CALL_RETRY) {
 		retry_note(&r, why, size);
@@ -231,82 +236,85 @@ static int script_put(struct es_client *c, const struct es_script *sc, char *why
 /* Which way the N scripts SC can travel (1 by id, 0 inline: *WHY says why,
  * -EAGAIN, -ENOMEM), storing the missing ones unless FOR_CTL.
  *
- * A mount stores them in table order, each after the one before it, so the
- * last one is stored last: when it is there with our source, so are the
- * others (a stored id names one version of a source, es_scripts.h), and a
- * mount reads that one alone. Where it is missing (first mount, or one
- * that stopped halfway), every script is read and the missing ones are
- * stored, the last one last again. A script deleted by hand behind a
- * stored last one is met by the request that names it (es_item_state():
- * inline from then on). treelockctl check reads every script: its report
- * says what the cluster holds. */
+ * Every script is read and compared, source and language, each time: one
+ * stored script that is not ours (replaced by hand or by another program
+ * under our id) would otherwise be run by every request that names it,
+ * and a replaced acquire script breaks mutual exclusion. Then a mount
+ * stores the missing ones in table order; treelockctl only reports. */
 static int scripts_usable(struct es_client *c, const struct es_script *sc, size_t n,
 			  bool for_ctl, char *why, size_t size)
 {
-	size_t i;
+	size_t i, nmissing = 0, first_missing = n;
+	uint64_t missing = 0; /* bit I: sc[I] is not stored */
 	int ret;
 
-	if (!for_ctl) {
-		ret = script_read(c, &sc[n - 1], why, size);
-		if (ret != -ENOENT)
+	for (i = 0; i < n && i < 64; i++) {
+		ret = script_read(c, &sc[i], why, size);
+		if (ret == -ENOENT) {
+			if (!nmissing++)
+				first_missing = i;
+			missing |= UINT64_C(1) << i;
+			continue;
+		}
+		if (ret != 1)
+			return ret; /* not ours or not readable (0), -EAGAIN, -ENOMEM */
+	}
+	if (!nmissing)
+		return 1;
+	if (for_ctl) {
+		if (nmissing < n)
+			snprintf(why, size,
+				 "stored script %s is missing: the next mount stores it again",
+				 sc[first_missing].id);
+		return 0; /* all missing: script_read() said "not stored yet" */
+	}
+	for (i = first_missing; i < n && i < 64; i++) {
+		if (!(missing & UINT64_C(1) << i))
+			continue;
+		ret = script_put(c, &sc[i], why, size);
+		if (ret != 1)
 			return ret;
 	}
-	for (i = 0, ret = 1; i < n && ret == 1; i++) {
-		/* a mount that gets here has just found the last one missing */
-		ret = !for_ctl && i == n - 1 ? -ENOENT : script_read(c, &sc[i], why, size);
-		if (ret == -ENOENT && !for_ctl)
-			ret = script_put(c, &sc[i], why, size);
-	}
-	if (ret == -ENOENT && for_ctl && i < n) {
-		/* treelockctl: one is missing (deleted by hand?) behind a
-		 * stored last one, which a mount takes for all of them */
-		char last[160];
-
-		ret = script_read(c, &sc[n - 1], last, sizeof(last));
-		if (ret == 1)
-			snprintf(why, size,
-				 "stored script %s is missing: a mount switches to inline scripts "
-				 "once it needs it (delete %s and the next mount stores them all)",
-				 sc[i - 1].id, sc[n - 1].id);
-		else if (ret != -ENOENT)
-			snprintf(why, size, "%s", last);
-		if (ret != -EAGAIN && ret != -ENOMEM)
-			ret = 0;
-	}
-	return ret == -ENOENT ? 0 : ret;
+	return 1;
 }
 
 int es_index_scripts(struct es_client *c, bool for_ctl)
 {
-	char why[200] = "";
-	bool again = c->scripts_pending;
+	char why[200] = "", note[sizeof(c->scripts_note)];
 	size_t n;
 	const struct es_script *sc = es_docs_scripts(&n);
+	bool was_stored = es_client_scripts_stored(c), foreign;
 	int ret;
 
 	ret = scripts_usable(c, sc, n, for_ctl, why, sizeof(why));
 	if (ret == -ENOMEM)
 		return ret;
-	/* the store failing now (429, 5xx, no answer) does not hold up the
-	 * start: inline until a later try stores them */
-	c->scripts_pending = ret == -EAGAIN && !for_ctl;
+	if (ret == -EAGAIN && !for_ctl && c->scripts_checked)
+		return 0; /* cannot tell now: as they were; the next check tries again */
 	if (ret == -EAGAIN && for_ctl)
 		snprintf(why, sizeof(why), "the store failed to say; try again");
-	if (again && c->scripts_pending)
-		return 0; /* still failing: said so already */
+	/* the store failing at start (429, 5xx, no answer) does not hold it
+	 * up: inline until a later check stores them */
 	es_client_set_scripts_stored(c, ret == 1);
 	if (ret == 1)
-		snprintf(c->scripts_note, sizeof(c->scripts_note),
-			 "stored in the cluster (treelockfs-*-%s)", ES_SCRIPTS_VERSION);
+		snprintf(note, sizeof(note), "stored in the cluster (treelockfs-*-%s)",
+			 ES_SCRIPTS_VERSION);
 	else
-		snprintf(c->scripts_note, sizeof(c->scripts_note), "inline (%s)", why);
-	if (!for_ctl) {
+		snprintf(note, sizeof(note), "inline (%s)", why);
+	foreign = ret == 0 && strstr(why, " is not ours") != NULL;
+	if (!for_ctl && (!c->scripts_checked || strcmp(note, c->scripts_note) != 0 ||
+			 was_stored != (ret == 1))) {
 		if (ret == 1)
-			tl_log(LOG_NOTICE, "lock scripts: %s", c->scripts_note);
+			tl_log(LOG_NOTICE, "lock scripts: %s", note);
+		else if (foreign)
+			tl_log(LOG_WARNING, "lock scripts: %s: sending every script inline, by "
+			       "source; a mount that runs the stored one would not exclude ours",
+			       why);
 		else
-			tl_log(LOG_NOTICE, "lock scripts: sent %s: every request carries them",
-			       c->scripts_note);
+			tl_log(LOG_NOTICE, "lock scripts: sent %s: every request carries them", note);
 	}
+	snprintf(c->scripts_note, sizeof(c->scripts_note), "%s", note);
+	c->scripts_checked = !for_ctl;
 	return 0;
 }
 
@@ -360,7 +368,8 @@ int es_index_check_cluster(struct es_client *c, char *version, size_t size, bool
 	const char *num, *dist;
 	int err;
 
-	err = httpc_request(c->http, "GET", "/", NULL, NULL, 0, 0, &r, errbuf, sizeof(errbuf));
+	err = httpc_request(c->http, "GET", "/", NULL, NULL, 0, es_request_timeout(c), &r, errbuf,
+			    sizeof(errbuf));
 	if (err) {
 		/* the caller retries, then logs the last error */
 		if (*errbuf)

@@ -39,16 +39,17 @@ int es_index_read_mapping(struct es_client *c, char **strategy, bool *keyword_pa
  * retrying), -ENOLCK, -ENOMEM. */
 int es_index_bootstrap(struct es_client *c, enum tl_strategy s, bool for_ctl);
 
-/* Makes the lock scripts (es_docs.h) usable by id: a mount reads the one
- * stored last (GET _scripts/<id>), one request when the scripts are there;
- * where it is missing, each is read and the missing ones stored (PUT), in
- * order. FOR_CTL reads each and stores nothing. Where storing is refused
- * (no privilege, stored scripts disabled) or a stored script is not ours,
- * they travel inline. A store that fails now (429, 5xx, no answer) does
- * not fail the start: the scripts travel inline and es_index_verify()
- * tries again. Sets es_client_scripts_stored() and, unless FOR_CTL, logs
- * which (once, not at every failed try). Returns 0 or -ENOMEM. Called by
- * es_index_bootstrap() once the index is ours. */
+/* Makes the lock scripts (es_docs.h) usable by id: reads every one (GET
+ * _scripts/<id>) and compares its source and language with ours; a mount
+ * then stores the missing ones (PUT), in order. FOR_CTL stores nothing.
+ * Where storing is refused (no privilege, stored scripts disabled) or any
+ * stored script is not ours, every script travels inline (a script that
+ * is not ours is logged as a warning). A store that fails now (429, 5xx,
+ * no answer) does not fail the start: the scripts travel inline, and a
+ * later check (es_index_verify()) that cannot tell leaves them as they
+ * are. Sets es_client_scripts_stored() and, unless FOR_CTL, logs which
+ * when it changes. Returns 0 or -ENOMEM. Called by es_index_bootstrap()
+ * once the index is ours, and by es_index_verify(). */
 int es_index_scripts(struct es_client *c, bool for_ctl);
 
 /* How the scripts of C travel, as es_index_scripts() found ("stored in the
@@ -60,8 +61,9 @@ const char *es_index_scripts_note(const struct es_client *c);
  * *HAVE gets the strategy it records (or NULL; caller frees). Returns 0,
  * -EPROTO (not our mapping: auto-created or foreign), -EINVAL (another
  * strategy), -EAGAIN (cannot tell now), -ENOLCK, -ENOMEM. Logs only the
- * re-creation. Then, when a failure of the store left the scripts inline,
- * tries es_index_scripts() again. */
+ * re-creation. Then checks the scripts again (es_index_scripts()): a
+ * stored one replaced meanwhile sends them inline, one stored again (or
+ * a store that recovered) by id. */
 int es_index_verify(struct es_client *c, enum tl_strategy s, char **have);
 
 #endif /* TREELOCKFS_ES_INDEX_H */

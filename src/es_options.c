@@ -1,7 +1,8 @@
 /* es_options.c - the es backend's own options, see options.h
  *
  * es_url, es_index, es_user, es_password_file, es_api_key_file, es_cacert,
- * es_timeout_ms, es_start_timeout, es_inflight, es_insecure: parsed by this
+ * es_timeout_ms, es_start_timeout, es_inflight, es_insecure,
+ * es_allow_insecure: parsed by this
  * table over the same command line and config file as the shared options,
  * checked here, kept in struct es_options (es_i.h). owner and lease_ttl
  * are store-generic (any store shared by many mounts has owners and
@@ -17,6 +18,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "es_i.h"
 #include "lockstore_es.h"
@@ -38,6 +40,12 @@ static const struct fuse_opt es_opts[] = {
 	OPT_STR("es_password", password_arg),
 	OPT_STR("es_api_key", api_key_arg),
 	TL_OPT_BOOL("es_insecure", struct es_options, insecure),
+	TL_OPT_BOOL("es_allow_insecure", struct es_options, allow_insecure),
+	/* as the config file and -o lists write it */
+	{"es_allow_insecure=1", offsetof(struct es_options, allow_insecure), 1},
+	{"es_allow_insecure=0", offsetof(struct es_options, allow_insecure), 0},
+	{"--es_allow_insecure=1", offsetof(struct es_options, allow_insecure), 1},
+	{"--es_allow_insecure=0", offsetof(struct es_options, allow_insecure), 0},
 	FUSE_OPT_END,
 };
 
@@ -51,6 +59,8 @@ static const char es_help[] =
 	"    --es_api_key_file=FILE   API key (id:key or encoded; file mode 600)\n"
 	"    --es_cacert=FILE         CA certificate(s) for https\n"
 	"    --es_insecure            do not verify the server's certificate (warns)\n"
+	"    --es_allow_insecure=1    let credentials go to an http:// URL, unencrypted\n"
+	"                             (refused without it; warns)\n"
 	"    --es_timeout_ms=MS       per-request timeout (default 5000)\n"
 	"    --es_start_timeout=SECS  retry a failing store at start for up to\n"
 	"                             SECS seconds (default 30)\n"
@@ -88,6 +98,21 @@ static bool valid_index_name(const char *s)
 		if (isupper((unsigned char)*s) || strchr("\\/*?\"<>| ,#:", *s))
 			return false;
 	return true;
+}
+
+bool es_opts_cleartext(const struct es_options *o)
+{
+	const char *u;
+
+	for (u = o->url ? o->url : ""; *u;) {
+		size_t len = strcspn(u, ",; \t");
+
+		if (len >= 7 && strncasecmp(u, "http://", 7) == 0)
+			return true;
+		u += len;
+		u += strspn(u, ",; \t");
+	}
+	return false;
 }
 
 static void es_opts_validate(void *p, struct tl_config *cfg, bool selected)
@@ -129,6 +154,10 @@ static void es_opts_validate(void *p, struct tl_config *cfg, bool selected)
 			u += strspn(u, ",; \t");
 		}
 	}
+	if ((o->user || o->api_key_file) && !o->allow_insecure && es_opts_cleartext(o))
+		config_error(cfg, "es_url names an http:// node: the credentials (%s) would travel "
+				  "unencrypted; use https:// (es_cacert=FILE), or es_allow_insecure=1 "
+				  "to send them anyway", o->user ? "es_user" : "es_api_key_file");
 	if (!valid_index_name(o->index))
 		config_error(cfg, "invalid es_index '%s': lowercase, no \\/*?\"<>|,#: or space, "
 				  "not starting with - _ +", o->index);

@@ -58,26 +58,38 @@ static void ctl_put_key(FILE *f, const char *key)
 	}
 }
 
-/* True when the caller (whose credentials this thread has) may look up
- * KEY's entry: search permission on every directory from the backing root
- * to KEY's parent, which is what reaching the name natively takes. A key
- * that is not a path (no leading '/') names no entry. A key too long to
- * check, or whose directory is gone, is not shown. */
+/* True when the caller (whose credentials this thread has) may learn
+ * KEY: it may list every directory from the backing root to KEY's parent
+ * (read and search permission), which is what finding the name natively
+ * takes; a name in a directory the caller may only search (0711) is not
+ * shown, as readdir would not show it. KEY is decoded first: a store
+ * lists keys as their text ("bytes:/..." for names that are not UTF-8,
+ * path_key_text()), and every form is judged by the entry it names.
+ * "global" names no entry and is shown; any other key that is not a path
+ * (a hashed id without its path, a text no key has), a key too long to
+ * check, or one whose directory is gone, is not. */
 static bool ctl_key_visible(struct tlfs *fs, const char *key)
 {
-	const char *slash = strrchr(key, '/');
-	char *dir;
+	char *raw = NULL, *slash, *p;
 	bool ok;
 
-	if (key[0] != '/' || creds_are_root())
+	if (creds_are_root())
 		return true;
-	if (slash == key)
-		return faccessat(fs->backing_fd, ".", X_OK, AT_EACCESS) == 0;
-	dir = strndup(key + 1, (size_t)(slash - key - 1));
-	if (!dir)
+	if (path_key_from_text(key, &raw) != 0)
 		return false;
-	ok = faccessat(fs->backing_fd, dir, X_OK, AT_EACCESS) == 0;
-	free(dir);
+	if (raw[0] != '/') {
+		ok = strcmp(raw, "global") == 0;
+		goto out;
+	}
+	ok = faccessat(fs->backing_fd, ".", R_OK | X_OK, AT_EACCESS) == 0;
+	slash = strrchr(raw, '/');
+	for (p = strchr(raw + 1, '/'); ok && p && p <= slash; p = strchr(p + 1, '/')) {
+		*p = '\0';
+		ok = faccessat(fs->backing_fd, raw + 1, R_OK | X_OK, AT_EACCESS) == 0;
+		*p = '/';
+	}
+out:
+	free(raw);
 	return ok;
 }
 

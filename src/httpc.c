@@ -57,6 +57,7 @@ struct httpc {
 	uint64_t bytes_sent;        /* atomic */
 	uint64_t bytes_received;    /* atomic */
 	struct tl_hist seconds;     /* the attempts' durations (atomics) */
+	int64_t end_ms;             /* atomic; httpc_set_end(), 0: none */
 	pthread_key_t key;
 	struct httpc_handle *handles; /* protected by mutex */
 	pthread_mutex_t mutex;      /* leaf lock: never held across a request */
@@ -379,6 +380,27 @@ static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 
 /* Maps a libcurl failure to -errno (transport only; HTTP statuses are not
  * errors here). */
+/* libcurl's progress callback: ends a transfer once the client's end
+ * (httpc_set_end()) has passed. Called at least about once a second, also
+ * while nothing is transferred. */
+static int end_cb(void *clientp, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+		  curl_off_t ulnow)
+{
+	const struct httpc *c = clientp;
+	int64_t end = __atomic_load_n(&c->end_ms, __ATOMIC_RELAXED);
+
+	(void)dltotal;
+	(void)dlnow;
+	(void)ultotal;
+	(void)ulnow;
+	return end && tl_mono_ms() >= end;
+}
+
+void httpc_set_end(struct httpc *c, int64_t end_ms)
+{
+	__atomic_store_n(&c->end_ms, end_ms, __ATOMIC_RELAXED);
+}
+
 static int curl_errno(CURLcode rc, bool toobig)
 {
 	if (toobig)
@@ -387,6 +409,7 @@ static int curl_errno(CURLcode rc, bool toobig)
 	case CURLE_OUT_OF_MEMORY:
 		return -ENOMEM;
 	case CURLE_OPERATION_TIMEDOUT:
+	case CURLE_ABORTED_BY_CALLBACK: /* the client's end (httpc_set_end()) */
 		return -ETIMEDOUT;
 	case CURLE_SSL_CONNECT_ERROR:
 	case CURLE_PEER_FAILED_VERIFICATION:
@@ -504,6 +527,9 @@ static int request_node(struct httpc *c, struct httpc_handle *h, int i, const ch
 	curl_easy_setopt(e, CURLOPT_WRITEDATA, &b);
 	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, curl_err);
 	curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, end_cb);
+	curl_easy_setopt(e, CURLOPT_XFERINFODATA, c);
+	curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
 	if (strcmp(method, "HEAD") == 0)
 		curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
 	else if (strcmp(method, "GET") != 0)
@@ -585,6 +611,10 @@ int httpc_request(struct httpc *c, const char *method, const char *path, const c
 	if (!tried)
 		return -ENOMEM;
 	for (k = 0; k < c->nnodes; k++) {
+		/* the client's end caps every attempt (httpc_set_end()) */
+		int64_t cend = __atomic_load_n(&c->end_ms, __ATOMIC_RELAXED);
+		unsigned int t = timeout_ms;
+
 		i = next_node(c, tried);
 		if (i < 0)
 			break;
@@ -595,10 +625,22 @@ int httpc_request(struct httpc *c, const char *method, const char *path, const c
 				err = -ETIMEDOUT;
 				break;
 			}
-			timeout_ms = (unsigned int)left;
+			t = (unsigned int)left;
 		}
-		err = request_node(c, h, i, method, path, ctype, body, len, timeout_ms, resp,
-				   errbuf, errlen);
+		if (cend) {
+			left = cend - tl_mono_ms();
+			if (left <= 0) {
+				err = -ETIMEDOUT;
+				if (errbuf && errlen)
+					snprintf(errbuf, errlen, "%s: the client is stopping",
+						 c->nodes[i].name);
+				break;
+			}
+			if (left < (t ? t : c->timeout_ms))
+				t = (unsigned int)left;
+		}
+		err = request_node(c, h, i, method, path, ctype, body, len, t, resp, errbuf,
+				   errlen);
 		if (err == 0) {
 			node_result(c, i, true);
 			break;

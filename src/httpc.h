@@ -85,6 +85,12 @@ int httpc_request(struct httpc *c, const char *method, const char *path, const c
 		  const char *body, size_t len, unsigned int timeout_ms, struct httpc_response *resp,
 		  char *errbuf, size_t errlen);
 
+/* From now on every request of C ends by END_MS (monotonic ms, 0: no
+ * end): later ones fail at once with -ETIMEDOUT, and those in flight are
+ * ended (within about a second: libcurl's progress callback). For a
+ * process that stops: no request outlives its budget. Any thread. */
+void httpc_set_end(struct httpc *c, int64_t end_ms);
+
 /* Frees what *R owns and empties it; accepts an empty response. */
 void httpc_response_free(struct httpc_response *r);
 

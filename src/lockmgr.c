@@ -130,6 +130,15 @@ int lockmgr_acquire(struct lockmgr *m, const struct tl_plan *plan, uint32_t pid,
 		why.key[0] = '\0';
 		why.holder[0] = '\0';
 		why.held_ms = -1;
+		if (__atomic_load_n(&m->stopping, __ATOMIC_RELAXED)) {
+			/* the mount ends: nothing waits for the store any more */
+			if (attempt && st->ops->abandon)
+				st->ops->abandon(st, plan, h);
+			stats_add(&m->stats.errors, 1);
+			tl_log(LOG_NOTICE, "%s given up: the mount is stopping",
+			       plan_desc(plan, desc, sizeof(desc)));
+			return lockstore_errno(-ENOLCK);
+		}
 		err = st->ops->try_acquire(st, plan, h, &why);
 		if (err == 0)
 			break;
@@ -220,6 +229,14 @@ int lockmgr_release(struct lockmgr *m, const struct tl_plan *plan, struct tl_hol
 		return lockstore_errno(err);
 	}
 	return 0;
+}
+
+void lockmgr_shutdown(struct lockmgr *m, int64_t end_ms)
+{
+	if (__atomic_exchange_n(&m->stopping, 1, __ATOMIC_RELAXED))
+		return;
+	if (m->store->ops->shutdown)
+		m->store->ops->shutdown(m->store, end_ms);
 }
 
 bool lockmgr_lease_fresh(struct lockmgr *m)

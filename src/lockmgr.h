@@ -28,6 +28,7 @@ struct lockmgr {
 	double timeout;            /* seconds */
 	char owner[64];            /* this mount's owner name, for holder ids */
 	uint64_t next_ticket;      /* atomic */
+	int stopping;              /* atomic: lockmgr_shutdown() was called */
 	struct tl_stats stats;
 };
 
@@ -44,6 +45,11 @@ int lockmgr_acquire(struct lockmgr *m, const struct tl_plan *plan, uint32_t pid,
 /* Releases what lockmgr_acquire() took. Returns 0 or -ENOLCK (logged; the
  * store's leases clean up what could not be released). */
 int lockmgr_release(struct lockmgr *m, const struct tl_plan *plan, struct tl_holder *h);
+
+/* The mount is ending: acquires fail with ENOLCK from their next attempt
+ * on (new ones at once), and the store ends every request by END_MS
+ * (monotonic ms; its shutdown op). Any thread; the first call counts. */
+void lockmgr_shutdown(struct lockmgr *m, int64_t end_ms);
 
 /* True while the store says our lease is fresh (fencing). */
 bool lockmgr_lease_fresh(struct lockmgr *m);

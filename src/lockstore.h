@@ -147,6 +147,13 @@ struct lockstore_ops {
 	int (*list)(struct lockstore *st, const char *prefix, struct tl_lock_info **out,
 		    size_t *n);
 
+	/* The mount is ending (unmounted, or a signal): every request of
+	 * the store ends by END_MS (CLOCK_MONOTONIC ms), those in flight
+	 * included, and later ones fail at once; what cannot be released
+	 * by then expires with the lease. Any thread, once. May be NULL (a
+	 * store that makes no requests). */
+	void (*shutdown)(struct lockstore *st, int64_t end_ms);
+
 	/* Store round trips so far (0 for the mem store). May be NULL. */
 	uint64_t (*requests)(struct lockstore *st);
 

@@ -50,7 +50,8 @@
  *
  * Requests, each a fixed Painless source with parameters (never built
  * from strings), stored in the cluster at mount and named by id, or inline
- * where storing is refused (es_index_scripts()):
+ * where storing is refused or a stored one is not ours, checked again at
+ * every heartbeat (es_index_scripts()):
  *
  *   acquire (ONE _bulk)  intent index, then per key in plan order:
  *                        X first attempt: create (the guide's exclusive)
@@ -387,7 +388,7 @@ out_rollback:
 	/* roll back (idempotent: noop where we hold nothing) and mark; the
 	 * intent stays while we wait, so a reap finds our marks too */
 	r->stored = es_client_scripts_stored(&es->cl);
-	for (i = n; i-- > 0;)
+	for (i = r->sent; i-- > 0;)
 		es_docs_release(&b, r->ids[i], r->hkey, r->stored);
 	for (i = 0; i < n; i++)
 		es_docs_mark(&b, r, i);
@@ -412,7 +413,7 @@ static void rollback(struct es_store *es, const struct es_req *r)
 	bool stored = es_client_scripts_stored(&es->cl);
 	size_t i;
 
-	for (i = r->plan->n; i-- > 0;)
+	for (i = r->sent; i-- > 0;)
 		es_docs_release(&b, r->ids[i], r->hkey, stored);
 	es_docs_intent_delete(&b, r->hkey);
 	es_send_idempotent(es, &b);
@@ -431,6 +432,7 @@ static int try_acquire(struct lockstore *st, const struct tl_plan *plan, struct 
 	cJSON *root = NULL;
 	bool fresh, any_refused, intent_ok = false;
 	bool sent = false; /* a request of ours may have reached the store */
+	size_t sent_upto = 0; /* the items before it may have reached it */
 	size_t i, ndead = 0;
 	int err = -ENOMEM, round, index_err;
 
@@ -467,8 +469,9 @@ static int try_acquire(struct lockstore *st, const struct tl_plan *plan, struct 
 	for (i = 0; i < plan->n; i++)
 		state[i] = ES_ITEM_RETRY;
 
-	for (round = 0; round < ES_ITEM_RETRIES; round++) {
-		size_t k = 0;
+	any_refused = false;
+	for (round = 0; round < ES_ITEM_RETRIES && !any_refused; round++) {
+		size_t next = 0, first, cnt, k;
 		cJSON *it;
 
 		if (round) {
@@ -478,7 +481,6 @@ static int try_acquire(struct lockstore *st, const struct tl_plan *plan, struct 
 				break; /* lock_timeout: lockmgr decides */
 			es_sleep_ms(ES_RETRY_BASE_MS << round);
 		}
-		buf_free(&b);
 		es_strv_free(dead, ndead);
 		dead = NULL;
 		ndead = 0;
@@ -487,54 +489,65 @@ static int try_acquire(struct lockstore *st, const struct tl_plan *plan, struct 
 			goto out_rollback;
 		r.dead = dead;
 		r.ndead = ndead;
-		r.now_ms = tl_wall_ms();
-		r.stored = es_client_scripts_stored(&es->cl);
-		if (!intent_ok)
-			es_docs_intent(&b, &r, es->name);
-		for (i = 0; i < plan->n; i++)
-			if (state[i] == ES_ITEM_RETRY)
-				es_docs_acquire(&b, &r, i);
-		/* a whole request that failed may have been applied: the
-		 * retry is safe (scripts are idempotent; a create that 409s
-		 * is checked against our holder id in on_refusal()) */
-		err = es_bulk_send(&es->cl, &b, &root);
-		if (err == -ETIMEDOUT)
-			continue; /* not sent, and the deadline has passed */
-		sent = true;
-		if (err == -EAGAIN)
-			continue;
-		if (err)
-			goto out_rollback;
-		it = cJSON_GetObjectItemCaseSensitive(root, "items")->child;
-		if (!intent_ok) {
-			intent_ok = es_item_state(&es->cl, it, NULL) == ES_ITEM_OK;
-			it = it ? it->next : NULL;
-		}
-		for (i = 0; i < plan->n; i++) {
-			long status;
-
-			if (state[i] != ES_ITEM_RETRY)
-				continue;
-			state[i] = es_item_state(&es->cl, it, &status);
-			if (state[i] == ES_ITEM_FATAL) {
-				char *t = cJSON_PrintUnformatted(it);
-
-				tl_log(LOG_ERR, "lock store rejected lock '%s' (HTTP %ld): %.1000s",
-				       plan->items[i].key, status, t ? t : "?");
-				free(t);
-				err = -EACCES;
+		/* the plan in chunks of ES_BULK_MAX_ITEMS, in order (a large
+		 * document-strategy plan); the first refused chunk ends the
+		 * attempt, and what was taken is rolled back */
+		while (!any_refused && (next < plan->n || !intent_ok)) {
+			buf_free(&b);
+			r.now_ms = tl_wall_ms();
+			r.stored = es_client_scripts_stored(&es->cl);
+			if (!intent_ok)
+				es_docs_intent(&b, &r, es->name);
+			for (first = next, cnt = 0; next < plan->n && cnt < ES_BULK_MAX_ITEMS - 1;
+			     next++)
+				if (state[next] == ES_ITEM_RETRY) {
+					es_docs_acquire(&b, &r, next);
+					cnt++;
+				}
+			if (!cnt && intent_ok)
+				break;
+			/* a whole request that failed may have been applied:
+			 * the retry is safe (scripts are idempotent; a create
+			 * that 409s is checked against our holder id in
+			 * on_refusal()) */
+			err = es_bulk_send(&es->cl, &b, &root);
+			if (err == -ETIMEDOUT)
+				break; /* not sent, and the deadline has passed */
+			sent = true;
+			if (next > sent_upto)
+				sent_upto = next;
+			if (err == -EAGAIN)
+				break; /* the next round resends what is not known */
+			if (err)
 				goto out_rollback;
+			it = cJSON_GetObjectItemCaseSensitive(root, "items")->child;
+			if (!intent_ok) {
+				intent_ok = es_item_state(&es->cl, it, NULL) == ES_ITEM_OK;
+				it = it ? it->next : NULL;
 			}
-			it = it ? it->next : NULL;
+			for (i = first; i < next; i++) {
+				long status;
+
+				if (state[i] != ES_ITEM_RETRY)
+					continue;
+				state[i] = es_item_state(&es->cl, it, &status);
+				if (state[i] == ES_ITEM_FATAL) {
+					char *t = cJSON_PrintUnformatted(it);
+
+					tl_log(LOG_ERR,
+					       "lock store rejected lock '%s' (HTTP %ld): %.1000s",
+					       plan->items[i].key, status, t ? t : "?");
+					free(t);
+					err = -EACCES;
+					goto out_rollback;
+				}
+				if (state[i] == ES_ITEM_REFUSED)
+					any_refused = true;
+				it = it ? it->next : NULL;
+			}
+			cJSON_Delete(root);
+			root = NULL;
 		}
-		cJSON_Delete(root);
-		root = NULL;
-		any_refused = false;
-		for (i = 0; i < plan->n; i++)
-			if (state[i] == ES_ITEM_REFUSED)
-				any_refused = true;
-		if (any_refused)
-			break;
 		for (k = 0, i = 0; i < plan->n; i++)
 			if (state[i] == ES_ITEM_RETRY)
 				k++;
@@ -544,6 +557,7 @@ static int try_acquire(struct lockstore *st, const struct tl_plan *plan, struct 
 	for (i = 0; i < plan->n && state[i] != ES_ITEM_REFUSED; i++)
 		;
 	if (i < plan->n) {
+		r.sent = sent_upto;
 		err = on_refusal(es, &r, h, state, why);
 		if (err == 0)
 			goto out_held;
@@ -569,8 +583,10 @@ out_held:
 out_rollback:
 	/* nothing to undo when no request of ours left (queued until the
 	 * deadline, or failed while being built) */
-	if (sent)
+	if (sent) {
+		r.sent = sent_upto;
 		rollback(es, &r);
+	}
 	if (err != -EACCES)
 		err = -ENOLCK;
 out:
@@ -659,6 +675,11 @@ static bool es_lease_fresh(struct lockstore *st)
 	fresh = es_lease_fresh_locked(es, tl_mono_ms()) && es->held_old == 0;
 	pthread_mutex_unlock(&es->mutex);
 	return fresh;
+}
+
+static void es_shutdown(struct lockstore *st, int64_t end_ms)
+{
+	httpc_set_end(es_of(st)->cl.http, end_ms);
 }
 
 static uint64_t es_requests(struct lockstore *st)
@@ -850,6 +871,11 @@ int es_start_retry(struct es_store *es, const char *what, int (*step)(struct es_
 	unsigned int attempts = 0;
 	int err;
 
+	/* every request of the last attempt is capped by what is left, as a
+	 * rename's lock_timeout caps its own (es_start_timeout=0: one attempt,
+	 * each request with the client's timeout) */
+	if (es->start_timeout)
+		es_deadline_set(deadline);
 	for (;;) {
 		attempts++;
 		err = step(es, arg);
@@ -864,6 +890,7 @@ int es_start_retry(struct es_store *es, const char *what, int (*step)(struct es_
 		es_sleep_ms(delay - delay / 4 + (int64_t)(random() % (delay / 2 + 1)));
 		delay = delay * 2 > ES_START_BACKOFF_MAX_MS ? ES_START_BACKOFF_MAX_MS : delay * 2;
 	}
+	es_deadline_set(0);
 	if (err == -EAGAIN) {
 		tl_log(LOG_ERR,
 		       "cannot %s at '%s' (es_start_timeout %u s, %u attempts in %.1f s); "
@@ -960,6 +987,10 @@ int es_store_open(const struct tl_config *cfg, struct lockstore **out, bool for_
 		goto out_close;
 	if (eo->insecure)
 		tl_log(LOG_WARNING, "es_insecure: TLS certificates of the lock store are not verified");
+	es->cleartext_creds = (eo->user || eo->api_key) && es_opts_cleartext(eo);
+	if (es->cleartext_creds && !for_ctl)
+		tl_log(LOG_WARNING, "es_allow_insecure: the password or API key of the lock store "
+		       "travels unencrypted (http://): anyone on the path can read and reuse it");
 	err = es_start_retry(es, "open the lock store", open_step, for_ctl);
 	if (err)
 		goto out_close;
@@ -986,6 +1017,7 @@ static const struct lockstore_ops es_ops = {
 	.release = es_release,
 	.lease_fresh = es_lease_fresh,
 	.list = es_list,
+	.shutdown = es_shutdown,
 	.requests = es_requests,
 	.metrics = es_metrics,
 	.close = es_close,

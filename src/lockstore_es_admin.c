@@ -60,6 +60,7 @@ static void check_json(FILE *out, struct es_store *es, const char *status, const
 	else
 		cJSON_AddNullToObject(o, "strategy");
 	cJSON_AddStringToObject(o, "scripts", es_index_scripts_note(&es->cl));
+	cJSON_AddBoolToObject(o, "cleartext_credentials", es->cleartext_creds);
 	text = cJSON_Print(o);
 	if (text)
 		fprintf(out, "%s\n", text);
@@ -79,6 +80,9 @@ int lockstore_es_check(struct lockstore *st, FILE *out, bool json)
 	if (!json) {
 		fprintf(out, "store:    %s at %s\n", es->version, httpc_node_name(es->cl.http, 0));
 		fprintf(out, "index:    %s\n", es->cl.index);
+		if (es->cleartext_creds)
+			fprintf(out, "warning:  credentials travel unencrypted (http://, "
+				     "es_allow_insecure)\n");
 	}
 	err = es_index_read_mapping(&es->cl, &have, &kw);
 	if (err && err != -ENOENT)

@@ -242,6 +242,65 @@ int path_text_lock_id(const char *text, char **out)
 	return 0;
 }
 
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+int path_key_from_text(const char *text, char **out)
+{
+	size_t pl = sizeof(PATH_BYTES_PREFIX) - 1, o = 0;
+	const char *s;
+	char *k, *back = NULL;
+	int err;
+
+	*out = NULL;
+	if (strncmp(text, PATH_BYTES_PREFIX, pl) != 0) {
+		*out = strdup(text);
+		return *out ? 0 : -ENOMEM;
+	}
+	k = malloc(strlen(text) + 1);
+	if (!k)
+		return -ENOMEM;
+	for (s = text + pl; *s; s++) {
+		int hi, lo;
+
+		if (*s != '\\') {
+			k[o++] = *s;
+			continue;
+		}
+		if (s[1] == '\\') {
+			k[o++] = '\\';
+			s++;
+			continue;
+		}
+		hi = s[1] == 'x' ? hexval(s[2]) : -1;
+		lo = hi >= 0 ? hexval(s[3]) : -1;
+		if (lo < 0 || (hi == 0 && lo == 0)) {
+			free(k);
+			return -EINVAL;
+		}
+		k[o++] = (char)(hi << 4 | lo);
+		s += 3;
+	}
+	k[o] = '\0';
+	/* one text per key: TEXT must be what path_key_text() makes of it */
+	err = path_key_text(k, &back);
+	if (!err && strcmp(back, text) != 0)
+		err = -EINVAL;
+	free(back);
+	if (err) {
+		free(k);
+		return err;
+	}
+	*out = k;
+	return 0;
+}
+
 int path_lock_id(const char *key, char **out)
 {
 	char *text;

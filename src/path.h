@@ -70,6 +70,13 @@ size_t path_utf8_len(const unsigned char *s, size_t n);
  * Returns 0 or -ENOMEM. */
 int path_key_text(const char *key, char **out);
 
+/* The inverse of path_key_text(): the key whose text is TEXT, as a new
+ * string in *OUT (caller frees). TEXT without PATH_BYTES_PREFIX is the key
+ * itself. Returns 0, -EINVAL (TEXT is no key's text: a bad escape, an
+ * escaped NUL, or a byte left unescaped that path_key_text() escapes) or
+ * -ENOMEM. */
+int path_key_from_text(const char *text, char **out);
+
 /* The document id for KEY in a lock store limited to PATH_ID_MAX bytes:
  * path_key_text(KEY) when it fits, else "sha256:" and the hex digest of
  * that text (the same as of KEY when KEY is valid UTF-8). Writes a new

@@ -15,6 +15,8 @@
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +127,133 @@ static void raise_nofile_limit(void)
 		       (unsigned long long)old, (unsigned long long)rl.rlim_max);
 }
 
+/* ---- the end of a mount --------------------------------------------------------
+ *
+ * An unmount (or SIGTERM) ends libfuse's loop only once every request
+ * thread is done, and closing the store then sends what is left: kept
+ * releases, the lease's deletion. A store that hangs, or a rename of a
+ * large plan, must not keep the daemon alive: from the moment the
+ * session ends, the store's requests end within 3/4 of lock_timeout
+ * (lockmgr_shutdown()), and should the daemon still run at lock_timeout
+ * it unmounts (when a signal ended it) and exits, logging why. */
+
+struct stop_watch {
+	struct fuse_session *se;
+	struct lockmgr *mgr;
+	int64_t budget_ms;        /* lock_timeout */
+	pthread_mutex_t mutex;    /* leaf */
+	pthread_cond_t cond;      /* CLOCK_MONOTONIC */
+	bool done;                /* protected by mutex: the daemon is ending */
+	int64_t ended_ms;         /* protected by mutex: the session ended, 0: not yet */
+	bool unmounted;           /* protected by mutex */
+	pthread_t thread;
+	bool running;
+};
+
+/* How often the watch looks whether the session ended. */
+#define STOP_POLL_MS 100
+
+/* Unmounts SE once, from whichever thread comes first. */
+static void stop_unmount(struct stop_watch *w)
+{
+	bool first;
+
+	pthread_mutex_lock(&w->mutex);
+	first = !w->unmounted;
+	w->unmounted = true;
+	pthread_mutex_unlock(&w->mutex);
+	if (first)
+		fuse_session_unmount(w->se);
+}
+
+/* The session ended (now or earlier): starts the clock and ends the
+ * store's requests by 3/4 of lock_timeout from now. */
+static void stop_begin(struct stop_watch *w)
+{
+	int64_t now = tl_mono_ms();
+	bool first;
+
+	pthread_mutex_lock(&w->mutex);
+	first = !w->ended_ms;
+	if (first)
+		w->ended_ms = now;
+	pthread_mutex_unlock(&w->mutex);
+	if (first)
+		lockmgr_shutdown(w->mgr, now + w->budget_ms * 3 / 4);
+}
+
+static void *stop_watch_main(void *arg)
+{
+	struct stop_watch *w = arg;
+	int64_t wake, ended;
+	struct timespec ts;
+
+	pthread_mutex_lock(&w->mutex);
+	while (!w->done) {
+		ended = w->ended_ms;
+		if (!ended && fuse_session_exited(w->se)) {
+			pthread_mutex_unlock(&w->mutex);
+			stop_begin(w);
+			pthread_mutex_lock(&w->mutex);
+			continue;
+		}
+		if (ended && tl_mono_ms() >= ended + w->budget_ms)
+			break;
+		wake = ended ? ended + w->budget_ms : tl_mono_ms() + STOP_POLL_MS;
+		ts.tv_sec = wake / 1000;
+		ts.tv_nsec = (wake % 1000) * 1000000;
+		pthread_cond_timedwait(&w->cond, &w->mutex, &ts);
+	}
+	if (w->done) {
+		pthread_mutex_unlock(&w->mutex);
+		return NULL;
+	}
+	pthread_mutex_unlock(&w->mutex);
+	tl_log(LOG_ERR, "still stopping %.1f s after the session ended (lock_timeout): exiting "
+	       "now; locks not released expire with the lease", (double)w->budget_ms / 1000);
+	stop_unmount(w);
+	_exit(1);
+}
+
+static int stop_watch_start(struct stop_watch *w, struct fuse_session *se, struct lockmgr *mgr,
+			    double lock_timeout)
+{
+	pthread_condattr_t ca;
+	int err;
+
+	memset(w, 0, sizeof(*w));
+	w->se = se;
+	w->mgr = mgr;
+	w->budget_ms = (int64_t)(lock_timeout * 1000);
+	if (w->budget_ms < 1000)
+		w->budget_ms = 1000;
+	pthread_mutex_init(&w->mutex, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&w->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	err = pthread_create(&w->thread, NULL, stop_watch_main, w);
+	if (err) {
+		tl_log(LOG_WARNING, "cannot watch the end of the mount: %s", strerror(err));
+		return -err;
+	}
+	w->running = true;
+	return 0;
+}
+
+/* The daemon is done: ends the watch. */
+static void stop_watch_end(struct stop_watch *w)
+{
+	if (!w->running)
+		return;
+	pthread_mutex_lock(&w->mutex);
+	w->done = true;
+	pthread_cond_signal(&w->cond);
+	pthread_mutex_unlock(&w->mutex);
+	pthread_join(w->thread, NULL);
+	w->running = false;
+}
+
 int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -134,6 +263,7 @@ int main(int argc, char *argv[])
 	struct tl_config cfg;
 	struct tlfs fs = {.backing_fd = -1, .hold_log_fd = -1};
 	struct fuse_session *se = NULL;
+	struct stop_watch watch = {0};
 	struct stat st;
 	int ret = 1, err;
 
@@ -251,6 +381,7 @@ int main(int argc, char *argv[])
 		metrics_writer_start(&metrics, cfg.metrics_file, cfg.metrics_interval,
 				     ctl_render_metrics, &fs);
 	tl_log(LOG_NOTICE, "serving '%s' at '%s'", cfg.backing, opts.mountpoint);
+	stop_watch_start(&watch, se, &fs.mgr, cfg.lock_timeout);
 	if (opts.singlethread) {
 		err = fuse_session_loop(se);
 	} else {
@@ -284,10 +415,16 @@ out_signals:
 	metrics_writer_stop(&metrics);
 	fuse_remove_signal_handlers(se);
 out_unmount:
-	fuse_session_unmount(se);
+	if (watch.running) {
+		stop_begin(&watch);
+		stop_unmount(&watch);
+	} else {
+		fuse_session_unmount(se);
+	}
 out_close_store:
 	tlfs_release(&fs);
 	lockstore_close(fs.store);
+	stop_watch_end(&watch);
 out_close_backing:
 	if (fs.hold_log_fd != -1)
 		close(fs.hold_log_fd);

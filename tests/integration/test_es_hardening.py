@@ -160,7 +160,7 @@ def test_es__mount_start_gives_up_with_reason(mount_factory, tmp_path):
     # credentials come from the environment (a URL with user:password@ is
     # refused before any request): they must not show in the reason either
     m = mount_factory(opts=["lock_store=es", "es_url=http://127.0.0.1:1", "owner=A",
-                            "es_user=user", "es_start_timeout=2"], start=False)
+                            "es_user=user", "es_allow_insecure=1", "es_start_timeout=2"], start=False)
     t0 = time.monotonic()
     r = subprocess.run(m.cmd(), capture_output=True, text=True, timeout=30,
                        env=dict(os.environ, TREELOCKFS_ES_PASSWORD="secret"))

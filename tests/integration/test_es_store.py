@@ -276,7 +276,7 @@ def test_es__wrong_password(tmp_path_factory, mount_factory, tmp_path):
     pw.write_text("right-horse")
     emu = start_emulator(tmp_path_factory, "es8", ["--user", "elastic", "--password-file", str(pw)])
     try:
-        m = mount_factory(opts=es_opts(emu, "A", "es_user=elastic"), start=False)
+        m = mount_factory(opts=es_opts(emu, "A", "es_user=elastic", "es_allow_insecure=1"), start=False)
         env = dict(os.environ, TREELOCKFS_ES_PASSWORD="battery-staple-wrong")
         r = subprocess.run(m.cmd(), capture_output=True, text=True, timeout=30, env=env)
         out = r.stdout + r.stderr
@@ -288,7 +288,7 @@ def test_es__wrong_password(tmp_path_factory, mount_factory, tmp_path):
         secret = tmp_path / "secret"
         secret.write_text("right-horse\n")
         os.chmod(secret, 0o600)
-        ok = mount_factory(opts=es_opts(emu, "A", "es_user=elastic",
+        ok = mount_factory(opts=es_opts(emu, "A", "es_user=elastic", "es_allow_insecure=1",
                                         "es_password_file=%s" % secret), name="mntok")
         os.mkdir(ok.path("d"))
         os.rename(ok.path("d"), ok.path("e"))
@@ -388,13 +388,13 @@ def test_es__api_key(tmp_path_factory, mount_factory, tmp_path):
         enc = tmp_path / "api-key"
         enc.write_text(base64.b64encode(b"kid:ksecret").decode() + "\n")
         os.chmod(enc, 0o600)
-        m = mount_factory(opts=es_opts(emu, "A", "es_api_key_file=%s" % enc))
+        m = mount_factory(opts=es_opts(emu, "A", "es_allow_insecure=1", "es_api_key_file=%s" % enc))
         os.mkdir(m.path("d"))
         os.rename(m.path("d"), m.path("e"))
         m.stop()
         assert "ksecret" not in m.log()
         enc.write_text("kid:ksecret\n")  # the id:key form is encoded for us
-        m = mount_factory(opts=es_opts(emu, "A", "es_api_key_file=%s" % enc), name="mnt2")
+        m = mount_factory(opts=es_opts(emu, "A", "es_allow_insecure=1", "es_api_key_file=%s" % enc), name="mnt2")
         os.rename(m.path("e"), m.path("f"))
         m.stop()
     finally:

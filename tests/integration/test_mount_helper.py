@@ -264,7 +264,8 @@ def dirs(tmp_path):
     return tmp_path
 
 
-ES_UNREACHABLE = "lock_store=es,es_url=http://127.0.0.1:9,es_user=u,es_timeout_ms=500,es_start_timeout=0"
+ES_UNREACHABLE = ("lock_store=es,es_url=http://127.0.0.1:9,es_user=u,es_allow_insecure=1,"
+                  "es_timeout_ms=500,es_start_timeout=0")
 
 
 @pytest.mark.nofuse

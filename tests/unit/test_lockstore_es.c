@@ -517,38 +517,38 @@ static void open_count(struct fixture *fx, bool for_ctl, int *gets, int *puts, b
 	*puts = script_reqs(fx, "PUT", NULL) - p0;
 }
 
-/* The scripts are stored in order, the last one last: a mount reads that
- * one alone when it is there; where a mount stopped halfway storing them,
- * the next reads each and stores what is missing. treelockctl reads each. */
-START_TEST(test_lockstore_es__scripts_read_once_when_stored)
+/* Every mount reads every script and compares it with ours; it stores the
+ * missing ones, in order. treelockctl reads each and says which is
+ * missing. One stored script that is not ours sends them all inline. */
+START_TEST(test_lockstore_es__scripts_all_read_and_compared)
 {
 	struct fixture fx;
 	const char *last = NULL;
 	char note[256];
 	bool stored;
-	int gets, puts;
+	int gets, puts, k;
 
 	fx_init(&fx);
 	fx.f.script_put = 200;
 	fx.f.script_put_ok = 3; /* the 4th PUT fails (503): stopped halfway */
 	open_count(&fx, false, &gets, &puts, &stored, note, sizeof(note));
-	/* the last, then each until the failing PUT: acqs, acqx, rel stored */
-	ck_assert_int_eq(gets, 5);
-	ck_assert_int_eq(puts, 4);
+	ck_assert_int_eq(gets, 6);
+	ck_assert_int_eq(puts, 4); /* acqs, acqx, rel stored, mark failed */
 	ck_assert_int_eq(fx.f.scripts_stored, 3);
 	ck_assert(!stored);
 	ck_assert_ptr_nonnull(strstr(note, "inline (the store failed: HTTP 503"));
 	/* treelockctl: the first three are there, the fourth not */
 	open_count(&fx, true, &gets, &puts, &stored, note, sizeof(note));
-	ck_assert_int_eq(gets, 5);
+	ck_assert_int_eq(gets, 6);
 	ck_assert_int_eq(puts, 0);
 	ck_assert(!stored);
-	ck_assert_str_eq(note, "inline (not stored in the cluster yet; a mount stores them)");
+	ck_assert_str_eq(note, "inline (stored script treelockfs-mark-" ES_SCRIPTS_VERSION
+			       " is missing: the next mount stores it again)");
 
 	/* the next mount stores the missing three, the last one last */
 	fx.f.script_put_ok = 0;
 	open_count(&fx, false, &gets, &puts, &stored, note, sizeof(note));
-	ck_assert_int_eq(gets, 6); /* the last, then the first five */
+	ck_assert_int_eq(gets, 6);
 	ck_assert_int_eq(puts, 3);
 	script_reqs(&fx, "PUT", &last);
 	ck_assert_str_eq(last, "/_scripts/treelockfs-evict-" ES_SCRIPTS_VERSION);
@@ -556,12 +556,10 @@ START_TEST(test_lockstore_es__scripts_read_once_when_stored)
 	ck_assert(stored);
 	ck_assert_str_eq(note, "stored in the cluster (treelockfs-*-" ES_SCRIPTS_VERSION ")");
 
-	/* all there: one request at a mount, six for treelockctl */
+	/* all there: six reads, nothing stored */
 	open_count(&fx, false, &gets, &puts, &stored, note, sizeof(note));
-	ck_assert_int_eq(gets, 1);
+	ck_assert_int_eq(gets, 6);
 	ck_assert_int_eq(puts, 0);
-	script_reqs(&fx, "GET", &last);
-	ck_assert_str_eq(last, "/_scripts/treelockfs-evict-" ES_SCRIPTS_VERSION);
 	ck_assert(stored);
 	open_count(&fx, true, &gets, &puts, &stored, note, sizeof(note));
 	ck_assert_int_eq(gets, 6);
@@ -569,20 +567,34 @@ START_TEST(test_lockstore_es__scripts_read_once_when_stored)
 	ck_assert(stored);
 	ck_assert_str_eq(note, "stored in the cluster (treelockfs-*-" ES_SCRIPTS_VERSION ")");
 
-	/* one deleted by hand behind the last: a mount takes the last for
-	 * all; treelockctl says which is missing */
-	free(fx.f.script_src[fake_script(&fx.f, "treelockfs-rel-" ES_SCRIPTS_VERSION)]);
-	fx.f.script_src[fake_script(&fx.f, "treelockfs-rel-" ES_SCRIPTS_VERSION)] = NULL;
-	open_count(&fx, false, &gets, &puts, &stored, note, sizeof(note));
-	ck_assert_int_eq(gets, 1);
-	ck_assert(stored);
+	/* one deleted by hand: treelockctl says which, a mount stores it */
+	k = fake_script(&fx.f, "treelockfs-rel-" ES_SCRIPTS_VERSION);
+	free(fx.f.script_src[k]);
+	fx.f.script_src[k] = NULL;
 	open_count(&fx, true, &gets, &puts, &stored, note, sizeof(note));
-	ck_assert_int_eq(gets, 4); /* acqs, acqx, rel, then the last */
+	ck_assert_int_eq(gets, 6);
 	ck_assert(!stored);
 	ck_assert_str_eq(note, "inline (stored script treelockfs-rel-" ES_SCRIPTS_VERSION
-			       " is missing: a mount switches to inline scripts once it needs it "
-			       "(delete treelockfs-evict-" ES_SCRIPTS_VERSION
-			       " and the next mount stores them all))");
+			       " is missing: the next mount stores it again)");
+	open_count(&fx, false, &gets, &puts, &stored, note, sizeof(note));
+	ck_assert_int_eq(gets, 6);
+	ck_assert_int_eq(puts, 1);
+	ck_assert(stored);
+
+	/* the first one replaced by another source: inline, for a mount and
+	 * for treelockctl, and nothing is overwritten */
+	k = fake_script(&fx.f, "treelockfs-acqs-" ES_SCRIPTS_VERSION);
+	free(fx.f.script_src[k]);
+	fx.f.script_src[k] = strdup("ctx._source.lock_count = 1");
+	open_count(&fx, false, &gets, &puts, &stored, note, sizeof(note));
+	ck_assert_int_eq(puts, 0);
+	ck_assert(!stored);
+	ck_assert_str_eq(note, "inline (stored script treelockfs-acqs-" ES_SCRIPTS_VERSION
+			       " is not ours: its source differs from this release's)");
+	ck_assert_str_eq(fx.f.script_src[k], "ctx._source.lock_count = 1");
+	open_count(&fx, true, &gets, &puts, &stored, note, sizeof(note));
+	ck_assert(!stored);
+	ck_assert_ptr_nonnull(strstr(note, "acqs-" ES_SCRIPTS_VERSION " is not ours"));
 	fx_done(&fx);
 }
 END_TEST
@@ -1359,7 +1371,7 @@ Suite *make_suite_lockstore_es(void)
 	tcase_add_test(tc, test_lockstore_es__bootstrap_creates_index);
 	tcase_add_test(tc, test_lockstore_es__scripts_stored_or_inline);
 	tcase_add_test(tc, test_lockstore_es__scripts_mode_per_store);
-	tcase_add_test(tc, test_lockstore_es__scripts_read_once_when_stored);
+	tcase_add_test(tc, test_lockstore_es__scripts_all_read_and_compared);
 	tcase_add_test(tc, test_lockstore_es__refuses_other_strategy);
 	tcase_add_test(tc, test_lockstore_es__unreachable_and_unauthorised);
 	tcase_add_test(tc, test_lockstore_es__one_bulk_per_acquire_and_release);

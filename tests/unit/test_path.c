@@ -196,6 +196,12 @@ START_TEST(test_path__key_text_not_utf8)
 	for (i = 0; i < n; i++)
 		for (j = i + 1; j < n; j++)
 			ck_assert_str_ne(t[i], t[j]);
+	/* and back: every text gives its key */
+	for (i = 0; i < n; i++) {
+		ck_assert_int_eq(path_key_from_text(t[i], &key), 0);
+		ck_assert_str_eq(key, keys[i][0]);
+		free(key);
+	}
 	for (i = 0; i < n; i++)
 		free(t[i]);
 
@@ -219,6 +225,31 @@ START_TEST(test_path__key_text_not_utf8)
 }
 END_TEST
 
+/* Texts that no key has are refused, not guessed at: the lock listing
+ * decides on what the decoded key names. */
+START_TEST(test_path__key_from_text_refuses_forgeries)
+{
+	static const char *const bad[] = {
+		"bytes:/d/\\\\x0",  /* an escaped escape, then plain text: needs no prefix */
+		"bytes:/d/\\x00",   /* NUL */
+		"bytes:/d/\\xzz",   /* not hex */
+		"bytes:/d/\\xFF",   /* uppercase: path_key_text() writes lowercase */
+		"bytes:/d/\\x41",   /* an escaped byte that is valid UTF-8 */
+		"bytes:/d/\\",      /* dangling */
+		"bytes:/d/e",       /* valid UTF-8 needs no prefix */
+	};
+	size_t i;
+	char *k = NULL;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		ck_assert_msg(path_key_from_text(bad[i], &k) == -EINVAL, "%s", bad[i]);
+		ck_assert_ptr_null(k);
+	}
+	ck_assert_int_eq(path_key_from_text("global", &k), 0);
+	ck_assert_str_eq(k, "global");
+	free(k);
+}
+END_TEST
 
 /* SHA-256 of lock ids: FIPS 180-4 vectors and the lengths around the
  * padding boundary, so that ids stay byte-identical whatever computes them. */
@@ -286,6 +317,7 @@ Suite *make_suite_path(void)
 	tcase_add_test(tc, test_path__order);
 	tcase_add_test(tc, test_path__lock_id);
 	tcase_add_test(tc, test_path__key_text_not_utf8);
+	tcase_add_test(tc, test_path__key_from_text_refuses_forgeries);
 	tcase_add_test(tc, test_path__digest_vectors);
 	tcase_add_test(tc, test_path__digest_lengths_55_to_64);
 	tcase_add_test(tc, test_path__lock_id_million_a);
