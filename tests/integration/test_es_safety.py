@@ -296,7 +296,8 @@ def test_es__document_plan_in_chunks_is_all_or_nothing(backend, es_mounts):
     wait_for(lambda: lock_docs(backend) == {}, 30, what="the rename's locks released")
 
 
-@ES8_AND_ENGINES
+# minutes a backend: on the es8 emulator and one real engine, not on each
+@pytest.mark.backends("emulator-es8", "opensearch")
 def test_es__document_plan_of_a_large_directory(backend, es_mounts):
     # 100,200 entries: one _bulk answer would exceed the 16 MiB response
     # cap
