@@ -58,6 +58,8 @@ static const struct fuse_opt tl_opts[] = {
 	{"--config %s", offsetof(struct tl_config, config_file), 0},
 	OPT_STR("owner", owner),
 	OPT_STR("lease_ttl", lease_ttl_s),
+	TL_OPT_BOOL("export_support", struct tl_config, export_support),
+	OPT_STR("export_remember", export_remember_s),
 	FUSE_OPT_KEY("--allow_other", KEY_ALLOW_OTHER),
 	FUSE_OPT_KEY("allow_other", KEY_ALLOW_OTHER),
 	FUSE_OPT_KEY("--no_allow_other", KEY_NO_ALLOW_OTHER),
@@ -124,6 +126,7 @@ int config_init(struct tl_config *cfg)
 	cfg->attr_timeout = TL_DEFAULT_ATTR_TIMEOUT;
 	cfg->negative_timeout = TL_DEFAULT_NEGATIVE_TIMEOUT;
 	cfg->lease_ttl = TL_DEFAULT_LEASE_TTL;
+	cfg->export_remember = TL_DEFAULT_EXPORT_REMEMBER;
 	if (!cfg->lock_store_s || !cfg->lock_strategy_s || !cfg->lock_scope_s || !cfg->owner)
 		return -ENOMEM;
 	for (i = 0; i < TL_STORE_COUNT; i++) {
@@ -537,6 +540,9 @@ int config_validate(struct tl_config *cfg)
 	config_parse_seconds(cfg, "attr_timeout", cfg->attr_timeout_s, 0, 86400, &cfg->attr_timeout);
 	config_parse_seconds(cfg, "negative_timeout", cfg->negative_timeout_s, 0, 86400,
 			     &cfg->negative_timeout);
+	if (cfg->export_remember_s)
+		config_parse_uint(cfg, "export_remember", cfg->export_remember_s, 0, 100000000,
+				  &cfg->export_remember);
 	/* every backend checks the syntax of its options, the selected one
 	 * also what it needs */
 	for (i = 0; i < TL_STORE_COUNT; i++)
@@ -620,6 +626,10 @@ static const char help_mount[] =
 	"                             also directory paths for lock keys\n"
 	"    --attr_timeout=SECONDS   cache attributes this long (default 1)\n"
 	"    --negative_timeout=SECONDS cache missing names this long (default 0)\n"
+	"    --export_support         file handles that outlive the kernel's cache\n"
+	"                             (open_by_handle_at, NFS re-export with fsid=)\n"
+	"    --export_remember=N      with export_support: forgotten files kept findable\n"
+	"                             by handle, oldest dropped first (default 1000000)\n"
 	"    --allow_other            let other users in; turns on default_permissions,\n"
 	"                             each request then acts as its user\n"
 	"    -f                       stay in the foreground, log to stderr\n"
@@ -649,6 +659,7 @@ void config_free(struct tl_config *cfg)
 		&cfg->attr_timeout_s,   &cfg->negative_timeout_s, &cfg->log_level_s,
 		&cfg->config_file,      &cfg->owner,              &cfg->lease_ttl_s,
 		&cfg->backing,          &cfg->errors,             &cfg->hold_log,
+		&cfg->export_remember_s,
 	};
 	size_t i;
 

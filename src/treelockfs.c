@@ -230,6 +230,12 @@ int main(int argc, char *argv[])
 		tl_log(LOG_ERR, "cannot prepare BACKING '%s': %s", cfg.backing, strerror(-err));
 		goto out_close_store;
 	}
+	err = cfg.export_support ? inode_export_prepare(&fs) : 0;
+	if (err) {
+		tl_log(LOG_ERR, "cannot use export_support: BACKING '%s' gives no file handles: %s",
+		       cfg.backing, strerror(-err));
+		goto out_close_store;
+	}
 	if (fuse_session_mount(se, opts.mountpoint) != 0)
 		goto out_close_store;
 	if (fuse_daemonize(opts.foreground) != 0)
