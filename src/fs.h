@@ -10,7 +10,7 @@
  * groups.
  *
  * A hidden entry ".treelockfs/" at the root (never listed) holds read-only
- * "stats" and "locks" files.
+ * "stats", "locks" and "options" files.
  *
  * The files behind it, and the only calls between them (declared below):
  *
@@ -42,7 +42,7 @@
 #define TLFS_CTL_NAME ".treelockfs"
 
 /* What a control inode is; CTL_NONE for every backing inode. */
-enum ctl_kind { CTL_NONE, CTL_DIR, CTL_STATS, CTL_LOCKS };
+enum ctl_kind { CTL_NONE, CTL_DIR, CTL_STATS, CTL_LOCKS, CTL_OPTIONS };
 
 /* One inode the kernel knows: one per (st_dev, st_ino) it looked up, with
  * a lookup count; the nodeid is its address. The root is fs->root. Control
@@ -118,6 +118,8 @@ struct tlfs {
 	uint64_t flag_refused_on[2];
 	uint64_t flag_suspect;
 	int hold_log_fd;         /* hold_log=FILE (O_APPEND), -1 for none */
+	const char *given_options; /* the options as given, one per line
+				    * (remount.h), for .treelockfs/options */
 
 	/* the inode table (fs_inode.c); itab_mutex is a leaf lock, never
 	 * held across a syscall */
@@ -216,6 +218,13 @@ int creds_enter(struct tlfs *fs, fuse_req_t req);
 
 /* Back to the daemon's own (root) credentials on this thread. */
 void creds_daemon(struct tlfs *fs);
+
+/* With noatime: sets O_NOATIME on FD (a backing file or directory the
+ * caller opened), so reads through the mount leave BACKING's atime alone.
+ * May switch this thread to the daemon's credentials (call creds_enter()
+ * again before acting for the caller). A file the daemon may not mark
+ * (a non-root daemon, another user's file) keeps its atime updates. */
+void fd_noatime(struct tlfs *fs, int fd);
 
 /* True when this thread acts as root (its own or a root caller's). */
 bool creds_are_root(void);

@@ -160,6 +160,25 @@ void creds_daemon(struct tlfs *fs)
 		creds_switch(0, 0, 0, NULL);
 }
 
+/* ---- atime ------------------------------------------------------------ */
+
+void fd_noatime(struct tlfs *fs, int fd)
+{
+	int fl;
+
+	if (!fs->cfg->noatime)
+		return;
+	fl = fcntl(fd, F_GETFL);
+	if (fl == -1 || (fl & O_NOATIME) || fcntl(fd, F_SETFL, fl | O_NOATIME) == 0)
+		return;
+	if (errno == EPERM && fs->switch_creds) {
+		/* O_NOATIME needs the owner or CAP_FOWNER: the open was
+		 * checked as the caller, the flag is the daemon's */
+		creds_daemon(fs);
+		fcntl(fd, F_SETFL, fl | O_NOATIME);
+	}
+}
+
 /* ---- inode table ------------------------------------------------------- */
 
 static bool exporting(const struct tlfs *fs)

@@ -447,6 +447,7 @@ static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, fd_errno(errno));
 		return;
 	}
+	fd_noatime(fs, fd);
 	fi->fh = (uint64_t)fd;
 	if (fuse_reply_open(req, fi) != 0)
 		close(fd); /* interrupted: there will be no release */
@@ -598,6 +599,7 @@ static void ll_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		fuse_reply_err(req, -res);
 		return;
 	}
+	fd_noatime(fs, fd);
 	fi->fh = (uint64_t)fd;
 	e.generation = ino_gen(fs, e.ino);
 	if (fuse_reply_create(req, &e, fi) != 0) {
@@ -799,6 +801,7 @@ static void ll_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		err = -fd_errno(errno);
 		goto out_free;
 	}
+	fd_noatime(fs, fd);
 	d->dp = fdopendir(fd);
 	if (!d->dp) {
 		err = -fd_errno(errno);

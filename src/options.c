@@ -33,6 +33,10 @@ enum {
 	KEY_ALLOW_OTHER,
 	KEY_NO_ALLOW_OTHER,
 	KEY_CONFIG_FILE_ONLY,
+	KEY_NOATIME,
+	KEY_ATIME,
+	KEY_RELATIME,
+	KEY_ATIME_REFUSED,
 };
 
 #define OPT_STR(name, field) TL_OPT_STR(name, struct tl_config, field)
@@ -64,6 +68,13 @@ static const struct fuse_opt tl_opts[] = {
 	FUSE_OPT_KEY("allow_other", KEY_ALLOW_OTHER),
 	FUSE_OPT_KEY("--no_allow_other", KEY_NO_ALLOW_OTHER),
 	FUSE_OPT_KEY("no_allow_other", KEY_NO_ALLOW_OTHER),
+	/* atime: reads through the mount are the daemon's reads of BACKING */
+	FUSE_OPT_KEY("noatime", KEY_NOATIME),
+	FUSE_OPT_KEY("atime", KEY_ATIME),
+	FUSE_OPT_KEY("relatime", KEY_RELATIME),
+	FUSE_OPT_KEY("diratime", KEY_RELATIME),
+	FUSE_OPT_KEY("strictatime", KEY_ATIME_REFUSED),
+	FUSE_OPT_KEY("nodiratime", KEY_ATIME_REFUSED),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -183,6 +194,15 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 	case KEY_NO_ALLOW_OTHER:
 		cfg->allow_other = 0;
 		return 0;
+	case KEY_RELATIME:
+		/* the kernel's default for a new mount (libfuse 3.14 does not
+		 * know the name); atime is then as BACKING's mount keeps it */
+		cfg->noatime = 0;
+		return 0;
+	case KEY_ATIME_REFUSED:
+		config_error(cfg, "cannot honour '%s': reads through the mount update atime as "
+				  "BACKING's own mount does; noatime here stops them", arg);
+		return 0;
 	case FUSE_OPT_KEY_NONOPT:
 		if (ctx->file) {
 			config_error(cfg, "config file '%s': cannot parse '%s'", ctx->file, arg);
@@ -200,6 +220,11 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 			return 1; /* MOUNTPOINT, for libfuse */
 		config_error(cfg, "unexpected argument '%s'", arg);
 		return 0;
+	case KEY_NOATIME:
+	case KEY_ATIME:
+		/* the kernel's flag as well: on to libfuse */
+		cfg->noatime = key == KEY_NOATIME;
+		/* fall through */
 	case FUSE_OPT_KEY_OPT:
 		if (ctx->file) {
 			/* a libfuse option (allow_root, fsname=...) in the file */

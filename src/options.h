@@ -68,6 +68,7 @@ struct tl_config {
 	char *lease_ttl_s;     /* store-generic: lease of a shared store's locks */
 	char *export_remember_s;
 	int export_support;    /* mount: file handles that outlive the kernel's inodes */
+	int noatime;           /* mount: reads leave BACKING's atime alone (O_NOATIME) */
 	int allow_other;
 	int show_help;
 	int show_version;

@@ -26,6 +26,7 @@
 #include "fs.h"
 #include "lockstore.h"
 #include "log.h"
+#include "remount.h"
 
 static void usage(const char *prog)
 {
@@ -132,8 +133,12 @@ int main(int argc, char *argv[])
 	struct tlfs fs = {.backing_fd = -1, .hold_log_fd = -1};
 	struct fuse_session *se = NULL;
 	struct stat st;
+	char *given = NULL;
 	int ret = 1, err;
 
+	/* mount(8) -o remount comes here through mount.fuse3: no new daemon */
+	if (remount_requested(argc, argv))
+		return remount_run(argc, argv);
 	tl_log_init("treelockfs", LOG_NOTICE);
 	if (config_init(&cfg) != 0 || config_parse(&cfg, &args, false) != 0) {
 		fprintf(stderr, "treelockfs: out of memory\n");
@@ -197,6 +202,11 @@ int main(int argc, char *argv[])
 	}
 
 	fs.cfg = &cfg;
+	fs.given_options = given = remount_given_options(argc, argv);
+	if (!given) {
+		tl_log(LOG_ERR, "out of memory");
+		goto out_destroy;
+	}
 	raise_nofile_limit();
 	fs.backing_fd = open(cfg.backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fs.backing_fd == -1) {
@@ -295,6 +305,7 @@ out_destroy:
 	free(opts.mountpoint);
 	fuse_opt_free_args(&args);
 out_free_cfg:
+	free(given);
 	config_free(&cfg);
 	return ret;
 }
