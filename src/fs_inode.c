@@ -294,6 +294,7 @@ struct ll_inode *inode_ref(struct tlfs *fs, int fd, const struct stat *st)
 	struct file_handle *fh = exporting(fs) ? handle_of(fs, fd) : NULL;
 	struct file_handle *drop_fh = NULL;
 	struct ll_inode *in;
+	bool other_file;
 
 	pthread_mutex_lock(&fs->itab_mutex);
 	in = itab_find(fs, st);
@@ -307,7 +308,8 @@ struct ll_inode *inode_ref(struct tlfs *fs, int fd, const struct stat *st)
 	if (in) {
 		/* forgotten: the same file again, or its inode number reused */
 		forgotten_unlink(fs, in);
-		if (!handle_equal(in->fh, fh))
+		other_file = !handle_equal(in->fh, fh);
+		if (other_file)
 			in->gen = gen_next(fs);
 		drop_fh = in->fh;
 		in->fh = fh;
@@ -316,6 +318,13 @@ struct ll_inode *inode_ref(struct tlfs *fs, int fd, const struct stat *st)
 		in->type = st->st_mode & S_IFMT;
 		pthread_mutex_unlock(&fs->itab_mutex);
 		free(drop_fh);
+		if (other_file) {
+			/* the path fs_rename.c remembered was the other file's */
+			pthread_mutex_lock(&fs->recent_mutex);
+			free(in->key_path);
+			in->key_path = NULL;
+			pthread_mutex_unlock(&fs->recent_mutex);
+		}
 		return in;
 	}
 	in = calloc(1, sizeof(*in));
@@ -420,8 +429,12 @@ int inode_ref_nodeid(struct tlfs *fs, fuse_ino_t id, struct ll_inode **out, stru
 	if (in && in->fd >= 0) {
 		in->nlookup++;
 		pthread_mutex_unlock(&fs->itab_mutex);
-		if (fstatat(in->fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == -1) {
+		err = 0;
+		if (fstatat(in->fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == -1)
 			err = -errno;
+		else if (st->st_nlink == 0)
+			err = -ESTALE; /* deleted; its forget is on the way */
+		if (err) {
 			inode_unref(fs, in, 1);
 			return err;
 		}
@@ -451,8 +464,12 @@ int inode_ref_nodeid(struct tlfs *fs, fuse_ino_t id, struct ll_inode **out, stru
 					    "CAP_DAC_READ_SEARCH");
 		return -ESTALE; /* deleted (ESTALE), or cannot be reached */
 	}
-	if (fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == -1) {
+	err = 0;
+	if (fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == -1)
 		err = -errno;
+	else if (st->st_nlink == 0)
+		err = -ESTALE; /* deleted, still open somewhere */
+	if (err) {
 		close(fd);
 		return err;
 	}

@@ -181,3 +181,54 @@ def test_export__export_remember_is_checked(tmp_path):
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
     assert res.returncode == 1
     assert b"invalid export_remember 'many'" in res.stderr
+
+
+def test_export__handles_hold_while_files_move_and_the_kernel_forgets(emnt):
+    """Files renamed between directories through the mount while the kernel
+    keeps forgetting: every handle keeps opening its own file."""
+    import random
+    import threading
+    import time
+    dirs = ["d%d" % i for i in range(4)]
+    for d in dirs:
+        os.mkdir(emnt.path(d))
+    where = {}
+    for i in range(40):
+        name = "f%02d" % i
+        where[name] = dirs[i % 4]
+        with open(emnt.path(where[name], name), "w") as f:
+            f.write(name)
+    handles = {n: handle_of(emnt.path(d, n)) for n, d in where.items()}
+    stop = time.monotonic() + 2.0
+    errors = []
+
+    def mover():
+        rnd = random.Random(7)
+        last_drop = 0
+        while time.monotonic() < stop:
+            n = rnd.choice(sorted(where))
+            to = rnd.choice(dirs)
+            try:
+                os.rename(emnt.path(where[n], n), emnt.path(to, n))
+                where[n] = to
+            except OSError as e:
+                errors.append(("rename", n, e.errno))
+            if time.monotonic() - last_drop > 0.2:
+                forget_inodes()
+                last_drop = time.monotonic()
+
+    t = threading.Thread(target=mover)
+    t.start()
+    rounds = 0
+    while time.monotonic() < stop:
+        for n, h in handles.items():
+            got = read_by_handle(emnt.mnt, h)
+            if got != n.encode():
+                errors.append(("open", n, got))
+        rounds += 1
+    t.join(30)
+    assert not t.is_alive()
+    assert errors == []
+    assert rounds >= 1
+    assert sorted(os.listdir(emnt.path("d0")) + os.listdir(emnt.path("d1")) +
+                  os.listdir(emnt.path("d2")) + os.listdir(emnt.path("d3"))) == sorted(where)
