@@ -118,8 +118,10 @@ struct tlfs {
 	uint64_t flag_refused_on[2];
 	uint64_t flag_suspect;
 	int hold_log_fd;         /* hold_log=FILE (O_APPEND), -1 for none */
-	const char *given_options; /* the options as given, one per line
-				    * (remount.h), for .treelockfs/options */
+	char *given_options;     /* the options as given, one per line
+				  * (remount.h), with what was changed since
+				  * (fs_ctl.c); main() frees it; protected by
+				  * the mutex of fs_ctl.c */
 
 	/* the inode table (fs_inode.c); itab_mutex is a leaf lock, never
 	 * held across a syscall */
@@ -288,6 +290,13 @@ void ctl_open(struct tlfs *fs, fuse_req_t req, struct ll_inode *in, struct fuse_
 
 /* Replies to a read of an open control file (fi->fh & CTL_TAG). */
 void ctl_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi);
+
+/* Writes to control file IN (open with fi->fh & CTL_TAG): "name=value"
+ * lines for .treelockfs/options, each an option that may change while
+ * mounted (lock_timeout, log_level) or one that repeats the mount's value;
+ * all or nothing. Replies the byte count or EINVAL (logged, naming the
+ * option); other control files are EBADF. */
+void ctl_write(struct tlfs *fs, fuse_req_t req, struct ll_inode *in, struct fuse_bufvec *buf);
 
 /* Frees an open control file (fi->fh & CTL_TAG). */
 void ctl_release(struct fuse_file_info *fi);

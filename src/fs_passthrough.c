@@ -651,6 +651,10 @@ static void ll_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in_
 	struct fuse_bufvec out = FUSE_BUFVEC_INIT(fuse_buf_size(in_buf));
 	ssize_t res;
 
+	if (fi->fh & CTL_TAG) {
+		ctl_write(req_fs(req), req, ino_get(req_fs(req), ino), in_buf);
+		return;
+	}
 	if (!alloc_enter(req, fi, EBADF))
 		return;
 	out.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;

@@ -9,11 +9,13 @@
 #include <config.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <unistd.h>
 
 #include "remount.h"
 
@@ -308,10 +310,69 @@ static bool fuse_super(const char *s)
 	return strcmp(s, "default_permissions") == 0 || strcmp(s, "allow_other") == 0;
 }
 
+/* True for an option the daemon changes while mounted (fs_ctl.c). */
+static bool changeable(const char *s)
+{
+	return strncmp(s, "lock_timeout=", 13) == 0 || strncmp(s, "log_level=", 10) == 0;
+}
+
+/* Sets S in T, replacing the option of the same name. */
+static int toks_set(struct toks *t, const char *s)
+{
+	size_t name = strcspn(s, "=");
+
+	for (size_t i = 0; i < t->n; i++) {
+		if (strncmp(t->v[i], s, name + 1) == 0) {
+			char *c = strdup(s);
+
+			if (!c)
+				return -ENOMEM;
+			free(t->v[i]);
+			t->v[i] = c;
+			return 0;
+		}
+	}
+	return toks_add(t, s, strlen(s));
+}
+
+/* Writes the options of CHANGES that differ from DAEMON's to
+ * MNT/.treelockfs/options, where the daemon applies them all or none.
+ * Returns 0 or -errno. */
+static int write_changes(const char *mnt, const struct toks *changes, const struct toks *daemon)
+{
+	char path[PATH_MAX + 32], *text = NULL;
+	size_t len = 0;
+	FILE *f;
+	int err = 0;
+
+	f = open_memstream(&text, &len);
+	if (!f)
+		return -ENOMEM;
+	for (size_t i = 0; i < changes->n; i++)
+		if (!toks_has(daemon, changes->v[i]))
+			fprintf(f, "%s\n", changes->v[i]);
+	if (fclose(f) != 0) {
+		free(text);
+		return -ENOMEM;
+	}
+	if (len > 0) {
+		int fd;
+
+		snprintf(path, sizeof(path), "%s/.treelockfs/options", mnt);
+		fd = open(path, O_WRONLY | O_CLOEXEC);
+		if (fd == -1 || write(fd, text, len) != (ssize_t)len)
+			err = -errno;
+		if (fd != -1 && close(fd) == -1 && !err)
+			err = -errno;
+	}
+	free(text);
+	return err;
+}
+
 int remount_run(int argc, char *argv[])
 {
 	struct mount_now now = {0};
-	struct toks given = {0}, daemon = {0};
+	struct toks given = {0}, daemon = {0}, changes = {0};
 	const char *arg = NULL;
 	char mnt[PATH_MAX];
 	unsigned long flags = 0, was = 0;
@@ -348,6 +409,14 @@ int remount_run(int argc, char *argv[])
 	for (i = 0; i < given.n; i++) {
 		const char *s = given.v[i];
 
+		if (changeable(s)) {
+			/* the last one counts, as in a mount */
+			if (toks_set(&changes, s) != 0) {
+				fprintf(stderr, "treelockfs: out of memory\n");
+				goto out;
+			}
+			continue;
+		}
 		if (vfs_flag(s, &flags) || bookkeeping(s) || toks_has(&daemon, s))
 			continue;
 		if (strcmp(s, "strictatime") == 0) {
@@ -383,17 +452,47 @@ int remount_run(int argc, char *argv[])
 	if (refused) {
 		fprintf(stderr, "treelockfs: these are fixed while mounted: unmount and mount "
 				"again; a remount changes ro, rw, nosuid, nodev, noexec, sync, "
-				"dirsync, lazytime and nosymfollow\n");
+				"dirsync, lazytime, nosymfollow, lock_timeout and log_level\n");
 		goto out;
+	}
+	/* the changes go through the options file, which a read-only mount
+	 * does not let be written: written before the flags, unless the
+	 * mount is read-only until the flags make it writable; the daemon
+	 * may still refuse a value, and then nothing changes */
+	if (!(was & MS_RDONLY) || (flags & MS_RDONLY)) {
+		err = write_changes(mnt, &changes, &daemon);
+		if (err == -EROFS)
+			fprintf(stderr, "treelockfs: a read-only mount changes lock_timeout and "
+					"log_level only in a remount that makes it rw\n");
+		if (err)
+			goto out_refused;
 	}
 	if (mount(now.source, mnt, NULL, MS_REMOUNT | flags, NULL) == -1) {
 		fprintf(stderr, "treelockfs: cannot remount '%s': %s\n", mnt, strerror(errno));
 		goto out;
 	}
+	if ((was & MS_RDONLY) && !(flags & MS_RDONLY)) {
+		err = write_changes(mnt, &changes, &daemon);
+		if (err) {
+			if (mount(now.source, mnt, NULL, MS_REMOUNT | was, NULL) == -1)
+				fprintf(stderr, "treelockfs: cannot make '%s' read-only again: %s\n",
+					mnt, strerror(errno));
+			goto out_refused;
+		}
+	}
 	ret = 0;
+	goto out;
+
+out_refused:
+	fputs("treelockfs: cannot change", stderr);
+	for (i = 0; i < changes.n; i++)
+		if (!toks_has(&daemon, changes.v[i]))
+			fprintf(stderr, " '%s'", changes.v[i]);
+	fprintf(stderr, " in a remount of '%s': %s\n", mnt, strerror(-err));
 out:
 	mount_now_free(&now);
 	toks_free(&given);
 	toks_free(&daemon);
+	toks_free(&changes);
 	return ret;
 }

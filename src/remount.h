@@ -6,12 +6,15 @@
  * process cannot reach the running daemon's settings, and must not start a
  * second daemon. It changes what the kernel keeps for the mount (ro/rw,
  * nosuid, nodev, noexec, sync, dirsync, lazytime, nosymfollow) with
- * mount(2) MS_REMOUNT, and refuses, naming each, the options that would
- * change anything fixed at mount time: treelockfs and libfuse options and
- * the kernel's FUSE options that differ from what the mount has (the
- * daemon's own are in MOUNTPOINT/.treelockfs/options), noatime and
- * nodiratime turned on or off (the daemon opens BACKING's files with
- * O_NOATIME by them), and strictatime.
+ * mount(2) MS_REMOUNT, and lock_timeout and log_level by writing them to
+ * MOUNTPOINT/.treelockfs/options, where the daemon applies them. It
+ * refuses, naming each, the options that would change anything fixed at
+ * mount time: the other treelockfs and libfuse options and the kernel's
+ * FUSE options that differ from what the mount has (the daemon's own are
+ * in MOUNTPOINT/.treelockfs/options), noatime and nodiratime turned on or
+ * off (the daemon opens BACKING's files with O_NOATIME by them), and
+ * strictatime. All or nothing: a refused option or value changes
+ * nothing.
  */
 #ifndef TREELOCKFS_REMOUNT_H
 #define TREELOCKFS_REMOUNT_H

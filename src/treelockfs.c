@@ -133,7 +133,6 @@ int main(int argc, char *argv[])
 	struct tlfs fs = {.backing_fd = -1, .hold_log_fd = -1};
 	struct fuse_session *se = NULL;
 	struct stat st;
-	char *given = NULL;
 	int ret = 1, err;
 
 	/* mount(8) -o remount comes here through mount.fuse3: no new daemon */
@@ -202,8 +201,8 @@ int main(int argc, char *argv[])
 	}
 
 	fs.cfg = &cfg;
-	fs.given_options = given = remount_given_options(argc, argv);
-	if (!given) {
+	fs.given_options = remount_given_options(argc, argv);
+	if (!fs.given_options) {
 		tl_log(LOG_ERR, "out of memory");
 		goto out_destroy;
 	}
@@ -305,7 +304,7 @@ out_destroy:
 	free(opts.mountpoint);
 	fuse_opt_free_args(&args);
 out_free_cfg:
-	free(given);
+	free(fs.given_options);
 	config_free(&cfg);
 	return ret;
 }

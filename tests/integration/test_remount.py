@@ -13,6 +13,8 @@ import errno
 import os
 import shutil
 import subprocess
+import threading
+import time
 
 import pytest
 
@@ -103,18 +105,80 @@ def test_remount__fixed_options_are_refused_by_name(helper, tree):
     mount("-t", "fuse.treelockfs", tree["backing"], tree["mnt"], "-o", "lock_timeout=5")
     pids = daemons_of(tree["mnt"])
     before = mountinfo(tree["mnt"])
-    res = mount("-o", "remount,ro,lock_timeout=9,log_level=debug,noatime", tree["mnt"],
-                check=False)
+    res = mount("-o", "remount,ro,lock_timeout=9,attr_timeout=3,lock_scope=namespace,noatime",
+                tree["mnt"], check=False)
     err = res.stderr.decode()
     assert res.returncode != 0
-    assert "cannot change 'lock_timeout=9' in a remount of '%s'" % tree["mnt"] in err
-    assert "cannot change 'log_level=debug'" in err
+    assert "cannot change 'attr_timeout=3' in a remount of '%s'" % tree["mnt"] in err
+    assert "cannot change 'lock_scope=namespace'" in err
     assert "cannot turn on 'noatime'" in err
+    assert "lock_timeout" not in err.split("\n")[0]  # that one could change
     assert "unknown option" not in err
     assert mountinfo(tree["mnt"]) == before  # all or nothing: still rw
     assert try_write(os.path.join(tree["mnt"], "f")) == 0
     assert daemons_of(tree["mnt"]) == pids
+    with open(os.path.join(tree["mnt"], ".treelockfs", "options")) as f:
+        assert "lock_timeout=5\n" in f.read()  # nor was lock_timeout changed
     unmount(tree["mnt"])
+
+
+def test_remount__lock_timeout_and_log_level_change_while_mounted(helper, tree):
+    mount("-t", "fuse.treelockfs", tree["backing"], tree["mnt"], "-o",
+          "lock_timeout=5,log_level=notice")
+    res = mount("-o", "remount,ro,lock_timeout=0.5,log_level=debug", tree["mnt"], check=False)
+    assert res.returncode == 0, res.stderr.decode()
+    with open(os.path.join(tree["mnt"], ".treelockfs", "options")) as f:
+        opts = f.read().splitlines()
+    assert "lock_timeout=0.5" in opts and "log_level=debug" in opts
+    assert "lock_timeout=5" not in opts and "log_level=notice" not in opts
+    assert mountinfo(tree["mnt"])[2].split(",")[0] == "ro"
+    # a bad value changes nothing, not even the flags
+    for flags in ("ro", "rw"):
+        res = mount("-o", "remount,%s,lock_timeout=never" % flags, tree["mnt"], check=False)
+        assert res.returncode != 0
+        assert "cannot change 'lock_timeout=never' in a remount of '%s': " % tree["mnt"] \
+            in res.stderr.decode()
+        assert mountinfo(tree["mnt"])[2].split(",")[0] == "ro"
+        with open(os.path.join(tree["mnt"], ".treelockfs", "options")) as f:
+            assert f.read().splitlines() == opts
+    # made writable, a read-only mount takes changes again
+    mount("-o", "remount,rw,lock_timeout=2", tree["mnt"])
+    assert mountinfo(tree["mnt"])[2].split(",")[0] == "rw"
+    with open(os.path.join(tree["mnt"], ".treelockfs", "options")) as f:
+        assert "lock_timeout=2" in f.read().splitlines()
+    unmount(tree["mnt"])
+
+
+def test_remount__new_lock_timeout_applies_to_the_next_wait(mount_factory):
+    """A rename holds its locks 4 s (rename_delay_ms); one that conflicts
+    waits for them under lock_timeout=30, and gives up with EBUSY at once
+    under the lock_timeout=0.3 written to .treelockfs/options meanwhile."""
+    m = mount_factory(opts=["lock_timeout=30", "rename_delay_ms=4000"])
+    os.mkdir(m.path("a"))
+    write(m.path("a", "x"), "x")
+    opts = m.path(".treelockfs", "options")
+    fd = os.open(opts, os.O_WRONLY)
+    try:
+        assert os.write(fd, b"lock_timeout=0.3\nlog_level=debug\n") == 33
+        assert errno_of(lambda: os.write(fd, b"lock_scope=namespace\n")) == errno.EINVAL
+        assert errno_of(lambda: os.write(fd, b"lock_timeout=-1\n")) == errno.EINVAL
+    finally:
+        os.close(fd)
+    first = threading.Thread(target=os.rename, args=(m.path("a", "x"), m.path("a", "y")))
+    first.start()
+    try:
+        # the second wants an exclusive lock on /a: held by the first
+        deadline = time.monotonic() + 20
+        while "exclusive" not in m.ctl("locks") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert errno_of(lambda: os.rename(m.path("a"), m.path("b"))) == errno.EBUSY
+    finally:
+        first.join(30)
+    assert os.path.exists(m.bpath("a", "y"))
+    m.stop()
+    assert "changed while mounted: lock_timeout=0.3 log_level=debug" in m.log()
+    assert "cannot change 'lock_scope=namespace' while mounted" in m.log()
+    assert "debug: rename '/a/x' -> '/a/y'" in m.log()
 
 
 def test_remount__options_file_lists_what_the_mount_was_given(mount_factory):
