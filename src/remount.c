@@ -356,12 +356,15 @@ static int write_changes(const char *mnt, const struct toks *changes, const stru
 		return -ENOMEM;
 	}
 	if (len > 0) {
+		ssize_t n = -1;
 		int fd;
 
 		snprintf(path, sizeof(path), "%s/.treelockfs/options", mnt);
 		fd = open(path, O_WRONLY | O_CLOEXEC);
-		if (fd == -1 || write(fd, text, len) != (ssize_t)len)
-			err = -errno;
+		if (fd != -1)
+			n = write(fd, text, len);
+		if (n != (ssize_t)len)
+			err = n < 0 ? -errno : -EIO;
 		if (fd != -1 && close(fd) == -1 && !err)
 			err = -errno;
 	}
