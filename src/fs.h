@@ -10,7 +10,7 @@
  * groups.
  *
  * A hidden entry ".treelockfs/" at the root (never listed) holds read-only
- * "stats" and "locks" files.
+ * "stats", "locks" and "options" files.
  *
  * The files behind it, and the only calls between them (declared below):
  *
@@ -33,6 +33,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "options.h"
@@ -42,11 +43,16 @@
 #define TLFS_CTL_NAME ".treelockfs"
 
 /* What a control inode is; CTL_NONE for every backing inode. */
-enum ctl_kind { CTL_NONE, CTL_DIR, CTL_STATS, CTL_LOCKS, CTL_METRICS };
+enum ctl_kind { CTL_NONE, CTL_DIR, CTL_STATS, CTL_LOCKS, CTL_METRICS, CTL_OPTIONS };
 
 /* One inode the kernel knows: one per (st_dev, st_ino) it looked up, with
  * a lookup count; the nodeid is its address. The root is fs->root. Control
- * entries are static inodes without fd (fs_ctl.c). */
+ * entries are static inodes without fd (fs_ctl.c).
+ *
+ * With export_support, an inode the kernel forgot stays in the table as a
+ * "forgotten" inode (fd -1, the backing's file handle kept, never a
+ * control entry), so that a file handle naming its nodeid finds the file
+ * again (fs_export.c); export_remember bounds how many are kept. */
 struct ll_inode {
 	struct ll_inode *next;   /* hash chain; protected by fs->itab_mutex */
 	int fd;                  /* O_PATH | O_NOFOLLOW on the backing file */
@@ -63,6 +69,12 @@ struct ll_inode {
 	size_t key_len;
 	uint64_t key_gen;
 	int64_t key_until_us;
+	/* file handles: (nodeid, gen) names one file for the mount's life */
+	uint32_t gen;
+	struct file_handle *fh;  /* export_support: the backing's handle, or NULL */
+	struct ll_inode *id_next; /* export_support: chain by nodeid */
+	struct ll_inode *lru_prev, *lru_next; /* forgotten inodes, oldest first */
+	/* the four above: protected by fs->itab_mutex */
 };
 
 struct plock_owner;
@@ -109,11 +121,22 @@ struct tlfs {
 	int hold_log_fd;         /* hold_log=FILE (O_APPEND), -1 for none */
 	const char *mountpoint;  /* as given, for the metrics' labels */
 	int64_t start_ms;        /* wall clock when the mount started */
+	char *given_options;     /* the options as given, one per line
+				  * (remount.h), with what was changed since
+				  * (fs_ctl.c); main() frees it; protected by
+				  * the mutex of fs_ctl.c */
 
 	/* the inode table (fs_inode.c); itab_mutex is a leaf lock, never
 	 * held across a syscall */
 	pthread_mutex_t itab_mutex;
 	struct ll_inode *itab[TLFS_ITAB_SIZE]; /* protected by itab_mutex */
+	/* export_support (fs_inode.c, fs_export.c): every inode by nodeid,
+	 * the forgotten ones oldest first; all protected by itab_mutex */
+	struct ll_inode *idtab[TLFS_ITAB_SIZE];
+	struct ll_inode *forgotten_head, *forgotten_tail;
+	size_t forgotten_count;
+	uint32_t next_gen;
+	int export_mount_id;     /* BACKING's mount: handles of others are not kept */
 
 	/* the last TLFS_RECENT renames (fs_rename.c), slot gen % TLFS_RECENT;
 	 * recent_mutex is a leaf lock, never held across a syscall */
@@ -150,9 +173,13 @@ static inline struct tlfs *req_fs(fuse_req_t req)
 	return fuse_req_userdata(req);
 }
 
-/* The inode of nodeid INO, and back. These can't fail. */
+/* The inode of nodeid INO, and back, and the generation of nodeid INO (0
+ * for none) for an entry reply. These can't fail. INO must be a nodeid the
+ * kernel holds a lookup of; a nodeid from a file handle goes through
+ * inode_ref_nodeid(). */
 struct ll_inode *ino_get(struct tlfs *fs, fuse_ino_t ino);
 fuse_ino_t ino_id(struct tlfs *fs, struct ll_inode *in);
+uint64_t ino_gen(struct tlfs *fs, fuse_ino_t ino);
 
 /* Finds or makes the inode of the open O_PATH FD (stat ST), taking one
  * lookup reference. Takes FD over (closes it when an inode exists).
@@ -162,8 +189,20 @@ struct ll_inode *inode_ref(struct tlfs *fs, int fd, const struct stat *st);
  * lookup reference; else NULL. */
 struct ll_inode *inode_find_ref(struct tlfs *fs, const struct stat *st);
 
-/* Drops N lookup references of IN; frees it at zero. */
+/* Drops N lookup references of IN; at zero frees it, or with
+ * export_support keeps it as a forgotten inode (closing its fd). */
 void inode_unref(struct tlfs *fs, struct ll_inode *in, uint64_t n);
+
+/* export_support: the inode of nodeid ID (any number, as a file handle
+ * gave it) with one more lookup reference, a forgotten one reopened by its
+ * backing file handle; ST gets its attributes. Returns 0, -ESTALE for a
+ * nodeid that names no file (never given, dropped, the file deleted) or
+ * -errno. Needs CAP_DAC_READ_SEARCH for forgotten inodes. */
+int inode_ref_nodeid(struct tlfs *fs, fuse_ino_t id, struct ll_inode **out, struct stat *st);
+
+/* Notes BACKING's mount for export_support (after tlfs_prepare()).
+ * Returns 0, or -errno when the backing filesystem gives no file handles. */
+int inode_export_prepare(struct tlfs *fs);
 
 /* "/proc/self/fd/FD" into BUF: the file itself, through the magic link. */
 void proc_name(int fd, char buf[64]);
@@ -184,6 +223,13 @@ int creds_enter(struct tlfs *fs, fuse_req_t req);
 
 /* Back to the daemon's own (root) credentials on this thread. */
 void creds_daemon(struct tlfs *fs);
+
+/* With noatime: sets O_NOATIME on FD (a backing file or directory the
+ * caller opened), so reads through the mount leave BACKING's atime alone.
+ * May switch this thread to the daemon's credentials (call creds_enter()
+ * again before acting for the caller). A file the daemon may not mark
+ * (a non-root daemon, another user's file) keeps its atime updates. */
+void fd_noatime(struct tlfs *fs, int fd);
 
 /* True when this thread acts as root (its own or a root caller's). */
 bool creds_are_root(void);
@@ -217,6 +263,13 @@ void ll_flock(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, int op)
 /* Drops every lock OWNER holds on the file open as FD (its flush). */
 void plock_drop_owner(struct tlfs *fs, int fd, uint64_t owner);
 
+/* ---- fs_export.c: file handles ---- */
+
+/* Answers a lookup of "." (a file handle's nodeid the kernel forgot) or
+ * ".." (the parent of a directory the kernel found by handle) in PARENT;
+ * the kernel sends them only with export_support. */
+void ll_lookup_export(fuse_req_t req, fuse_ino_t parent, const char *name);
+
 /* ---- fs_ctl.c: the control entry ---- */
 
 /* True when NAME in PARENT is a control entry or inside one. */
@@ -240,6 +293,13 @@ void ctl_open(struct tlfs *fs, fuse_req_t req, struct ll_inode *in, struct fuse_
 
 /* Replies to a read of an open control file (fi->fh & CTL_TAG). */
 void ctl_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi);
+
+/* Writes to control file IN (open with fi->fh & CTL_TAG): "name=value"
+ * lines for .treelockfs/options, each an option that may change while
+ * mounted (lock_timeout, log_level) or one that repeats the mount's value;
+ * all or nothing. Replies the byte count or EINVAL (logged, naming the
+ * option); other control files are EBADF. */
+void ctl_write(struct tlfs *fs, fuse_req_t req, struct ll_inode *in, struct fuse_bufvec *buf);
 
 /* Frees an open control file (fi->fh & CTL_TAG). */
 void ctl_release(struct fuse_file_info *fi);

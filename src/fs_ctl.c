@@ -1,10 +1,14 @@
 /* fs_ctl.c - the hidden control entry ".treelockfs/", see fs.h
  *
  * ".treelockfs" at the root is never listed, cannot be created, removed or
- * renamed, and holds three read-only files rendered when opened: "stats"
- * (the lock manager's counters), "metrics" (the same and more, in
- * Prometheus's text format, metrics.h) and "locks" (the locks the store
- * holds, one per line, only those the reader may look up). Their inodes are static,
+ * renamed, and holds four files rendered when opened: "stats" (the lock
+ * manager's counters), "metrics" (the same and more, in Prometheus's text
+ * format, metrics.h), "locks" (the locks the store holds, one per line,
+ * only those the reader may look up) and "options" (the options the mount
+ * was started with, one per line, as given: what a remount compares its
+ * options with; root may write "name=value" lines to it to change
+ * lock_timeout or log_level while mounted, as a remount does). Their
+ * inodes are static,
  * without fd; their handles carry CTL_TAG.
  */
 #include <config.h>
@@ -12,6 +16,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +28,7 @@
 #include "fs.h"
 #include "lockplan.h"
 #include "metrics.h"
+#include "log.h"
 #include "path.h"
 
 static struct ll_inode ctl_inodes[] = {
@@ -29,7 +36,14 @@ static struct ll_inode ctl_inodes[] = {
 	[CTL_STATS] = {.fd = -1, .type = S_IFREG, .ctl = CTL_STATS},
 	[CTL_LOCKS] = {.fd = -1, .type = S_IFREG, .ctl = CTL_LOCKS},
 	[CTL_METRICS] = {.fd = -1, .type = S_IFREG, .ctl = CTL_METRICS},
+	[CTL_OPTIONS] = {.fd = -1, .type = S_IFREG, .ctl = CTL_OPTIONS},
 };
+
+/* fs->given_options; a leaf lock, never held across a syscall */
+static pthread_mutex_t options_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+/* Longest write to .treelockfs/options. */
+#define CTL_WRITE_MAX 4096
 
 struct ctl_buf {
 	char *data;
@@ -137,6 +151,10 @@ static int ctl_render(struct tlfs *fs, fuse_req_t req, enum ctl_kind kind,
 		fputs(buf, f);
 	} else if (kind == CTL_METRICS) {
 		ctl_render_metrics(fs, f);
+	} else if (kind == CTL_OPTIONS) {
+		pthread_mutex_lock(&options_mutex);
+		fputs(fs->given_options ? fs->given_options : "", f);
+		pthread_mutex_unlock(&options_mutex);
 	} else {
 		struct tl_lock_info *v = NULL;
 		size_t n = 0, i;
@@ -183,7 +201,7 @@ void ctl_stat(enum ctl_kind kind, struct stat *st)
 		st->st_mode = S_IFDIR | 0555;
 		st->st_nlink = 2;
 	} else {
-		st->st_mode = S_IFREG | 0444;
+		st->st_mode = S_IFREG | (kind == CTL_OPTIONS ? 0644 : 0444);
 		st->st_nlink = 1;
 	}
 }
@@ -216,6 +234,7 @@ int ctl_lookup(struct tlfs *fs, struct ll_inode *parent, const char *name,
 	k = strcmp(name, "stats") == 0	   ? CTL_STATS
 	    : strcmp(name, "locks") == 0   ? CTL_LOCKS
 	    : strcmp(name, "metrics") == 0 ? CTL_METRICS
+	    : strcmp(name, "options") == 0 ? CTL_OPTIONS
 					   : CTL_NONE;
 	if (parent->ctl != CTL_DIR || k == CTL_NONE)
 		return -ENOENT;
@@ -233,7 +252,9 @@ void ctl_open(struct tlfs *fs, fuse_req_t req, struct ll_inode *in, struct fuse_
 		fuse_reply_err(req, EISDIR);
 		return;
 	}
-	if ((fi->flags & O_ACCMODE) != O_RDONLY) {
+	if ((fi->flags & O_ACCMODE) != O_RDONLY &&
+	    (in->ctl != CTL_OPTIONS ||
+	     (fuse_req_ctx(req)->uid != 0 && fuse_req_ctx(req)->uid != geteuid()))) {
 		fuse_reply_err(req, EACCES);
 		return;
 	}
@@ -266,6 +287,172 @@ void ctl_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi)
 	fuse_reply_buf(req, n ? b->data + off : NULL, n);
 }
 
+/* The option LINE (LEN bytes) names: its length up to '=' or the end. */
+static size_t opt_name_len(const char *line, size_t len)
+{
+	const char *eq = memchr(line, '=', len);
+
+	return eq ? (size_t)(eq - line) : len;
+}
+
+/* True when option line LINE (LEN bytes, no newline) is one of LIST's. */
+static bool opts_have(const char *list, const char *line, size_t len)
+{
+	const char *p = list;
+
+	while (p && *p) {
+		const char *nl = strchr(p, '\n');
+		size_t n = nl ? (size_t)(nl - p) : strlen(p);
+
+		if (n == len && memcmp(p, line, len) == 0)
+			return true;
+		p = nl ? nl + 1 : NULL;
+	}
+	return false;
+}
+
+/* LIST with the line of LINE's option replaced by LINE (or LINE added),
+ * in a new string, or NULL when out of memory. */
+static char *opts_set(const char *list, const char *line, size_t len)
+{
+	size_t name = opt_name_len(line, len), total = strlen(list);
+	char *out = malloc(total + len + 2), *o = out;
+	const char *p = list;
+	bool done = false;
+
+	if (!out)
+		return NULL;
+	while (*p) {
+		const char *nl = strchr(p, '\n');
+		size_t n = nl ? (size_t)(nl - p) : strlen(p);
+
+		if (!done && opt_name_len(p, n) == name && memcmp(p, line, name) == 0) {
+			memcpy(o, line, len);
+			o += len;
+			done = true;
+		} else {
+			memcpy(o, p, n);
+			o += n;
+		}
+		*o++ = '\n';
+		p += n + (nl ? 1 : 0);
+	}
+	if (!done) {
+		memcpy(o, line, len);
+		o += len;
+		*o++ = '\n';
+	}
+	*o = '\0';
+	return out;
+}
+
+/* What option line LINE (LEN bytes) changes: into *TIMEOUT or *LEVEL.
+ * Returns 0, 1 for a line that repeats the mount's option, or -EINVAL. */
+static int ctl_parse_change(struct tlfs *fs, const char *line, size_t len, double *timeout,
+			    int *level)
+{
+	char val[64];
+	size_t name = opt_name_len(line, len);
+	char *end;
+
+	if (opts_have(fs->given_options, line, len))
+		return 1;
+	if (name == len || len - name - 1 >= sizeof(val))
+		return -EINVAL;
+	memcpy(val, line + name + 1, len - name - 1);
+	val[len - name - 1] = '\0';
+	if (name == 12 && memcmp(line, "lock_timeout", 12) == 0) {
+		errno = 0;
+		*timeout = strtod(val, &end);
+		if (errno || end == val || *end || !isfinite(*timeout) || *timeout < 0.001 ||
+		    *timeout > 86400)
+			return -EINVAL;
+		return 0;
+	}
+	if (name == 9 && memcmp(line, "log_level", 9) == 0) {
+		*level = tl_log_parse_level(val);
+		return *level < 0 ? -EINVAL : 0;
+	}
+	return -EINVAL;
+}
+
+void ctl_write(struct tlfs *fs, fuse_req_t req, struct ll_inode *in, struct fuse_bufvec *buf)
+{
+	size_t size = fuse_buf_size(buf);
+	struct fuse_bufvec mem = FUSE_BUFVEC_INIT(size);
+	double timeout = -1;
+	int level = -1, res = 0;
+	char *text, *p, *next, *bad = NULL;
+	bool changed = false;
+	ssize_t got;
+
+	if (in->ctl != CTL_OPTIONS) {
+		fuse_reply_err(req, EBADF);
+		return;
+	}
+	if (size > CTL_WRITE_MAX) {
+		fuse_reply_err(req, EFBIG);
+		return;
+	}
+	text = calloc(1, size + 1);
+	if (!text) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	mem.buf[0].mem = text;
+	got = fuse_buf_copy(&mem, buf, 0);
+	if (got < 0) {
+		free(text);
+		fuse_reply_err(req, (int)-got);
+		return;
+	}
+	/* check every line first: all or nothing */
+	pthread_mutex_lock(&options_mutex);
+	for (p = text; !res && *p; p = next) {
+		size_t n = strcspn(p, "\n");
+
+		next = p + n + (p[n] ? 1 : 0);
+		if (n && ctl_parse_change(fs, p, n, &timeout, &level) < 0) {
+			p[n] = '\0'; /* named in the log below */
+			bad = p;
+			res = -EINVAL;
+		}
+	}
+	for (p = text; !res && *p; p = next) {
+		size_t n = strcspn(p, "\n");
+		char *list;
+
+		next = p + n + (p[n] ? 1 : 0);
+		if (!n || opts_have(fs->given_options, p, n))
+			continue;
+		list = opts_set(fs->given_options, p, n);
+		if (!list) {
+			res = -ENOMEM;
+			break;
+		}
+		free(fs->given_options);
+		fs->given_options = list;
+		changed = true;
+	}
+	pthread_mutex_unlock(&options_mutex);
+	if (bad)
+		tl_log(LOG_WARNING, "cannot change '%s' while mounted", bad);
+	for (p = text; changed && *p; p++)
+		if (*p == '\n')
+			*p = ' ';
+	if (changed)
+		tl_log(LOG_NOTICE, "changed while mounted: %s", text);
+	if (!res && timeout > 0)
+		lockmgr_set_timeout(&fs->mgr, timeout);
+	if (!res && level >= 0)
+		tl_log_set_level(level);
+	free(text);
+	if (res)
+		fuse_reply_err(req, -res);
+	else
+		fuse_reply_write(req, (size_t)got);
+}
+
 void ctl_release(struct fuse_file_info *fi)
 {
 	struct ctl_buf *b = (struct ctl_buf *)(uintptr_t)(fi->fh & ~CTL_TAG);
@@ -276,8 +463,9 @@ void ctl_release(struct fuse_file_info *fi)
 
 size_t ctl_readdir(fuse_req_t req, char *buf, size_t rem, off_t offset)
 {
-	static const char *const names[] = {".", "..", "stats", "locks", "metrics"};
-	static const enum ctl_kind kinds[] = {CTL_DIR, CTL_DIR, CTL_STATS, CTL_LOCKS, CTL_METRICS};
+	static const char *const names[] = {".", "..", "stats", "locks", "metrics", "options"};
+	static const enum ctl_kind kinds[] = {CTL_DIR,	 CTL_DIR,     CTL_STATS,
+					      CTL_LOCKS, CTL_METRICS, CTL_OPTIONS};
 	size_t used = 0;
 	off_t i;
 

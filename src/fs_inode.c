@@ -3,6 +3,17 @@
  * Inodes: one struct ll_inode per (st_dev, st_ino) the kernel looked up,
  * with a lookup count; the nodeid is its address. The root is fs->root.
  *
+ * File handles (export_support): the kernel puts (nodeid, generation) in
+ * a handle and, when it no longer has that inode, sends a lookup of "."
+ * with the nodeid. So a forgotten inode is not freed but kept without its
+ * fd and with the backing's own file handle (name_to_handle_at()), which
+ * reopens it; its address stays taken, so its nodeid stays its own. Every
+ * inode is also hashed by nodeid (fs->idtab): a nodeid from a handle is
+ * trusted only when found there. At most export_remember forgotten inodes
+ * are kept, oldest dropped first. Each new inode (and a forgotten one found
+ * again with a different backing handle: its inode number was reused)
+ * takes a new generation, so (nodeid, generation) never names two files.
+ *
  * Lock order: fs->itab_mutex is a leaf, never held across a syscall.
  */
 #include <config.h>
@@ -34,6 +45,18 @@ struct ll_inode *ino_get(struct tlfs *fs, fuse_ino_t ino)
 fuse_ino_t ino_id(struct tlfs *fs, struct ll_inode *in)
 {
 	return in == fs->root ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)in;
+}
+
+uint64_t ino_gen(struct tlfs *fs, fuse_ino_t ino)
+{
+	struct ll_inode *in = ino ? ino_get(fs, ino) : NULL;
+
+	return in && in != fs->root && !in->ctl ? in->gen : 0;
+}
+
+static size_t idhash(fuse_ino_t id)
+{
+	return (size_t)((id >> 4) * UINT64_C(0x9e3779b97f4a7c15) >> 32) % TLFS_ITAB_SIZE;
 }
 
 static size_t ihash(dev_t dev, ino_t ino)
@@ -137,10 +160,34 @@ void creds_daemon(struct tlfs *fs)
 		creds_switch(0, 0, 0, NULL);
 }
 
+/* ---- atime ------------------------------------------------------------ */
+
+void fd_noatime(struct tlfs *fs, int fd)
+{
+	int fl;
+
+	if (!fs->cfg->noatime)
+		return;
+	fl = fcntl(fd, F_GETFL);
+	if (fl == -1 || (fl & O_NOATIME) || fcntl(fd, F_SETFL, fl | O_NOATIME) == 0)
+		return;
+	if (errno == EPERM && fs->switch_creds) {
+		/* O_NOATIME needs the owner or CAP_FOWNER: the open was
+		 * checked as the caller, the flag is the daemon's */
+		creds_daemon(fs);
+		fcntl(fd, F_SETFL, fl | O_NOATIME);
+	}
+}
+
 /* ---- inode table ------------------------------------------------------- */
 
-/* The table's inode of ST (st_dev, st_ino), or NULL. Must be called with
- * itab_mutex held. */
+static bool exporting(const struct tlfs *fs)
+{
+	return fs->cfg && fs->cfg->export_support;
+}
+
+/* The table's inode of ST (st_dev, st_ino), forgotten or not, or NULL.
+ * Must be called with itab_mutex held. */
 static struct ll_inode *itab_find(struct tlfs *fs, const struct stat *st)
 {
 	struct ll_inode *in;
@@ -151,25 +198,140 @@ static struct ll_inode *itab_find(struct tlfs *fs, const struct stat *st)
 	return in;
 }
 
+/* The inode of nodeid ID, or NULL; with itab_mutex held. */
+static struct ll_inode *idtab_find(struct tlfs *fs, fuse_ino_t id)
+{
+	struct ll_inode *in;
+
+	for (in = fs->idtab[idhash(id)]; in; in = in->id_next)
+		if ((fuse_ino_t)(uintptr_t)in == id)
+			break;
+	return in;
+}
+
+/* The backing's file handle of the open FD, when it is on BACKING's mount
+ * (else NULL: it cannot be reopened through BACKING). */
+static struct file_handle *handle_of(struct tlfs *fs, int fd)
+{
+	struct file_handle *fh, *out;
+	int mount_id;
+
+	fh = malloc(sizeof(*fh) + MAX_HANDLE_SZ);
+	if (!fh)
+		return NULL;
+	fh->handle_bytes = MAX_HANDLE_SZ;
+	if (name_to_handle_at(fd, "", fh, &mount_id, AT_EMPTY_PATH) == -1 ||
+	    mount_id != fs->export_mount_id) {
+		free(fh);
+		return NULL;
+	}
+	out = realloc(fh, sizeof(*fh) + fh->handle_bytes);
+	return out ? out : fh;
+}
+
+static bool handle_equal(const struct file_handle *a, const struct file_handle *b)
+{
+	return a && b && a->handle_type == b->handle_type && a->handle_bytes == b->handle_bytes &&
+	       memcmp(a->f_handle, b->f_handle, a->handle_bytes) == 0;
+}
+
+static void forgotten_unlink(struct tlfs *fs, struct ll_inode *in)
+{
+	if (in->lru_prev)
+		in->lru_prev->lru_next = in->lru_next;
+	else
+		fs->forgotten_head = in->lru_next;
+	if (in->lru_next)
+		in->lru_next->lru_prev = in->lru_prev;
+	else
+		fs->forgotten_tail = in->lru_prev;
+	in->lru_prev = in->lru_next = NULL;
+	fs->forgotten_count--;
+}
+
+/* Takes IN out of both hash tables; with itab_mutex held. */
+static void itab_remove(struct tlfs *fs, struct ll_inode *in)
+{
+	struct ll_inode **pp;
+
+	for (pp = &fs->itab[ihash(in->dev, in->ino)]; *pp; pp = &(*pp)->next) {
+		if (*pp == in) {
+			*pp = in->next;
+			break;
+		}
+	}
+	if (!exporting(fs))
+		return;
+	for (pp = &fs->idtab[idhash((fuse_ino_t)(uintptr_t)in)]; *pp; pp = &(*pp)->id_next) {
+		if (*pp == in) {
+			*pp = in->id_next;
+			break;
+		}
+	}
+}
+
+static uint32_t gen_next(struct tlfs *fs)
+{
+	if (++fs->next_gen == 0)
+		fs->next_gen = 1;
+	return fs->next_gen;
+}
+
+static void inode_free(struct ll_inode *in)
+{
+	if (in->fd >= 0)
+		close(in->fd);
+	free(in->fh);
+	free(in->key_path);
+	free(in);
+}
+
 /* Finds or makes the inode of the open O_PATH FD (stat ST), taking one
  * lookup reference. Takes FD over (closes it when an inode exists). */
 struct ll_inode *inode_ref(struct tlfs *fs, int fd, const struct stat *st)
 {
 	size_t h = ihash(st->st_dev, st->st_ino);
+	struct file_handle *fh = exporting(fs) ? handle_of(fs, fd) : NULL;
+	struct file_handle *drop_fh = NULL;
 	struct ll_inode *in;
+	bool other_file;
 
 	pthread_mutex_lock(&fs->itab_mutex);
 	in = itab_find(fs, st);
-	if (in) {
+	if (in && in->fd >= 0) {
 		in->nlookup++;
 		pthread_mutex_unlock(&fs->itab_mutex);
 		close(fd);
+		free(fh);
+		return in;
+	}
+	if (in) {
+		/* forgotten: the same file again, or its inode number reused */
+		forgotten_unlink(fs, in);
+		other_file = !handle_equal(in->fh, fh);
+		if (other_file)
+			in->gen = gen_next(fs);
+		drop_fh = in->fh;
+		in->fh = fh;
+		in->fd = fd;
+		in->nlookup = 1;
+		in->type = st->st_mode & S_IFMT;
+		pthread_mutex_unlock(&fs->itab_mutex);
+		free(drop_fh);
+		if (other_file) {
+			/* the path fs_rename.c remembered was the other file's */
+			pthread_mutex_lock(&fs->recent_mutex);
+			free(in->key_path);
+			in->key_path = NULL;
+			pthread_mutex_unlock(&fs->recent_mutex);
+		}
 		return in;
 	}
 	in = calloc(1, sizeof(*in));
 	if (!in) {
 		pthread_mutex_unlock(&fs->itab_mutex);
 		close(fd);
+		free(fh);
 		return NULL;
 	}
 	in->fd = fd;
@@ -177,8 +339,16 @@ struct ll_inode *inode_ref(struct tlfs *fs, int fd, const struct stat *st)
 	in->ino = st->st_ino;
 	in->type = st->st_mode & S_IFMT;
 	in->nlookup = 1;
+	in->gen = gen_next(fs);
+	in->fh = fh;
 	in->next = fs->itab[h];
 	fs->itab[h] = in;
+	if (exporting(fs)) {
+		size_t ih = idhash((fuse_ino_t)(uintptr_t)in);
+
+		in->id_next = fs->idtab[ih];
+		fs->idtab[ih] = in;
+	}
 	pthread_mutex_unlock(&fs->itab_mutex);
 	return in;
 }
@@ -192,6 +362,8 @@ struct ll_inode *inode_find_ref(struct tlfs *fs, const struct stat *st)
 
 	pthread_mutex_lock(&fs->itab_mutex);
 	in = itab_find(fs, st);
+	if (in && in->fd < 0)
+		in = NULL; /* forgotten: inode_ref() takes it back with the new fd */
 	if (in)
 		in->nlookup++;
 	pthread_mutex_unlock(&fs->itab_mutex);
@@ -200,28 +372,132 @@ struct ll_inode *inode_find_ref(struct tlfs *fs, const struct stat *st)
 
 void inode_unref(struct tlfs *fs, struct ll_inode *in, uint64_t n)
 {
-	struct ll_inode **pp;
-	bool last = false;
+	struct ll_inode *drop = NULL;
+	int close_fd = -1;
 
 	if (in == fs->root || in->ctl)
 		return;
 	pthread_mutex_lock(&fs->itab_mutex);
 	in->nlookup = in->nlookup > n ? in->nlookup - n : 0;
-	if (in->nlookup == 0) {
-		for (pp = &fs->itab[ihash(in->dev, in->ino)]; *pp; pp = &(*pp)->next) {
-			if (*pp == in) {
-				*pp = in->next;
-				break;
+	if (in->nlookup == 0 && in->fd >= 0) {
+		if (in->fh && fs->cfg->export_remember > 0) {
+			/* forgotten: keep it findable by its handle */
+			close_fd = in->fd;
+			in->fd = -1;
+			in->lru_prev = fs->forgotten_tail;
+			in->lru_next = NULL;
+			if (fs->forgotten_tail)
+				fs->forgotten_tail->lru_next = in;
+			else
+				fs->forgotten_head = in;
+			fs->forgotten_tail = in;
+			fs->forgotten_count++;
+			if (fs->forgotten_count > fs->cfg->export_remember) {
+				drop = fs->forgotten_head;
+				forgotten_unlink(fs, drop);
+				itab_remove(fs, drop);
 			}
+		} else {
+			itab_remove(fs, in);
+			drop = in;
 		}
-		last = true;
 	}
 	pthread_mutex_unlock(&fs->itab_mutex);
-	if (last) {
-		close(in->fd);
-		free(in->key_path);
-		free(in);
+	if (close_fd >= 0)
+		close(close_fd);
+	if (drop)
+		inode_free(drop);
+}
+
+int inode_ref_nodeid(struct tlfs *fs, fuse_ino_t id, struct ll_inode **out, struct stat *st)
+{
+	struct file_handle *fh = NULL;
+	struct ll_inode *in;
+	int fd, err;
+
+	*out = NULL;
+	if (id == FUSE_ROOT_ID) {
+		if (fstat(fs->root->fd, st) == -1)
+			return -errno;
+		*out = fs->root;
+		return 0;
 	}
+	if (!exporting(fs))
+		return -ESTALE;
+	pthread_mutex_lock(&fs->itab_mutex);
+	in = idtab_find(fs, id);
+	if (in && in->fd >= 0) {
+		in->nlookup++;
+		pthread_mutex_unlock(&fs->itab_mutex);
+		err = 0;
+		if (fstatat(in->fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == -1)
+			err = -errno;
+		else if (st->st_nlink == 0)
+			err = -ESTALE; /* deleted; its forget is on the way */
+		if (err) {
+			inode_unref(fs, in, 1);
+			return err;
+		}
+		*out = in;
+		return 0;
+	}
+	if (in && in->fh) {
+		fh = malloc(sizeof(*fh) + in->fh->handle_bytes);
+		if (fh)
+			memcpy(fh, in->fh, sizeof(*fh) + in->fh->handle_bytes);
+	}
+	pthread_mutex_unlock(&fs->itab_mutex);
+	if (!in)
+		return -ESTALE;
+	if (!fh)
+		return -ENOMEM;
+	/* by the backing's handle: nothing of ours is held meanwhile, the
+	 * inode may even be dropped; the nodeid is checked again below */
+	fd = open_by_handle_at(fs->backing_fd, fh, O_PATH | O_CLOEXEC);
+	free(fh);
+	if (fd == -1) {
+		err = errno;
+		if (err == EMFILE || err == ENFILE)
+			return -fd_errno(err);
+		if (err == EPERM)
+			tl_log(LOG_WARNING, "cannot reopen a file by its handle: the daemon lacks "
+					    "CAP_DAC_READ_SEARCH");
+		return -ESTALE; /* deleted (ESTALE), or cannot be reached */
+	}
+	err = 0;
+	if (fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == -1)
+		err = -errno;
+	else if (st->st_nlink == 0)
+		err = -ESTALE; /* deleted, still open somewhere */
+	if (err) {
+		close(fd);
+		return err;
+	}
+	in = inode_ref(fs, fd, st);
+	if (!in)
+		return -ENOMEM;
+	if (ino_id(fs, in) != id) {
+		/* dropped meanwhile and made anew under another nodeid */
+		inode_unref(fs, in, 1);
+		return -ESTALE;
+	}
+	*out = in;
+	return 0;
+}
+
+int inode_export_prepare(struct tlfs *fs)
+{
+	struct file_handle *fh;
+	int err = 0;
+
+	fh = malloc(sizeof(*fh) + MAX_HANDLE_SZ);
+	if (!fh)
+		return -ENOMEM;
+	fh->handle_bytes = MAX_HANDLE_SZ;
+	if (name_to_handle_at(fs->backing_fd, "", fh, &fs->export_mount_id, AT_EMPTY_PATH) == -1)
+		err = -errno;
+	free(fh);
+	return err;
 }
 
 int fd_errno(int err)
@@ -278,6 +554,7 @@ int tlfs_prepare(struct tlfs *fs)
 	fs->root->ino = st.st_ino;
 	fs->root->type = S_IFDIR;
 	fs->root->nlookup = 2;
+	fs->export_mount_id = -1;
 	proc_name(fs->backing_fd, proc);
 	n = readlink(proc, buf, sizeof(buf) - 1);
 	if (n < 0)
@@ -297,11 +574,8 @@ void tlfs_release(struct tlfs *fs)
 			struct ll_inode *in = fs->itab[h];
 
 			fs->itab[h] = in->next;
-			if (in != fs->root) {
-				close(in->fd);
-				free(in->key_path);
-				free(in);
-			}
+			if (in != fs->root)
+				inode_free(in);
 		}
 	}
 	if (fs->root) {

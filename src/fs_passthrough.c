@@ -80,6 +80,7 @@ static int do_lookup(struct tlfs *fs, struct ll_inode *parent, const char *name,
  * the inode and will never forget it, so the reference is dropped here. */
 static void reply_entry(struct tlfs *fs, fuse_req_t req, struct fuse_entry_param *e)
 {
+	e->generation = ino_gen(fs, e->ino);
 	if (fuse_reply_entry(req, e) != 0 && e->ino)
 		inode_unref(fs, ino_get(fs, e->ino), 1);
 }
@@ -108,6 +109,8 @@ static void ll_init(void *userdata, struct fuse_conn_info *conn)
 	 * sequential 1 MiB reads about twice as fast with it) */
 	conn->want |= conn->capable & (FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE |
 				       FUSE_CAP_SPLICE_MOVE | FUSE_CAP_PARALLEL_DIROPS);
+	if (fs->cfg->export_support)
+		conn->want |= conn->capable & FUSE_CAP_EXPORT_SUPPORT; /* fs_export.c */
 	lockmgr_start(&fs->mgr); /* a failure is logged; requests then fail with ENOLCK */
 	tl_log(LOG_INFO, "mounted with lock_store=%s lock_strategy=%s lock_scope=%s",
 	       lockmgr_store_name(&fs->mgr), lockplan_strategy_name(fs->cfg->lock_strategy),
@@ -128,8 +131,13 @@ static void ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct tlfs *fs = req_fs(req);
 	struct fuse_entry_param e;
-	int err = creds_enter(fs, req);
+	int err;
 
+	if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0'))) {
+		ll_lookup_export(req, parent, name); /* only from file handles */
+		return;
+	}
+	err = creds_enter(fs, req);
 	if (!err)
 		err = do_lookup(fs, ino_get(fs, parent), name, &e);
 	reply_entry_or_err(fs, req, err, &e);
@@ -439,6 +447,7 @@ static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, fd_errno(errno));
 		return;
 	}
+	fd_noatime(fs, fd);
 	fi->fh = (uint64_t)fd;
 	if (fuse_reply_open(req, fi) != 0)
 		close(fd); /* interrupted: there will be no release */
@@ -590,7 +599,9 @@ static void ll_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		fuse_reply_err(req, -res);
 		return;
 	}
+	fd_noatime(fs, fd);
 	fi->fh = (uint64_t)fd;
+	e.generation = ino_gen(fs, e.ino);
 	if (fuse_reply_create(req, &e, fi) != 0) {
 		/* interrupted: nobody will forget the inode or release the file */
 		inode_unref(fs, ino_get(fs, e.ino), 1);
@@ -640,6 +651,10 @@ static void ll_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in_
 	struct fuse_bufvec out = FUSE_BUFVEC_INIT(fuse_buf_size(in_buf));
 	ssize_t res;
 
+	if (fi->fh & CTL_TAG) {
+		ctl_write(req_fs(req), req, ino_get(req_fs(req), ino), in_buf);
+		return;
+	}
 	if (!alloc_enter(req, fi, EBADF))
 		return;
 	out.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
@@ -790,6 +805,7 @@ static void ll_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		err = -fd_errno(errno);
 		goto out_free;
 	}
+	fd_noatime(fs, fd);
 	d->dp = fdopendir(fd);
 	if (!d->dp) {
 		err = -fd_errno(errno);

@@ -71,6 +71,11 @@ void lockmgr_init(struct lockmgr *m, struct lockstore *store, double timeout, co
 	snprintf(m->owner, sizeof(m->owner), "%s", owner ? owner : "local");
 }
 
+void lockmgr_set_timeout(struct lockmgr *m, double timeout)
+{
+	__atomic_store(&m->timeout, &timeout, __ATOMIC_RELAXED);
+}
+
 static const char *plan_desc(const struct tl_plan *plan, char *buf, size_t size)
 {
 	if (plan->to)
@@ -105,11 +110,15 @@ int lockmgr_acquire(struct lockmgr *m, const struct tl_plan *plan, uint32_t pid,
 {
 	struct lockstore *st = m->store;
 	struct tl_conflict why;
-	int64_t start = tl_mono_us(), deadline = start + (int64_t)(m->timeout * 1e6);
+	int64_t start = tl_mono_us(), deadline;
 	unsigned int attempt = 0;
 	bool logged = false;
 	char desc[600];
 	int err;
+	double timeout;
+
+	__atomic_load(&m->timeout, &timeout, __ATOMIC_RELAXED);
+	deadline = start + (int64_t)(timeout * 1e6);
 
 	memset(h, 0, sizeof(*h));
 	h->ticket = __atomic_add_fetch(&m->next_ticket, 1, __ATOMIC_RELAXED);

@@ -25,7 +25,7 @@
 struct lockmgr {
 	struct lockstore *store;   /* not owned */
 	unsigned int caps;         /* the store's TL_CAP_*, read once */
-	double timeout;            /* seconds */
+	double timeout;            /* seconds; atomic (lockmgr_set_timeout()) */
 	char owner[64];            /* this mount's owner name, for holder ids */
 	uint64_t next_ticket;      /* atomic */
 	int stopping;              /* atomic: lockmgr_shutdown() was called */
@@ -35,6 +35,10 @@ struct lockmgr {
 /* Initialises M over STORE. OWNER names this mount in holder ids. This
  * function can't fail. */
 void lockmgr_init(struct lockmgr *m, struct lockstore *store, double timeout, const char *owner);
+
+/* Sets the lock timeout (seconds) of the acquisitions that start from now
+ * on, from any thread. This function can't fail. */
+void lockmgr_set_timeout(struct lockmgr *m, double timeout);
 
 /* Acquires PLAN for a holder it fills in H (PID: the requesting process).
  * Returns 0, -EBUSY (not obtained before the timeout), -ENOLCK (the store

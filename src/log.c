@@ -55,6 +55,11 @@ int tl_log_parse_level(const char *name)
 	return -1;
 }
 
+void tl_log_set_level(int level)
+{
+	__atomic_store_n(&tl_log_level, level, __ATOMIC_RELAXED);
+}
+
 const char *tl_log_level_name(int level)
 {
 	if (level < 0 || level > LOG_DEBUG)

@@ -19,8 +19,12 @@
 #include <stddef.h>
 #include <syslog.h>
 
-/* The current threshold; messages above it are dropped. */
+/* The current threshold; messages above it are dropped. Read without a
+ * lock; changed at run time only with tl_log_set_level(). */
 extern int tl_log_level;
+
+/* Changes the threshold, from any thread. This function can't fail. */
+void tl_log_set_level(int level);
 
 /* Sets the program name (for syslog and stderr prefixes) and threshold. */
 void tl_log_init(const char *progname, int level);

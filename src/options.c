@@ -33,6 +33,10 @@ enum {
 	KEY_ALLOW_OTHER,
 	KEY_NO_ALLOW_OTHER,
 	KEY_CONFIG_FILE_ONLY,
+	KEY_NOATIME,
+	KEY_ATIME,
+	KEY_RELATIME,
+	KEY_ATIME_REFUSED,
 };
 
 #define OPT_STR(name, field) TL_OPT_STR(name, struct tl_config, field)
@@ -60,10 +64,19 @@ static const struct fuse_opt tl_opts[] = {
 	{"--config %s", offsetof(struct tl_config, config_file), 0},
 	OPT_STR("owner", owner),
 	OPT_STR("lease_ttl", lease_ttl_s),
+	TL_OPT_BOOL("export_support", struct tl_config, export_support),
+	OPT_STR("export_remember", export_remember_s),
 	FUSE_OPT_KEY("--allow_other", KEY_ALLOW_OTHER),
 	FUSE_OPT_KEY("allow_other", KEY_ALLOW_OTHER),
 	FUSE_OPT_KEY("--no_allow_other", KEY_NO_ALLOW_OTHER),
 	FUSE_OPT_KEY("no_allow_other", KEY_NO_ALLOW_OTHER),
+	/* atime: reads through the mount are the daemon's reads of BACKING */
+	FUSE_OPT_KEY("noatime", KEY_NOATIME),
+	FUSE_OPT_KEY("atime", KEY_ATIME),
+	FUSE_OPT_KEY("relatime", KEY_RELATIME),
+	FUSE_OPT_KEY("diratime", KEY_RELATIME),
+	FUSE_OPT_KEY("strictatime", KEY_ATIME_REFUSED),
+	FUSE_OPT_KEY("nodiratime", KEY_ATIME_REFUSED),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -127,6 +140,7 @@ int config_init(struct tl_config *cfg)
 	cfg->negative_timeout = TL_DEFAULT_NEGATIVE_TIMEOUT;
 	cfg->lease_ttl = TL_DEFAULT_LEASE_TTL;
 	cfg->metrics_interval = TL_DEFAULT_METRICS_INTERVAL;
+	cfg->export_remember = TL_DEFAULT_EXPORT_REMEMBER;
 	if (!cfg->lock_store_s || !cfg->lock_strategy_s || !cfg->lock_scope_s || !cfg->owner)
 		return -ENOMEM;
 	for (i = 0; i < TL_STORE_COUNT; i++) {
@@ -183,6 +197,15 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 	case KEY_NO_ALLOW_OTHER:
 		cfg->allow_other = 0;
 		return 0;
+	case KEY_RELATIME:
+		/* the kernel's default for a new mount (libfuse 3.14 does not
+		 * know the name); atime is then as BACKING's mount keeps it */
+		cfg->noatime = 0;
+		return 0;
+	case KEY_ATIME_REFUSED:
+		config_error(cfg, "cannot honour '%s': reads through the mount update atime as "
+				  "BACKING's own mount does; noatime here stops them", arg);
+		return 0;
 	case FUSE_OPT_KEY_NONOPT:
 		if (ctx->file) {
 			config_error(cfg, "config file '%s': cannot parse '%s'", ctx->file, arg);
@@ -200,6 +223,11 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 			return 1; /* MOUNTPOINT, for libfuse */
 		config_error(cfg, "unexpected argument '%s'", arg);
 		return 0;
+	case KEY_NOATIME:
+	case KEY_ATIME:
+		/* the kernel's flag as well: on to libfuse */
+		cfg->noatime = key == KEY_NOATIME;
+		/* fall through */
 	case FUSE_OPT_KEY_OPT:
 		if (ctx->file) {
 			/* a libfuse option (allow_root, fsname=...) in the file */
@@ -588,6 +616,9 @@ int config_validate(struct tl_config *cfg)
 			  &cfg->metrics_interval);
 	if (cfg->metrics_file)
 		validate_metrics_file(cfg);
+	if (cfg->export_remember_s)
+		config_parse_uint(cfg, "export_remember", cfg->export_remember_s, 0, 100000000,
+				  &cfg->export_remember);
 	/* every backend checks the syntax of its options, the selected one
 	 * also what it needs */
 	for (i = 0; i < TL_STORE_COUNT; i++)
@@ -673,6 +704,10 @@ static const char help_mount[] =
 	"                             also directory paths for lock keys\n"
 	"    --attr_timeout=SECONDS   cache attributes this long (default 1)\n"
 	"    --negative_timeout=SECONDS cache missing names this long (default 0)\n"
+	"    --export_support         file handles that outlive the kernel's cache\n"
+	"                             (open_by_handle_at, NFS re-export with fsid=)\n"
+	"    --export_remember=N      with export_support: forgotten files kept findable\n"
+	"                             by handle, oldest dropped first (default 1000000)\n"
 	"    --allow_other            let other users in; turns on default_permissions,\n"
 	"                             each request then acts as its user\n"
 	"    -f                       stay in the foreground, log to stderr\n"
@@ -703,6 +738,7 @@ void config_free(struct tl_config *cfg)
 		&cfg->config_file,      &cfg->owner,              &cfg->lease_ttl_s,
 		&cfg->backing,          &cfg->errors,             &cfg->hold_log,
 		&cfg->metrics_file,     &cfg->metrics_interval_s,
+		&cfg->export_remember_s,
 	};
 	size_t i;
 

@@ -68,6 +68,9 @@ struct tl_config {
 	char *config_file;
 	char *owner;           /* store-generic: this mount as shown to others */
 	char *lease_ttl_s;     /* store-generic: lease of a shared store's locks */
+	char *export_remember_s;
+	int export_support;    /* mount: file handles that outlive the kernel's inodes */
+	int noatime;           /* mount: reads leave BACKING's atime alone (O_NOATIME) */
 	int allow_other;
 	int show_help;
 	int show_version;
@@ -86,6 +89,7 @@ struct tl_config {
 	double negative_timeout;
 	int log_level;
 	double lease_ttl;        /* seconds */
+	unsigned int export_remember; /* forgotten inodes kept findable by handle */
 
 	/* each backend's own options, by enum tl_store_kind (NULL: none) */
 	void *store_opts[TL_STORE_COUNT];
@@ -170,5 +174,6 @@ void config_free(struct tl_config *cfg);
 #define TL_DEFAULT_NEGATIVE_TIMEOUT 0.0
 #define TL_DEFAULT_LEASE_TTL 10.0
 #define TL_DEFAULT_METRICS_INTERVAL 15
+#define TL_DEFAULT_EXPORT_REMEMBER 1000000
 
 #endif /* TREELOCKFS_OPTIONS_H */

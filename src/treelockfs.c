@@ -30,6 +30,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "tlclock.h"
+#include "remount.h"
 
 static void usage(const char *prog)
 {
@@ -267,6 +268,9 @@ int main(int argc, char *argv[])
 	struct stat st;
 	int ret = 1, err;
 
+	/* mount(8) -o remount comes here through mount.fuse3: no new daemon */
+	if (remount_requested(argc, argv))
+		return remount_run(argc, argv);
 	tl_log_init("treelockfs", LOG_NOTICE);
 	if (config_init(&cfg) != 0 || config_parse(&cfg, &args, false) != 0) {
 		fprintf(stderr, "treelockfs: out of memory\n");
@@ -330,6 +334,11 @@ int main(int argc, char *argv[])
 	}
 
 	fs.cfg = &cfg;
+	fs.given_options = remount_given_options(argc, argv);
+	if (!fs.given_options) {
+		tl_log(LOG_ERR, "out of memory");
+		goto out_destroy;
+	}
 	raise_nofile_limit();
 	fs.backing_fd = open(cfg.backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fs.backing_fd == -1) {
@@ -361,6 +370,12 @@ int main(int argc, char *argv[])
 	err = tlfs_prepare(&fs);
 	if (err) {
 		tl_log(LOG_ERR, "cannot prepare BACKING '%s': %s", cfg.backing, strerror(-err));
+		goto out_close_store;
+	}
+	err = cfg.export_support ? inode_export_prepare(&fs) : 0;
+	if (err) {
+		tl_log(LOG_ERR, "cannot use export_support: BACKING '%s' gives no file handles: %s",
+		       cfg.backing, strerror(-err));
 		goto out_close_store;
 	}
 	if (fuse_session_mount(se, opts.mountpoint) != 0)
@@ -436,6 +451,7 @@ out_destroy:
 	free(opts.mountpoint);
 	fuse_opt_free_args(&args);
 out_free_cfg:
+	free(fs.given_options);
 	config_free(&cfg);
 	return ret;
 }

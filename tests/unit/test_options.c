@@ -260,6 +260,56 @@ START_TEST(test_options__password_from_environment)
 }
 END_TEST
 
+static bool args_have(const char *opt)
+{
+	for (int i = 0; i < args.argc; i++)
+		if (strstr(args.argv[i], opt))
+			return true;
+	return false;
+}
+
+START_TEST(test_options__atime_and_export_support)
+{
+	const char *argv[] = {"/b", "/m", "-o", "relatime,noatime,export_support,export_remember=7",
+			      NULL};
+
+	parse(false, argv);
+	ck_assert_int_eq(config_validate(&cfg), 0);
+	ck_assert_int_eq(cfg.noatime, 1);
+	ck_assert(args_have("noatime"));   /* the kernel's flag: on to libfuse */
+	ck_assert(!args_have("relatime")); /* the default, unknown to libfuse 3.14 */
+	ck_assert_int_eq(cfg.export_support, 1);
+	ck_assert_uint_eq(cfg.export_remember, 7);
+}
+END_TEST
+
+START_TEST(test_options__atime_that_cannot_be_honoured)
+{
+	const char *argv[] = {"/b", "/m", "-o", "strictatime,nodiratime,export_remember=-1", NULL};
+
+	parse(false, argv);
+	ck_assert_int_eq(config_validate(&cfg), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "cannot honour 'strictatime'"));
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "cannot honour 'nodiratime'"));
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "invalid export_remember '-1'"));
+	ck_assert_int_eq(cfg.noatime, 0);
+	ck_assert_int_eq(cfg.export_support, 0);
+}
+END_TEST
+
+START_TEST(test_options__noatime_from_a_config_file)
+{
+	char *file = write_file("c.conf", "noatime\n", 0644);
+	const char *argv[] = {"/b", "/m", "--config", file, NULL};
+
+	parse(false, argv);
+	ck_assert_int_eq(config_validate(&cfg), 0);
+	ck_assert_int_eq(cfg.noatime, 1);
+	ck_assert(args_have("noatime"));
+	free(file);
+}
+END_TEST
+
 Suite *make_suite_options(void)
 {
 	Suite *s = suite_create("options");
@@ -276,6 +326,9 @@ Suite *make_suite_options(void)
 	tcase_add_test(tc, test_options__es_inflight);
 	tcase_add_test(tc, test_options__secret_file_permissions);
 	tcase_add_test(tc, test_options__password_from_environment);
+	tcase_add_test(tc, test_options__atime_and_export_support);
+	tcase_add_test(tc, test_options__atime_that_cannot_be_honoured);
+	tcase_add_test(tc, test_options__noatime_from_a_config_file);
 	suite_add_tcase(s, tc);
 	return s;
 }
