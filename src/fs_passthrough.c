@@ -634,6 +634,36 @@ static bool alloc_enter(fuse_req_t req, const struct fuse_file_info *fi, int ctl
 	return true;
 }
 
+/* Writes IN_BUF at OFF to FD, which is open with O_DIRECT, from a
+ * page-aligned copy. The request's data is never aligned as O_DIRECT wants
+ * it: spliced, it starts in a pipe page behind the request header (a
+ * splice of it into the file fails with EINVAL from 4 KiB on), and read
+ * into libfuse's buffer, it sits behind the same header. The copy makes
+ * the write succeed or fail as the caller's own write would on the
+ * backing file, by its offset and size alone (the caller's buffer was
+ * copied by the kernel already). Returns the bytes written or -errno. */
+static ssize_t write_direct(int fd, struct fuse_bufvec *in_buf, off_t off)
+{
+	size_t size = fuse_buf_size(in_buf);
+	struct fuse_bufvec mem = FUSE_BUFVEC_INIT(size);
+	long page = sysconf(_SC_PAGESIZE);
+	ssize_t res;
+	void *p;
+
+	res = -posix_memalign(&p, page > 0 ? (size_t)page : 4096, size ? size : 1);
+	if (res)
+		return res;
+	mem.buf[0].mem = p;
+	res = fuse_buf_copy(&mem, in_buf, FUSE_BUF_NO_SPLICE);
+	if (res >= 0) {
+		res = pwrite(fd, p, (size_t)res, off);
+		if (res == -1)
+			res = -errno;
+	}
+	free(p);
+	return res;
+}
+
 static void ll_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in_buf, off_t off,
 			 struct fuse_file_info *fi)
 {
@@ -642,6 +672,14 @@ static void ll_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in_
 
 	if (!alloc_enter(req, fi, EBADF))
 		return;
+	if (fi->flags & O_DIRECT) {
+		res = write_direct((int)fi->fh, in_buf, off);
+		if (res < 0)
+			fuse_reply_err(req, (int)-res);
+		else
+			fuse_reply_write(req, (size_t)res);
+		return;
+	}
 	out.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
 	out.buf[0].fd = (int)fi->fh;
 	out.buf[0].pos = off;

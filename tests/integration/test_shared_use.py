@@ -1,0 +1,143 @@
+"""What shared trees use beyond the basics, through an allow_other mount and
+on a plain directory of the same filesystem side by side: O_DIRECT, default
+ACLs, execute-only programs, extended attributes on symlinks, attributes the
+backing filesystem changed by itself. The plain directory's answer (value
+or errno) is the expected one.
+"""
+import ctypes
+import errno
+import mmap
+import os
+import shutil
+import stat
+import struct
+
+import pytest
+
+from conftest import run_as
+
+USER, GROUP, SUPP, OTHER_USER = 4252, 4252, 4310, 4253
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch users")
+
+
+def outcome(fn):
+    try:
+        return ("ok", fn())
+    except OSError as e:
+        return ("err", errno.errorcode.get(e.errno, e.errno))
+
+
+def compare(native, mount, steps, user=None):
+    """Runs STEPS [(name, f(root))] under NATIVE and under MOUNT (as USER:
+    (uid, gid, groups) when given) and asserts every outcome agrees.
+    Returns the outcomes by name."""
+    def run(root):
+        return [(name, outcome(lambda f=f: f(root))) for name, f in steps]
+
+    if user:
+        uid, gid, groups = user
+        want = run_as(uid, gid, lambda: run(native), groups=groups)
+        got = run_as(uid, gid, lambda: run(mount), groups=groups)
+    else:
+        want, got = run(native), run(mount)
+    for w, g in zip(want, got):
+        assert g == w, "step %r: native %r, mount %r" % (w[0], w[1], g[1])
+    assert got == want
+    return dict(got)
+
+
+def open_tree(tmp_path):
+    """Lets other users reach tmp_path (pytest makes its parents 0700)."""
+    p = tmp_path
+    for _ in range(3):
+        os.chmod(p, os.stat(p).st_mode | 0o755)
+        p = p.parent
+
+
+@pytest.fixture
+def shared(tmp_path, mount_factory):
+    """(mount, native directory) with allow_other, reachable by anyone."""
+    open_tree(tmp_path)
+    m = mount_factory(opts=["allow_other"])
+    os.chmod(m.mnt, 0o755)
+    native = tmp_path / "native"
+    native.mkdir()
+    native.chmod(0o755)
+    return m, str(native)
+
+
+# ---- O_DIRECT ------------------------------------------------------------------------------
+
+
+def _direct_steps():
+    def dio_write(path, off, size, fill):
+        buf = mmap.mmap(-1, max(size, 1))  # page aligned, as O_DIRECT users allocate
+        buf.write(bytes([fill]) * size)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_DIRECT, 0o644)
+        try:
+            return os.pwritev(fd, [memoryview(buf)[:size]], off)
+        finally:
+            os.close(fd)
+            buf.close()
+
+    def dio_read(path, off, size):
+        buf = mmap.mmap(-1, max(size, 1))
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+        try:
+            n = os.preadv(fd, [memoryview(buf)[:size]], off)
+            return n, bytes(buf[:n])
+        finally:
+            os.close(fd)
+            buf.close()
+
+    def whole(path):
+        with open(path, "rb") as f:
+            return f.read()
+
+    steps = []
+    fill = 1
+    for size in (512, 1024, 2048, 4096, 8192, 65536, 131072, 1 << 20):
+        for off in (0, 4096, 512 * 3):
+            steps.append(("write %d at %d" % (size, off),
+                          lambda r, o=off, s=size, c=fill: dio_write(os.path.join(r, "d"),
+                                                                      o, s, c)))
+            fill += 1
+            steps.append(("read %d at %d" % (size, off),
+                          lambda r, o=off, s=size: dio_read(os.path.join(r, "d"), o, s)))
+    for size, off in ((100, 0), (4097, 0), (4096, 100), (512, 1)):
+        steps.append(("unaligned write %d at %d" % (size, off),
+                      lambda r, o=off, s=size: dio_write(os.path.join(r, "d"), o, s, 0xee)))
+        steps.append(("unaligned read %d at %d" % (size, off),
+                      lambda r, o=off, s=size: dio_read(os.path.join(r, "d"), o, s)))
+    steps.append(("content", lambda r: whole(os.path.join(r, "d"))))
+    return steps
+
+
+def test_shared_use__o_direct_matches_backing(shared):
+    """O_DIRECT reads and writes of every size, aligned and not, answer
+    what they answer on the backing filesystem, with the same bytes."""
+    m, native = shared
+    probe = os.path.join(native, "probe")
+    try:
+        os.close(os.open(probe, os.O_RDWR | os.O_CREAT | os.O_DIRECT, 0o644))
+    except OSError as e:
+        pytest.skip("the backing filesystem has no O_DIRECT: %s" % e)
+    os.unlink(probe)
+    res = compare(native, m.mnt, _direct_steps())
+    assert res["write 1048576 at 4096"] == ("ok", 1 << 20)
+    n, data = res["read 8192 at 1536"][1]
+    assert n == 8192 and data == bytes([data[0]]) * 8192 and data[0] != 0
+    assert len(res["content"][1]) == 4096 + (1 << 20)
+
+
+def test_shared_use__o_direct_as_other_user(shared):
+    """The same through the mount as a user who is not root."""
+    m, native = shared
+    for root in (native, m.mnt):
+        os.mkdir(os.path.join(root, "pub"))
+        os.chmod(os.path.join(root, "pub"), 0o777)
+    steps = [(n, lambda r, f=f: f(os.path.join(r, "pub"))) for n, f in _direct_steps()
+             if "1048576" not in n]
+    res = compare(native, m.mnt, steps, user=(USER, GROUP, [GROUP]))
+    assert res["write 65536 at 0"] == ("ok", 65536)
