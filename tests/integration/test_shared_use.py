@@ -141,3 +141,90 @@ def test_shared_use__o_direct_as_other_user(shared):
              if "1048576" not in n]
     res = compare(native, m.mnt, steps, user=(USER, GROUP, [GROUP]))
     assert res["write 65536 at 0"] == ("ok", 65536)
+
+
+# ---- extended attributes on symlinks and special files -------------------------------------
+
+
+def _xattr_prepare(r):
+    with open(os.path.join(r, "f"), "w") as f:
+        f.write("x")
+    os.symlink("f", os.path.join(r, "l"))
+    os.symlink("nowhere", os.path.join(r, "dangling"))
+    os.mkfifo(os.path.join(r, "p"))
+
+
+def _xattr_steps():
+    steps = []
+    for target in ("l", "dangling", "p"):
+        for ns in ("trusted", "security", "user"):
+            name = "%s.tl" % ns
+
+            def lset(r, t=target, n=name):
+                os.setxattr(os.path.join(r, t), n, b"v-" + t.encode(), follow_symlinks=False)
+
+            def lget(r, t=target, n=name):
+                return os.getxattr(os.path.join(r, t), n, follow_symlinks=False)
+
+            def llist(r, t=target):
+                return sorted(os.listxattr(os.path.join(r, t), follow_symlinks=False))
+
+            def lremove(r, t=target, n=name):
+                os.removexattr(os.path.join(r, t), n, follow_symlinks=False)
+
+            def lget_size(r, t=target, n=name):
+                # getxattr(2) with size 0 asks for the size only
+                libc = ctypes.CDLL(None, use_errno=True)
+                libc.lgetxattr.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p,
+                                           ctypes.c_size_t]
+                n_ = libc.lgetxattr(os.path.join(r, t).encode(), n.encode(), None, 0)
+                if n_ < 0:
+                    e = ctypes.get_errno()
+                    raise OSError(e, os.strerror(e))
+                return n_
+
+            steps += [("lset %s %s" % (target, name), lset),
+                      ("lget %s %s" % (target, name), lget),
+                      ("lget size %s %s" % (target, name), lget_size),
+                      ("llist %s after %s" % (target, name), llist),
+                      ("lset create again %s %s" % (target, name),
+                       lambda r, t=target, n=name: os.setxattr(
+                           os.path.join(r, t), n, b"x", os.XATTR_CREATE,
+                           follow_symlinks=False)),
+                      ("lremove %s %s" % (target, name), lremove),
+                      ("lget removed %s %s" % (target, name), lget)]
+        steps.append(("target untouched %s" % target,
+                      lambda r: sorted(os.listxattr(os.path.join(r, "f")))))
+    return steps
+
+
+def test_shared_use__xattrs_on_symlinks_match_backing(shared):
+    """lsetxattr, lgetxattr, llistxattr and lremovexattr on symlinks (also
+    dangling ones) and FIFOs, as root and as a user, answer as on the
+    disk and act on the link, not on its target."""
+    m, native = shared
+    _xattr_prepare(native)
+    _xattr_prepare(m.backing)
+    res = compare(native, m.mnt, _xattr_steps())
+    assert res["lget l trusted.tl"] == ("ok", b"v-l")
+    assert res["llist l after trusted.tl"] == ("ok", ["trusted.tl"])
+    assert res["llist dangling after security.tl"] == ("ok", ["security.tl"])
+    for ns in ("trusted", "security", "user"):
+        assert res["lset p %s.tl" % ns][0] == ("ok" if ns != "user" else "err")
+    # the link itself carries it on the disk, not its target
+    os.setxattr(m.path("l"), "trusted.z", b"z", follow_symlinks=False)
+    assert os.getxattr(m.bpath("l"), "trusted.z", follow_symlinks=False) == b"z"
+    assert "trusted.z" not in os.listxattr(m.bpath("f"))
+    os.removexattr(m.path("l"), "trusted.z", follow_symlinks=False)
+    # a user sees no trusted. names, as on the disk
+    for root in (native, m.mnt):
+        for name in ("f", "l"):
+            os.setxattr(os.path.join(root, name), "trusted.keep", b"k", follow_symlinks=False)
+            os.setxattr(os.path.join(root, name), "security.keep", b"k", follow_symlinks=False)
+    os.chmod(m.mnt, 0o777)
+    os.chmod(native, 0o777)
+    res = compare(native, m.mnt, _xattr_steps()[:14] + [
+        ("list %s as user" % n, lambda r, n=n: sorted(os.listxattr(os.path.join(r, n),
+                                                                   follow_symlinks=False)))
+        for n in ("f", "l")], user=(USER, GROUP, [GROUP]))
+    assert res["list l as user"] == ("ok", ["security.keep"])
