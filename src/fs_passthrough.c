@@ -417,6 +417,31 @@ static void ll_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 /* ---- files ------------------------------------------------------------------------ */
 
+/* The kernel's FMODE_EXEC, which it leaves in the flags of the open an
+ * execve() (or uselib()) makes; open(2) drops it from a caller's flags,
+ * so only the kernel sets it. */
+#define OPEN_FLAG_EXEC 040
+
+/* Opens PROC (a file of the mount) for the kernel to load it as a
+ * program: that needs execute permission, not read (a 0711 program runs,
+ * its bytes stay unreadable by the caller). Execute permission is checked
+ * as the caller; the open itself is the daemon's own, read-only, and the
+ * kernel uses it to read the program only. Returns the fd or -errno. */
+static int open_exec(struct tlfs *fs, const char *proc, int flags)
+{
+	int fd;
+
+	flags = (flags | O_CLOEXEC) & ~(O_NOFOLLOW | OPEN_FLAG_EXEC);
+	fd = open(proc, flags);
+	if (fd >= 0 || errno != EACCES || !fs->switch_creds || (flags & O_ACCMODE) != O_RDONLY)
+		return fd >= 0 ? fd : -errno;
+	if (faccessat(AT_FDCWD, proc, X_OK, AT_EACCESS) == -1)
+		return -errno;
+	creds_daemon(fs);
+	fd = open(proc, flags);
+	return fd >= 0 ? fd : -errno;
+}
+
 static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct tlfs *fs = req_fs(req);
@@ -434,9 +459,15 @@ static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	proc_name(in->fd, proc);
-	fd = open(proc, (fi->flags | O_CLOEXEC) & ~O_NOFOLLOW);
-	if (fd == -1) {
-		fuse_reply_err(req, fd_errno(errno));
+	if (fi->flags & OPEN_FLAG_EXEC) {
+		fd = open_exec(fs, proc, fi->flags);
+	} else {
+		fd = open(proc, (fi->flags | O_CLOEXEC) & ~O_NOFOLLOW);
+		if (fd == -1)
+			fd = -errno;
+	}
+	if (fd < 0) {
+		fuse_reply_err(req, fd_errno(-fd));
 		return;
 	}
 	fi->fh = (uint64_t)fd;

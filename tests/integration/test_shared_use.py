@@ -168,6 +168,56 @@ def test_shared_use__o_direct_as_other_user(shared):
     assert res["write 65536 at 0"] == ("ok", 65536)
 
 
+# ---- execute-only programs -----------------------------------------------------------------
+
+
+def _exec_prepare(r):
+    prog = shutil.which("true")
+    for name, mode in (("x711", 0o711), ("x111", 0o111), ("x700", 0o700), ("x644", 0o644),
+                       ("x755", 0o755), ("x701", 0o701), ("x710", 0o710)):
+        p = os.path.join(r, name)
+        shutil.copyfile(prog, p)
+        os.chmod(p, mode)
+    os.chown(os.path.join(r, "x710"), 0, SUPP)
+
+
+def _exec_steps():
+    def run(path):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.execv(path, [path])
+            except OSError as e:
+                os._exit(100 + e.errno)
+        _, status = os.waitpid(pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        return errno.errorcode[code - 100] if code >= 100 else code
+
+    steps = []
+    for name in ("x711", "x111", "x700", "x644", "x755", "x701", "x710"):
+        steps.append(("exec %s" % name, lambda r, n=name: run(os.path.join(r, n))))
+        steps.append(("read %s" % name,
+                      lambda r, n=name: len(open(os.path.join(r, n), "rb").read(16))))
+        steps.append(("open rw %s" % name,
+                      lambda r, n=name: os.close(os.open(os.path.join(r, n), os.O_RDWR))))
+    return steps
+
+
+def test_shared_use__execute_only_programs_match_backing(shared):
+    """Other users run programs they may execute but not read (0711, 0111)
+    through the mount as on the disk, and still cannot read them."""
+    m, native = shared
+    _exec_prepare(native)
+    _exec_prepare(m.backing)
+    res = compare(native, m.mnt, _exec_steps(), user=(USER, GROUP, [GROUP, SUPP]))
+    assert res["exec x711"] == ("ok", 0)
+    assert res["exec x111"] == ("ok", 0)
+    assert res["read x711"] == ("err", "EACCES")
+    assert res["exec x700"] == ("ok", "EACCES")
+    res = compare(native, m.mnt, _exec_steps(), user=(OTHER_USER, OTHER_USER, [OTHER_USER]))
+    assert res["exec x710"] == ("ok", "EACCES")
+
+
 # ---- extended attributes on symlinks and special files -------------------------------------
 
 
