@@ -88,6 +88,10 @@ struct tlfs {
 	struct lockstore *store; /* owned by main(); the fs uses it through mgr only */
 	struct lockmgr mgr;
 	bool switch_creds;       /* root daemon serving other users */
+	bool dont_mask;          /* the kernel leaves the caller's umask to us
+				  * (FUSE_CAP_DONT_MASK); set at init */
+	bool posix_acl;          /* the kernel checks and caches POSIX ACLs
+				  * (FUSE_CAP_POSIX_ACL); set at init */
 	struct ll_inode *root;   /* the backing root's inode */
 	char *root_path;         /* BACKING as the kernel names it ("" for /) */
 	int cwd_fd;              /* the daemon's working directory once serving, or
@@ -184,6 +188,17 @@ void creds_daemon(struct tlfs *fs);
 
 /* True when this thread acts as root (its own or a root caller's). */
 bool creds_are_root(void);
+
+/* Before a request creates an entry in PARENT with *MODE (mkdir, mknod,
+ * create): makes the new entry get the mode the caller's own call would
+ * get on the backing filesystem. With fs->dont_mask the kernel sends the
+ * mode without the caller's umask and the umask beside it, and the umask
+ * applies only where PARENT has no default ACL (a default ACL replaces
+ * it). This thread takes the caller's umask (on a filesystem context of
+ * its own) and lets the backing filesystem apply that rule itself; where
+ * a thread cannot have its own, *MODE loses the umask here unless PARENT
+ * has a default ACL. Call after creds_enter(). This function can't fail. */
+void creds_umask(struct tlfs *fs, fuse_req_t req, struct ll_inode *parent, mode_t *mode);
 
 /* ---- fs_rename.c: keys and locks ---- */
 

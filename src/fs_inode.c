@@ -12,12 +12,14 @@
 #include <linux/capability.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/fsuid.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "fs.h"
@@ -128,6 +130,29 @@ int creds_enter(struct tlfs *fs, fuse_req_t req)
 bool creds_are_root(void)
 {
 	return thread_creds.uid == 0;
+}
+
+/* 1: this thread has a filesystem context (umask, working directory) of
+ * its own; -1: it cannot have one */
+static __thread int own_fs;
+
+void creds_umask(struct tlfs *fs, fuse_req_t req, struct ll_inode *parent, mode_t *mode)
+{
+	mode_t um;
+	char proc[64];
+
+	if (!fs->dont_mask)
+		return; /* the kernel applied the umask already */
+	um = fuse_req_ctx(req)->umask & 0777;
+	if (!own_fs)
+		own_fs = unshare(CLONE_FS) == 0 ? 1 : -1;
+	if (own_fs > 0) {
+		umask(um);
+		return;
+	}
+	proc_name(parent->fd, proc);
+	if (getxattr(proc, "system.posix_acl_default", NULL, 0) <= 0)
+		*mode &= ~um; /* no default ACL (or none possible) */
 }
 
 /* Back to the daemon's own (root) credentials. */

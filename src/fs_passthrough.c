@@ -100,6 +100,15 @@ static void reply_entry_or_err(struct tlfs *fs, fuse_req_t req, int err,
 
 /* ---- operations ------------------------------------------------------------ */
 
+/* True when the backing root can carry POSIX ACLs. */
+static bool backing_has_acls(struct tlfs *fs)
+{
+	char proc[64];
+
+	proc_name(fs->root->fd, proc);
+	return getxattr(proc, "system.posix_acl_access", NULL, 0) >= 0 || errno == ENODATA;
+}
+
 static void ll_init(void *userdata, struct fuse_conn_info *conn)
 {
 	struct tlfs *fs = userdata;
@@ -108,6 +117,18 @@ static void ll_init(void *userdata, struct fuse_conn_info *conn)
 	 * sequential 1 MiB reads about twice as fast with it) */
 	conn->want |= conn->capable & (FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE |
 				       FUSE_CAP_SPLICE_MOVE | FUSE_CAP_PARALLEL_DIROPS);
+	/* new entries get their mode as the backing filesystem gives it, with
+	 * the caller's umask or the parent's default ACL (creds_umask()) */
+	if (conn->capable & FUSE_CAP_DONT_MASK) {
+		conn->want |= FUSE_CAP_DONT_MASK;
+		fs->dont_mask = true;
+	}
+	/* with default_permissions the kernel checks permissions itself; it
+	 * honours ACLs only when told the filesystem has them */
+	if (fs->cfg->allow_other && (conn->capable & FUSE_CAP_POSIX_ACL) && backing_has_acls(fs)) {
+		conn->want |= FUSE_CAP_POSIX_ACL;
+		fs->posix_acl = true;
+	}
 	lockmgr_start(&fs->mgr); /* a failure is logged; requests then fail with ENOLCK */
 	tl_log(LOG_INFO, "mounted with lock_store=%s lock_strategy=%s lock_scope=%s",
 	       lockmgr_store_name(&fs->mgr), lockplan_strategy_name(fs->cfg->lock_strategy),
@@ -356,6 +377,8 @@ static void ns_run(fuse_req_t req, struct ns_req *r)
 		return;
 	}
 	res = creds_enter(fs, req);
+	if (!res && (r->op == NS_MKNOD || r->op == NS_MKDIR))
+		creds_umask(fs, req, r->parent, &r->mode);
 	if (!res)
 		res = ns_syscall(fs, r);
 	if (!res && creates)
@@ -609,6 +632,7 @@ static void ll_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	}
 	res = creds_enter(fs, req);
 	if (!res) {
+		creds_umask(fs, req, p, &mode);
 		fd = create_backing(p, name, fi->flags, mode);
 		res = fd < 0 ? fd : 0;
 	}
@@ -1048,6 +1072,12 @@ static void ll_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 		}
 	}
 	n = getxattr(proc, name, buf, size);
+	/* the kernel asks for ACLs to check permissions (fs->posix_acl), and
+	 * takes "not supported" there for a failed check; a file that cannot
+	 * have an ACL (another filesystem below the backing root) has none */
+	if (n == -1 && errno == EOPNOTSUPP && fs->posix_acl &&
+	    strncmp(name, "system.posix_acl_", 17) == 0)
+		errno = ENODATA;
 	if (n == -1)
 		fuse_reply_err(req, errno);
 	else if (size)

@@ -168,6 +168,130 @@ def test_shared_use__o_direct_as_other_user(shared):
     assert res["write 65536 at 0"] == ("ok", 65536)
 
 
+# ---- default ACLs --------------------------------------------------------------------------
+
+ACL_USER_OBJ, ACL_USER, ACL_GROUP_OBJ, ACL_GROUP, ACL_MASK, ACL_OTHER = (
+    0x01, 0x02, 0x04, 0x08, 0x10, 0x20)
+NO_ID = 0xFFFFFFFF
+
+
+def acl_bytes(entries):
+    """The system.posix_acl_* value of ENTRIES [(tag, perm, id)]."""
+    out = struct.pack("<I", 2)
+    for tag, perm, qid in sorted(entries):
+        out += struct.pack("<HHI", tag, perm, NO_ID if qid is None else qid)
+    return out
+
+
+def acl_text(value):
+    """ENTRIES of a system.posix_acl_* value, for readable failures."""
+    ents = []
+    for i in range(4, len(value), 8):
+        tag, perm, qid = struct.unpack("<HHI", value[i:i + 8])
+        ents.append((tag, oct(perm), None if qid == NO_ID else qid))
+    return ents
+
+
+SHARED_ACL = [(ACL_USER_OBJ, 7, None), (ACL_GROUP_OBJ, 7, None), (ACL_GROUP, 7, SUPP),
+              (ACL_USER, 5, OTHER_USER), (ACL_MASK, 7, None), (ACL_OTHER, 5, None)]
+NARROW_ACL = [(ACL_USER_OBJ, 7, None), (ACL_GROUP_OBJ, 5, None), (ACL_GROUP, 6, SUPP),
+              (ACL_MASK, 6, None), (ACL_OTHER, 0, None)]
+
+
+def _acl_prepare(r):
+    for name, acl, mode, gid in (("plain", None, 0o777, 0), ("acl", SHARED_ACL, 0o777, 0),
+                                 ("narrow", NARROW_ACL, 0o777, 0),
+                                 ("sgacl", SHARED_ACL, 0o2775, SUPP),
+                                 ("sg", None, 0o2777, SUPP)):
+        d = os.path.join(r, name)
+        os.mkdir(d)
+        os.chown(d, 0, gid)
+        os.chmod(d, mode)
+        if acl:
+            os.setxattr(d, "system.posix_acl_default", acl_bytes(acl))
+            os.setxattr(d, "system.posix_acl_access", acl_bytes(acl))
+
+
+def _describe(path):
+    """Mode, owner and both ACLs of PATH (not following a symlink)."""
+    st = os.lstat(path)
+    acls = []
+    for name in ("system.posix_acl_access", "system.posix_acl_default"):
+        try:
+            acls.append(acl_text(os.getxattr(path, name, follow_symlinks=False)))
+        except OSError as e:
+            acls.append(errno.errorcode.get(e.errno, e.errno))
+    return (stat.filemode(st.st_mode), st.st_uid, st.st_gid, acls)
+
+
+def _acl_steps():
+    steps = []
+    for um in (0o022, 0o077, 0o007):
+        for d in ("plain", "acl", "narrow", "sgacl", "sg"):
+            def create(r, d=d, um=um):
+                p = os.path.join(r, d, "f%o" % um)
+                os.umask(um)
+                os.close(os.open(p, os.O_CREAT | os.O_WRONLY, 0o666))
+                return _describe(p)
+
+            def create_x(r, d=d, um=um):
+                p = os.path.join(r, d, "x%o" % um)
+                os.umask(um)
+                os.close(os.open(p, os.O_CREAT | os.O_WRONLY, 0o2775))
+                return _describe(p)
+
+            def mkdir(r, d=d, um=um):
+                p = os.path.join(r, d, "d%o" % um)
+                os.umask(um)
+                os.mkdir(p, 0o777)
+                return _describe(p)
+
+            def mknod(r, d=d, um=um):
+                p = os.path.join(r, d, "p%o" % um)
+                os.umask(um)
+                os.mkfifo(p, 0o666)
+                return _describe(p)
+
+            def symlink(r, d=d, um=um):
+                p = os.path.join(r, d, "l%o" % um)
+                os.umask(um)
+                os.symlink("f%o" % um, p)
+                return _describe(p)
+
+            def subdir_create(r, d=d, um=um):
+                p = os.path.join(r, d, "d%o" % um, "f")
+                os.umask(um)
+                os.close(os.open(p, os.O_CREAT | os.O_WRONLY, 0o640))
+                return _describe(p)
+
+            for what, f in (("create", create), ("create 2775", create_x), ("mkdir", mkdir),
+                            ("mkfifo", mknod), ("symlink", symlink),
+                            ("create below new dir", subdir_create)):
+                steps.append(("%s in %s umask %03o" % (what, d, um), f))
+    return steps
+
+
+def test_shared_use__default_acl_new_entries_match_backing(shared):
+    """In directories with and without a default ACL, set-group-ID or not,
+    under several umasks, what a user creates gets the same mode, group and
+    ACLs through the mount as on the disk."""
+    m, native = shared
+    try:
+        os.setxattr(native, "system.posix_acl_access", acl_bytes(SHARED_ACL))
+    except OSError as e:
+        pytest.skip("the backing filesystem has no POSIX ACLs: %s" % e)
+    os.removexattr(native, "system.posix_acl_access")
+    os.chmod(native, 0o755)
+    _acl_prepare(native)
+    _acl_prepare(m.backing)
+    res = compare(native, m.mnt, _acl_steps(), user=(USER, GROUP, [GROUP, SUPP]))
+    # the comparison saw the interesting cases
+    assert res["create in acl umask 077"][1][0] == "-rw-rw-r--"
+    assert res["create in plain umask 077"][1][0] == "-rw-------"
+    assert res["mkdir in sgacl umask 077"][1][0].startswith("drwxrwsr-x")
+    assert res["mkdir in sgacl umask 077"][1][2] == SUPP
+
+
 # ---- execute-only programs -----------------------------------------------------------------
 
 
