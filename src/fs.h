@@ -52,6 +52,8 @@ struct ll_inode {
 	dev_t dev;
 	ino_t ino;
 	mode_t type;             /* S_IFMT bits */
+	mode_t mode_sent;        /* atomic: st_mode in the last attributes the
+				  * kernel got (inode_mode_sent()) */
 	uint64_t nlookup;        /* protected by fs->itab_mutex */
 	enum ctl_kind ctl;
 	/* a directory's path below the backing root as its last key found it
@@ -84,6 +86,8 @@ struct recent_rename {
  * libfuse's passthrough_ll keeps them in lo_data). */
 struct tlfs {
 	int backing_fd;          /* O_DIRECTORY fd on BACKING */
+	struct fuse_session *se; /* for notifications to the kernel; set once
+				  * before the session loop */
 	const struct tl_config *cfg;
 	struct lockstore *store; /* owned by main(); the fs uses it through mgr only */
 	struct lockmgr mgr;
@@ -165,6 +169,18 @@ struct ll_inode *inode_find_ref(struct tlfs *fs, const struct stat *st);
 
 /* Drops N lookup references of IN; frees it at zero. */
 void inode_unref(struct tlfs *fs, struct ll_inode *in, uint64_t n);
+
+/* Notes that the kernel gets ST (of IN) as IN's attributes now. */
+void inode_mode_sent(struct ll_inode *in, const struct stat *st);
+
+/* After a request wrote to IN, open as FD (write, fallocate,
+ * copy_file_range): when the kernel last got set-user-ID or set-group-ID
+ * bits for IN and the backing filesystem has cleared them since (as it
+ * does for a writer that may not keep them, in cases the kernel leaves to
+ * it), tells the kernel at once that IN's attributes changed, instead of
+ * letting it show the old mode until its cache expires. Files without
+ * those bits cost nothing. This function can't fail. */
+void inode_mode_check(struct tlfs *fs, struct ll_inode *in, int fd);
 
 /* "/proc/self/fd/FD" into BUF: the file itself, through the magic link. */
 void proc_name(int fd, char buf[64]);

@@ -189,6 +189,7 @@ struct ll_inode *inode_ref(struct tlfs *fs, int fd, const struct stat *st)
 		in->nlookup++;
 		pthread_mutex_unlock(&fs->itab_mutex);
 		close(fd);
+		inode_mode_sent(in, st);
 		return in;
 	}
 	in = calloc(1, sizeof(*in));
@@ -201,6 +202,7 @@ struct ll_inode *inode_ref(struct tlfs *fs, int fd, const struct stat *st)
 	in->dev = st->st_dev;
 	in->ino = st->st_ino;
 	in->type = st->st_mode & S_IFMT;
+	in->mode_sent = st->st_mode;
 	in->nlookup = 1;
 	in->next = fs->itab[h];
 	fs->itab[h] = in;
@@ -220,6 +222,8 @@ struct ll_inode *inode_find_ref(struct tlfs *fs, const struct stat *st)
 	if (in)
 		in->nlookup++;
 	pthread_mutex_unlock(&fs->itab_mutex);
+	if (in)
+		inode_mode_sent(in, st);
 	return in;
 }
 
@@ -247,6 +251,23 @@ void inode_unref(struct tlfs *fs, struct ll_inode *in, uint64_t n)
 		free(in->key_path);
 		free(in);
 	}
+}
+
+void inode_mode_sent(struct ll_inode *in, const struct stat *st)
+{
+	__atomic_store_n(&in->mode_sent, st->st_mode, __ATOMIC_RELAXED);
+}
+
+void inode_mode_check(struct tlfs *fs, struct ll_inode *in, int fd)
+{
+	mode_t sent = __atomic_load_n(&in->mode_sent, __ATOMIC_RELAXED);
+	struct stat st;
+
+	if (!(sent & (S_ISUID | S_ISGID)) || fstat(fd, &st) == -1 || st.st_mode == sent)
+		return;
+	__atomic_store_n(&in->mode_sent, st.st_mode, __ATOMIC_RELAXED);
+	if (fs->se)
+		fuse_lowlevel_notify_inval_inode(fs->se, ino_id(fs, in), -1, 0);
 }
 
 int fd_errno(int err)

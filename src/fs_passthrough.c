@@ -191,6 +191,7 @@ static void ll_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		fuse_reply_err(req, errno);
 		return;
 	}
+	inode_mode_sent(in, &st);
 	fuse_reply_attr(req, &st, fs->cfg->attr_timeout);
 }
 
@@ -729,20 +730,18 @@ static void ll_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in_
 		return;
 	if (fi->flags & O_DIRECT) {
 		res = write_direct((int)fi->fh, in_buf, off);
-		if (res < 0)
-			fuse_reply_err(req, (int)-res);
-		else
-			fuse_reply_write(req, (size_t)res);
+	} else {
+		out.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+		out.buf[0].fd = (int)fi->fh;
+		out.buf[0].pos = off;
+		res = fuse_buf_copy(&out, in_buf, 0);
+	}
+	if (res < 0) {
+		fuse_reply_err(req, (int)-res);
 		return;
 	}
-	out.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
-	out.buf[0].fd = (int)fi->fh;
-	out.buf[0].pos = off;
-	res = fuse_buf_copy(&out, in_buf, 0);
-	if (res < 0)
-		fuse_reply_err(req, (int)-res);
-	else
-		fuse_reply_write(req, (size_t)res);
+	inode_mode_check(req_fs(req), ino_get(req_fs(req), ino), (int)fi->fh);
+	fuse_reply_write(req, (size_t)res);
 }
 
 static void ll_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -794,7 +793,12 @@ static void ll_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 {
 	if (!alloc_enter(req, fi, EBADF))
 		return;
-	fuse_reply_err(req, fallocate((int)fi->fh, mode, off, len) == -1 ? errno : 0);
+	if (fallocate((int)fi->fh, mode, off, len) == -1) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	inode_mode_check(req_fs(req), ino_get(req_fs(req), ino), (int)fi->fh);
+	fuse_reply_err(req, 0);
 }
 
 static void ll_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
@@ -811,10 +815,12 @@ static void ll_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 		return;
 	res = copy_file_range((int)fi_in->fh, &off_in, (int)fi_out->fh, &off_out, len,
 			      (unsigned)flags);
-	if (res == -1)
+	if (res == -1) {
 		fuse_reply_err(req, errno);
-	else
-		fuse_reply_write(req, (size_t)res);
+		return;
+	}
+	inode_mode_check(req_fs(req), ino_get(req_fs(req), ino_out), (int)fi_out->fh);
+	fuse_reply_write(req, (size_t)res);
 }
 
 static void ll_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,

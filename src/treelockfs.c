@@ -197,6 +197,7 @@ int main(int argc, char *argv[])
 	}
 
 	fs.cfg = &cfg;
+	fs.se = se;
 	raise_nofile_limit();
 	fs.backing_fd = open(cfg.backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fs.backing_fd == -1) {

@@ -427,3 +427,99 @@ def test_shared_use__xattrs_on_symlinks_match_backing(shared):
                                                                    follow_symlinks=False)))
         for n in ("f", "l")], user=(USER, GROUP, [GROUP]))
     assert res["list l as user"] == ("ok", ["security.keep"])
+
+
+# ---- attributes the backing changed itself -------------------------------------------------
+
+FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE = 0x01, 0x02, 0x10
+STATX_MODE = 0x0002
+
+
+def _fallocate(fd, mode, off, length):
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+    if libc.fallocate(fd, mode, off, length) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+
+
+def _statx_mode(path):
+    """st_mode by statx() asking for the mode only, as `stat -c %A` and
+    `ls` ask: a cache whose size and times were invalidated may still
+    answer it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.statx.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint,
+                           ctypes.c_void_p]
+    buf = ctypes.create_string_buffer(256)
+    if libc.statx(-100, path.encode(), 0, STATX_MODE, buf) != 0:  # AT_FDCWD
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+    return struct.unpack_from("<H", buf.raw, 28)[0]  # stx_mode
+
+
+# (name, mode, owner): set-group-ID without group execute, of a group the
+# writer is not in, is what the kernel leaves to the filesystem to clear
+ALLOC_FILES = [("sugid", 0o6777, OTHER_USER), ("sgid", 0o2666, OTHER_USER),
+               ("sgidx", 0o2767, OTHER_USER), ("own", 0o2745, USER)]
+ALLOC_OPS = [("punch", FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 4096, 8192),
+             ("zero", FALLOC_FL_ZERO_RANGE, 0, 4096),
+             ("keep", FALLOC_FL_KEEP_SIZE, 65536, 65536), ("grow", 0, 0, 131072),
+             ("write", None, 0, 1), ("copy", None, 0, 100)]
+
+
+def _alloc_prepare(r):
+    os.mkdir(os.path.join(r, "pub"))
+    os.chmod(os.path.join(r, "pub"), 0o777)
+    for op, _, _, _ in ALLOC_OPS:
+        for name, mode, owner in ALLOC_FILES:
+            p = os.path.join(r, "pub", "%s-%s" % (op, name))
+            with open(p, "wb") as f:
+                f.write(b"x" * 65536)
+            os.chown(p, owner, SUPP)
+            os.chmod(p, mode)
+
+
+def _alloc_steps():
+    def alloc(path, how, off, length):
+        before = stat.filemode(os.stat(path).st_mode)  # the mount caches it
+        fd = os.open(path, os.O_RDWR)
+        try:
+            if how == "write":
+                os.pwrite(fd, b"y", off)
+            elif how == "copy":
+                src = os.open(path, os.O_RDONLY)
+                try:
+                    os.copy_file_range(src, fd, length, 0, off + 1000)
+                finally:
+                    os.close(src)
+            else:
+                _fallocate(fd, how, off, length)
+            # at once: the mode alone, then all, by path and by descriptor
+            return (before, stat.filemode(_statx_mode(path)),
+                    stat.filemode(os.stat(path).st_mode), stat.filemode(os.fstat(fd).st_mode))
+        finally:
+            os.close(fd)
+
+    return [("%s %s" % (op, name),
+             lambda r, op=op, how=how, off=off, n=n, name=name: alloc(
+                 os.path.join(r, "pub", "%s-%s" % (op, name)), how if how is not None else op,
+                 off, n))
+            for op, how, off, n in ALLOC_OPS for name, _, _ in ALLOC_FILES]
+
+
+def test_shared_use__cleared_set_id_bits_seen_at_once(mount_factory, tmp_path):
+    """After a user's fallocate (also punch-hole, zero-range), write or
+    copy_file_range made the backing filesystem clear set-user-ID /
+    set-group-ID bits, stat through the mount shows the new mode at once,
+    even with a long attribute timeout and when asking for the mode only."""
+    open_tree(tmp_path)
+    m = mount_factory(opts=["allow_other", "attr_timeout=60", "entry_timeout=60"])
+    os.chmod(m.mnt, 0o755)
+    native = str(tmp_path / "native")
+    os.mkdir(native, 0o755)
+    _alloc_prepare(native)
+    _alloc_prepare(m.mnt)
+    res = compare(native, m.mnt, _alloc_steps(), user=(USER, GROUP, [GROUP]))
+    # the comparison saw the interesting cases
+    assert res["punch sgid"] == ("ok", ("-rw-rwSrw-",) + ("-rw-rw-rw-",) * 3)
+    assert res["write sugid"][1][:2] == ("-rwsrwsrwx", "-rwxrwxrwx")
