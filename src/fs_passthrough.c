@@ -654,6 +654,24 @@ static void ll_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	}
 }
 
+/* Before an O_DIRECT read or write (FLAGS, the caller's file flags now)
+ * of backing file FD: a caller may turn O_DIRECT on after its open
+ * (fcntl(F_SETFL)), which the kernel only shows in the flags of its
+ * requests; the backing file follows, so that it takes or refuses the
+ * request by the backing filesystem's own rules, as it would the caller's
+ * call. (Turned off again, it stays on: such a file's reads and writes
+ * that are not aligned fail then. The check would cost every request.) */
+static void direct_follow(int fd, int flags)
+{
+	int fl;
+
+	if (!(flags & O_DIRECT))
+		return;
+	fl = fcntl(fd, F_GETFL);
+	if (fl != -1 && !(fl & O_DIRECT))
+		fcntl(fd, F_SETFL, fl | O_DIRECT);
+}
+
 static void ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
@@ -663,6 +681,7 @@ static void ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		ctl_read(req, size, off, fi);
 		return;
 	}
+	direct_follow((int)fi->fh, fi->flags);
 	buf.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
 	buf.buf[0].fd = (int)fi->fh;
 	buf.buf[0].pos = off;
@@ -729,6 +748,7 @@ static void ll_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in_
 	if (!alloc_enter(req, fi, EBADF))
 		return;
 	if (fi->flags & O_DIRECT) {
+		direct_follow((int)fi->fh, fi->flags);
 		res = write_direct((int)fi->fh, in_buf, off);
 	} else {
 		out.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;

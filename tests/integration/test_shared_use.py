@@ -6,6 +6,7 @@ or errno) is the expected one.
 """
 import ctypes
 import errno
+import fcntl
 import mmap
 import os
 import shutil
@@ -113,6 +114,19 @@ def _direct_steps():
             os.close(fd)
             buf.close()
 
+    def dio_later(path, off, size):
+        """O_DIRECT turned on after the open (fcntl F_SETFL)."""
+        buf = mmap.mmap(-1, max(size, 1))
+        buf.write(b"L" * size)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_DIRECT)
+            n = os.pwritev(fd, [memoryview(buf)[:size]], off)
+            return n, os.preadv(fd, [memoryview(buf)[:size]], off)
+        finally:
+            os.close(fd)
+            buf.close()
+
     def whole(path):
         with open(path, "rb") as f:
             return f.read()
@@ -136,6 +150,11 @@ def _direct_steps():
                                                               o, s, 0xee)))
         steps.append(("unaligned read %d at %d" % (size, off),
                       lambda r, o=off, s=size: dio_read(os.path.join(r, "d"), o, s)))
+        steps.append(("O_DIRECT by fcntl %d at %d" % (size, off),
+                      lambda r, o=off, s=size, i=i: dio_later(os.path.join(r, "v%d" % i),
+                                                              o, s)))
+    steps.append(("O_DIRECT by fcntl aligned",
+                  lambda r: dio_later(os.path.join(r, "w"), 4096, 8192)))
     return steps
 
 
