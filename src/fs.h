@@ -59,6 +59,8 @@ struct ll_inode {
 	dev_t dev;
 	ino_t ino;
 	mode_t type;             /* S_IFMT bits */
+	mode_t mode_sent;        /* atomic: st_mode in the last attributes the
+				  * kernel got (inode_mode_sent()) */
 	uint64_t nlookup;        /* protected by fs->itab_mutex */
 	enum ctl_kind ctl;
 	/* a directory's path below the backing root as its last key found it
@@ -97,10 +99,16 @@ struct recent_rename {
  * libfuse's passthrough_ll keeps them in lo_data). */
 struct tlfs {
 	int backing_fd;          /* O_DIRECTORY fd on BACKING */
+	struct fuse_session *se; /* for notifications to the kernel; set once
+				  * before the session loop */
 	const struct tl_config *cfg;
 	struct lockstore *store; /* owned by main(); the fs uses it through mgr only */
 	struct lockmgr mgr;
 	bool switch_creds;       /* root daemon serving other users */
+	bool dont_mask;          /* the kernel leaves the caller's umask to us
+				  * (FUSE_CAP_DONT_MASK); set at init */
+	bool posix_acl;          /* the kernel checks and caches POSIX ACLs
+				  * (FUSE_CAP_POSIX_ACL); set at init */
 	struct ll_inode *root;   /* the backing root's inode */
 	char *root_path;         /* BACKING as the kernel names it ("" for /) */
 	int cwd_fd;              /* the daemon's working directory once serving, or
@@ -203,6 +211,17 @@ int inode_ref_nodeid(struct tlfs *fs, fuse_ino_t id, struct ll_inode **out, stru
 /* Notes BACKING's mount for export_support (after tlfs_prepare()).
  * Returns 0, or -errno when the backing filesystem gives no file handles. */
 int inode_export_prepare(struct tlfs *fs);
+/* Notes that the kernel gets ST (of IN) as IN's attributes now. */
+void inode_mode_sent(struct ll_inode *in, const struct stat *st);
+
+/* After a request wrote to IN, open as FD (write, fallocate,
+ * copy_file_range): when the kernel last got set-user-ID or set-group-ID
+ * bits for IN and the backing filesystem has cleared them since (as it
+ * does for a writer that may not keep them, in cases the kernel leaves to
+ * it), tells the kernel at once that IN's attributes changed, instead of
+ * letting it show the old mode until its cache expires. Files without
+ * those bits cost nothing. This function can't fail. */
+void inode_mode_check(struct tlfs *fs, struct ll_inode *in, int fd);
 
 /* "/proc/self/fd/FD" into BUF: the file itself, through the magic link. */
 void proc_name(int fd, char buf[64]);
@@ -233,6 +252,17 @@ void fd_noatime(struct tlfs *fs, int fd);
 
 /* True when this thread acts as root (its own or a root caller's). */
 bool creds_are_root(void);
+
+/* Before a request creates an entry in PARENT with *MODE (mkdir, mknod,
+ * create): makes the new entry get the mode the caller's own call would
+ * get on the backing filesystem. With fs->dont_mask the kernel sends the
+ * mode without the caller's umask and the umask beside it, and the umask
+ * applies only where PARENT has no default ACL (a default ACL replaces
+ * it). This thread takes the caller's umask (on a filesystem context of
+ * its own) and lets the backing filesystem apply that rule itself; where
+ * a thread cannot have its own, *MODE loses the umask here unless PARENT
+ * has a default ACL. Call after creds_enter(). This function can't fail. */
+void creds_umask(struct tlfs *fs, fuse_req_t req, struct ll_inode *parent, mode_t *mode);
 
 /* ---- fs_rename.c: keys and locks ---- */
 

@@ -23,12 +23,14 @@
 #include <linux/capability.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/fsuid.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "fs.h"
@@ -151,6 +153,29 @@ int creds_enter(struct tlfs *fs, fuse_req_t req)
 bool creds_are_root(void)
 {
 	return thread_creds.uid == 0;
+}
+
+/* 1: this thread has a filesystem context (umask, working directory) of
+ * its own; -1: it cannot have one */
+static __thread int own_fs;
+
+void creds_umask(struct tlfs *fs, fuse_req_t req, struct ll_inode *parent, mode_t *mode)
+{
+	mode_t um;
+	char proc[64];
+
+	if (!fs->dont_mask)
+		return; /* the kernel applied the umask already */
+	um = fuse_req_ctx(req)->umask & 0777;
+	if (!own_fs)
+		own_fs = unshare(CLONE_FS) == 0 ? 1 : -1;
+	if (own_fs > 0) {
+		umask(um);
+		return;
+	}
+	proc_name(parent->fd, proc);
+	if (getxattr(proc, "system.posix_acl_default", NULL, 0) <= 0)
+		*mode &= ~um; /* no default ACL (or none possible) */
 }
 
 /* Back to the daemon's own (root) credentials. */
@@ -303,6 +328,7 @@ struct ll_inode *inode_ref(struct tlfs *fs, int fd, const struct stat *st)
 		pthread_mutex_unlock(&fs->itab_mutex);
 		close(fd);
 		free(fh);
+		inode_mode_sent(in, st);
 		return in;
 	}
 	if (in) {
@@ -325,6 +351,7 @@ struct ll_inode *inode_ref(struct tlfs *fs, int fd, const struct stat *st)
 			in->key_path = NULL;
 			pthread_mutex_unlock(&fs->recent_mutex);
 		}
+		inode_mode_sent(in, st);
 		return in;
 	}
 	in = calloc(1, sizeof(*in));
@@ -338,6 +365,7 @@ struct ll_inode *inode_ref(struct tlfs *fs, int fd, const struct stat *st)
 	in->dev = st->st_dev;
 	in->ino = st->st_ino;
 	in->type = st->st_mode & S_IFMT;
+	in->mode_sent = st->st_mode;
 	in->nlookup = 1;
 	in->gen = gen_next(fs);
 	in->fh = fh;
@@ -367,6 +395,8 @@ struct ll_inode *inode_find_ref(struct tlfs *fs, const struct stat *st)
 	if (in)
 		in->nlookup++;
 	pthread_mutex_unlock(&fs->itab_mutex);
+	if (in)
+		inode_mode_sent(in, st);
 	return in;
 }
 
@@ -498,6 +528,23 @@ int inode_export_prepare(struct tlfs *fs)
 		err = -errno;
 	free(fh);
 	return err;
+}
+
+void inode_mode_sent(struct ll_inode *in, const struct stat *st)
+{
+	__atomic_store_n(&in->mode_sent, st->st_mode, __ATOMIC_RELAXED);
+}
+
+void inode_mode_check(struct tlfs *fs, struct ll_inode *in, int fd)
+{
+	mode_t sent = __atomic_load_n(&in->mode_sent, __ATOMIC_RELAXED);
+	struct stat st;
+
+	if (!(sent & (S_ISUID | S_ISGID)) || fstat(fd, &st) == -1 || st.st_mode == sent)
+		return;
+	__atomic_store_n(&in->mode_sent, st.st_mode, __ATOMIC_RELAXED);
+	if (fs->se)
+		fuse_lowlevel_notify_inval_inode(fs->se, ino_id(fs, in), -1, 0);
 }
 
 int fd_errno(int err)

@@ -101,6 +101,15 @@ static void reply_entry_or_err(struct tlfs *fs, fuse_req_t req, int err,
 
 /* ---- operations ------------------------------------------------------------ */
 
+/* True when the backing root can carry POSIX ACLs. */
+static bool backing_has_acls(struct tlfs *fs)
+{
+	char proc[64];
+
+	proc_name(fs->root->fd, proc);
+	return getxattr(proc, "system.posix_acl_access", NULL, 0) >= 0 || errno == ENODATA;
+}
+
 static void ll_init(void *userdata, struct fuse_conn_info *conn)
 {
 	struct tlfs *fs = userdata;
@@ -111,6 +120,18 @@ static void ll_init(void *userdata, struct fuse_conn_info *conn)
 				       FUSE_CAP_SPLICE_MOVE | FUSE_CAP_PARALLEL_DIROPS);
 	if (fs->cfg->export_support)
 		conn->want |= conn->capable & FUSE_CAP_EXPORT_SUPPORT; /* fs_export.c */
+	/* new entries get their mode as the backing filesystem gives it, with
+	 * the caller's umask or the parent's default ACL (creds_umask()) */
+	if (conn->capable & FUSE_CAP_DONT_MASK) {
+		conn->want |= FUSE_CAP_DONT_MASK;
+		fs->dont_mask = true;
+	}
+	/* with default_permissions the kernel checks permissions itself; it
+	 * honours ACLs only when told the filesystem has them */
+	if (fs->cfg->allow_other && (conn->capable & FUSE_CAP_POSIX_ACL) && backing_has_acls(fs)) {
+		conn->want |= FUSE_CAP_POSIX_ACL;
+		fs->posix_acl = true;
+	}
 	lockmgr_start(&fs->mgr); /* a failure is logged; requests then fail with ENOLCK */
 	tl_log(LOG_INFO, "mounted with lock_store=%s lock_strategy=%s lock_scope=%s",
 	       lockmgr_store_name(&fs->mgr), lockplan_strategy_name(fs->cfg->lock_strategy),
@@ -178,6 +199,7 @@ static void ll_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		fuse_reply_err(req, errno);
 		return;
 	}
+	inode_mode_sent(in, &st);
 	fuse_reply_attr(req, &st, fs->cfg->attr_timeout);
 }
 
@@ -364,6 +386,8 @@ static void ns_run(fuse_req_t req, struct ns_req *r)
 		return;
 	}
 	res = creds_enter(fs, req);
+	if (!res && (r->op == NS_MKNOD || r->op == NS_MKDIR))
+		creds_umask(fs, req, r->parent, &r->mode);
 	if (!res)
 		res = ns_syscall(fs, r);
 	if (!res && creates)
@@ -425,6 +449,31 @@ static void ll_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 /* ---- files ------------------------------------------------------------------------ */
 
+/* The kernel's FMODE_EXEC, which it leaves in the flags of the open an
+ * execve() (or uselib()) makes; open(2) drops it from a caller's flags,
+ * so only the kernel sets it. */
+#define OPEN_FLAG_EXEC 040
+
+/* Opens PROC (a file of the mount) for the kernel to load it as a
+ * program: that needs execute permission, not read (a 0711 program runs,
+ * its bytes stay unreadable by the caller). Execute permission is checked
+ * as the caller; the open itself is the daemon's own, read-only, and the
+ * kernel uses it to read the program only. Returns the fd or -errno. */
+static int open_exec(struct tlfs *fs, const char *proc, int flags)
+{
+	int fd;
+
+	flags = (flags | O_CLOEXEC) & ~(O_NOFOLLOW | OPEN_FLAG_EXEC);
+	fd = open(proc, flags);
+	if (fd >= 0 || errno != EACCES || !fs->switch_creds || (flags & O_ACCMODE) != O_RDONLY)
+		return fd >= 0 ? fd : -errno;
+	if (faccessat(AT_FDCWD, proc, X_OK, AT_EACCESS) == -1)
+		return -errno;
+	creds_daemon(fs);
+	fd = open(proc, flags);
+	return fd >= 0 ? fd : -errno;
+}
+
 static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct tlfs *fs = req_fs(req);
@@ -442,9 +491,15 @@ static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	proc_name(in->fd, proc);
-	fd = open(proc, (fi->flags | O_CLOEXEC) & ~O_NOFOLLOW);
-	if (fd == -1) {
-		fuse_reply_err(req, fd_errno(errno));
+	if (fi->flags & OPEN_FLAG_EXEC) {
+		fd = open_exec(fs, proc, fi->flags);
+	} else {
+		fd = open(proc, (fi->flags | O_CLOEXEC) & ~O_NOFOLLOW);
+		if (fd == -1)
+			fd = -errno;
+	}
+	if (fd < 0) {
+		fuse_reply_err(req, fd_errno(-fd));
 		return;
 	}
 	fd_noatime(fs, fd);
@@ -587,6 +642,7 @@ static void ll_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	}
 	res = creds_enter(fs, req);
 	if (!res) {
+		creds_umask(fs, req, p, &mode);
 		fd = create_backing(p, name, fi->flags, mode);
 		res = fd < 0 ? fd : 0;
 	}
@@ -609,6 +665,24 @@ static void ll_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	}
 }
 
+/* Before an O_DIRECT read or write (FLAGS, the caller's file flags now)
+ * of backing file FD: a caller may turn O_DIRECT on after its open
+ * (fcntl(F_SETFL)), which the kernel only shows in the flags of its
+ * requests; the backing file follows, so that it takes or refuses the
+ * request by the backing filesystem's own rules, as it would the caller's
+ * call. (Turned off again, it stays on: such a file's reads and writes
+ * that are not aligned fail then. The check would cost every request.) */
+static void direct_follow(int fd, int flags)
+{
+	int fl;
+
+	if (!(flags & O_DIRECT))
+		return;
+	fl = fcntl(fd, F_GETFL);
+	if (fl != -1 && !(fl & O_DIRECT))
+		fcntl(fd, F_SETFL, fl | O_DIRECT);
+}
+
 static void ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
@@ -618,6 +692,7 @@ static void ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		ctl_read(req, size, off, fi);
 		return;
 	}
+	direct_follow((int)fi->fh, fi->flags);
 	buf.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
 	buf.buf[0].fd = (int)fi->fh;
 	buf.buf[0].pos = off;
@@ -645,6 +720,36 @@ static bool alloc_enter(fuse_req_t req, const struct fuse_file_info *fi, int ctl
 	return true;
 }
 
+/* Writes IN_BUF at OFF to FD, which is open with O_DIRECT, from a
+ * page-aligned copy. The request's data is never aligned as O_DIRECT wants
+ * it: spliced, it starts in a pipe page behind the request header (a
+ * splice of it into the file fails with EINVAL from 4 KiB on), and read
+ * into libfuse's buffer, it sits behind the same header. The copy makes
+ * the write succeed or fail as the caller's own write would on the
+ * backing file, by its offset and size alone (the caller's buffer was
+ * copied by the kernel already). Returns the bytes written or -errno. */
+static ssize_t write_direct(int fd, struct fuse_bufvec *in_buf, off_t off)
+{
+	size_t size = fuse_buf_size(in_buf);
+	struct fuse_bufvec mem = FUSE_BUFVEC_INIT(size);
+	long page = sysconf(_SC_PAGESIZE);
+	ssize_t res;
+	void *p;
+
+	res = -posix_memalign(&p, page > 0 ? (size_t)page : 4096, size ? size : 1);
+	if (res)
+		return res;
+	mem.buf[0].mem = p;
+	res = fuse_buf_copy(&mem, in_buf, FUSE_BUF_NO_SPLICE);
+	if (res >= 0) {
+		res = pwrite(fd, p, (size_t)res, off);
+		if (res == -1)
+			res = -errno;
+	}
+	free(p);
+	return res;
+}
+
 static void ll_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in_buf, off_t off,
 			 struct fuse_file_info *fi)
 {
@@ -657,14 +762,21 @@ static void ll_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in_
 	}
 	if (!alloc_enter(req, fi, EBADF))
 		return;
-	out.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
-	out.buf[0].fd = (int)fi->fh;
-	out.buf[0].pos = off;
-	res = fuse_buf_copy(&out, in_buf, 0);
-	if (res < 0)
+	if (fi->flags & O_DIRECT) {
+		direct_follow((int)fi->fh, fi->flags);
+		res = write_direct((int)fi->fh, in_buf, off);
+	} else {
+		out.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+		out.buf[0].fd = (int)fi->fh;
+		out.buf[0].pos = off;
+		res = fuse_buf_copy(&out, in_buf, 0);
+	}
+	if (res < 0) {
 		fuse_reply_err(req, (int)-res);
-	else
-		fuse_reply_write(req, (size_t)res);
+		return;
+	}
+	inode_mode_check(req_fs(req), ino_get(req_fs(req), ino), (int)fi->fh);
+	fuse_reply_write(req, (size_t)res);
 }
 
 static void ll_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -716,7 +828,12 @@ static void ll_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 {
 	if (!alloc_enter(req, fi, EBADF))
 		return;
-	fuse_reply_err(req, fallocate((int)fi->fh, mode, off, len) == -1 ? errno : 0);
+	if (fallocate((int)fi->fh, mode, off, len) == -1) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	inode_mode_check(req_fs(req), ino_get(req_fs(req), ino), (int)fi->fh);
+	fuse_reply_err(req, 0);
 }
 
 static void ll_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
@@ -733,10 +850,12 @@ static void ll_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 		return;
 	res = copy_file_range((int)fi_in->fh, &off_in, (int)fi_out->fh, &off_out, len,
 			      (unsigned)flags);
-	if (res == -1)
+	if (res == -1) {
 		fuse_reply_err(req, errno);
-	else
-		fuse_reply_write(req, (size_t)res);
+		return;
+	}
+	inode_mode_check(req_fs(req), ino_get(req_fs(req), ino_out), (int)fi_out->fh);
+	fuse_reply_write(req, (size_t)res);
 }
 
 static void ll_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
@@ -944,15 +1063,19 @@ static void ll_access(fuse_req_t req, fuse_ino_t ino, int mask)
 /* ---- extended attributes ------------------------------------------------ */
 
 /* Names IN through /proc for the *xattr calls, which follow the magic link
- * to the file itself; symlinks and special files have no user xattrs. */
+ * to the file itself: for a symlink that is the link, never its target
+ * (the magic link of an O_PATH | O_NOFOLLOW fd on a symlink resolves to
+ * the symlink, and the walk ends there), so xattrs of symlinks, FIFOs and
+ * devices are reached race-free, by the inode the fd holds, and the
+ * backing filesystem answers as it would on the disk (trusted. and
+ * security. names; user. names refused as ever). The l*xattr calls would
+ * act on the magic link itself. */
 static int xattr_target(struct tlfs *fs, fuse_req_t req, struct ll_inode *in, char proc[64])
 {
 	int err;
 
 	if (in->ctl)
 		return -ENOTSUP;
-	if (!S_ISREG(in->type) && !S_ISDIR(in->type))
-		return -EPERM;
 	err = creds_enter(fs, req);
 	if (err)
 		return err;
@@ -991,6 +1114,12 @@ static void ll_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 		}
 	}
 	n = getxattr(proc, name, buf, size);
+	/* the kernel asks for ACLs to check permissions (fs->posix_acl), and
+	 * takes "not supported" there for a failed check; a file that cannot
+	 * have an ACL (another filesystem below the backing root) has none */
+	if (n == -1 && errno == EOPNOTSUPP && fs->posix_acl &&
+	    strncmp(name, "system.posix_acl_", 17) == 0)
+		errno = ENODATA;
 	if (n == -1)
 		fuse_reply_err(req, errno);
 	else if (size)
@@ -1000,28 +1129,78 @@ static void ll_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	free(buf);
 }
 
+/* The names of LIST (LEN bytes) a caller who is not root may see: the
+ * backing filesystem lists trusted. names to whoever has CAP_SYS_ADMIN,
+ * which this thread keeps while acting as the caller, so they are left
+ * out here as the disk leaves them out for that caller (a caller that is
+ * not root but holds CAP_SYS_ADMIN itself does not see them either).
+ * Returns the new length. */
+static size_t xattr_list_visible(char *list, size_t len)
+{
+	static const char hidden[] = "trusted.";
+	size_t in = 0, out = 0;
+
+	while (in < len) {
+		size_t n = strnlen(list + in, len - in) + 1;
+
+		if (strncmp(list + in, hidden, sizeof(hidden) - 1) != 0) {
+			memmove(list + out, list + in, n);
+			out += n;
+		}
+		in += n;
+	}
+	return out;
+}
+
 static void ll_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
 	struct tlfs *fs = req_fs(req);
 	char proc[64], *buf = NULL;
+	bool filter;
 	ssize_t n;
+	size_t want;
 	int res = xattr_target(fs, req, ino_get(fs, ino), proc);
 
 	if (res) {
-		if (res == -ENOTSUP || res == -EPERM)
+		if (res == -ENOTSUP)
 			size ? fuse_reply_buf(req, NULL, 0) : fuse_reply_xattr(req, 0);
 		else
 			fuse_reply_err(req, -res);
 		return;
 	}
-	if (size) {
-		buf = malloc(size);
-		if (!buf) {
-			fuse_reply_err(req, ENOMEM);
-			return;
+	filter = fs->switch_creds && !creds_are_root();
+	/* a filtered list is read whole: its length is known after filtering */
+	for (;;) {
+		want = size;
+		if (filter) {
+			n = listxattr(proc, NULL, 0);
+			if (n == -1) {
+				fuse_reply_err(req, errno);
+				return;
+			}
+			want = (size_t)n;
+		}
+		free(buf);
+		buf = NULL;
+		if (want) {
+			buf = malloc(want);
+			if (!buf) {
+				fuse_reply_err(req, ENOMEM);
+				return;
+			}
+		}
+		n = listxattr(proc, buf, want);
+		if (n == -1 && errno == ERANGE && filter)
+			continue; /* grew meanwhile */
+		break;
+	}
+	if (n != -1 && filter) {
+		n = (ssize_t)xattr_list_visible(buf, (size_t)n);
+		if (size && (size_t)n > size) {
+			n = -1;
+			errno = ERANGE;
 		}
 	}
-	n = listxattr(proc, buf, size);
 	if (n == -1)
 		fuse_reply_err(req, errno);
 	else if (size)

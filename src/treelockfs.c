@@ -339,6 +339,7 @@ int main(int argc, char *argv[])
 		tl_log(LOG_ERR, "out of memory");
 		goto out_destroy;
 	}
+	fs.se = se;
 	raise_nofile_limit();
 	fs.backing_fd = open(cfg.backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fs.backing_fd == -1) {

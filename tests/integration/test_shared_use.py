@@ -1,0 +1,544 @@
+"""What shared trees use beyond the basics, through an allow_other mount and
+on a plain directory of the same filesystem side by side: O_DIRECT, default
+ACLs, execute-only programs, extended attributes on symlinks, attributes the
+backing filesystem changed by itself. The plain directory's answer (value
+or errno) is the expected one.
+"""
+import ctypes
+import errno
+import fcntl
+import mmap
+import os
+import shutil
+import stat
+import struct
+
+import pytest
+
+from conftest import run_as
+
+USER, GROUP, SUPP, OTHER_USER = 4252, 4252, 4310, 4253
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch users")
+
+
+class Data(bytes):
+    """Bytes compared whole but shown short in a failure."""
+
+    def __repr__(self):
+        runs, i = [], 0
+        while i < len(self) and len(runs) < 8:
+            j = i
+            while j < len(self) and self[j] == self[i]:
+                j += 1
+            runs.append("%d*%02x" % (j - i, self[i]))
+            i = j
+        return "Data(%d: %s%s)" % (len(self), " ".join(runs), " ..." if i < len(self) else "")
+
+
+def short(v):
+    if isinstance(v, bytes) and len(v) > 64:
+        return Data(v)
+    if isinstance(v, tuple):
+        return tuple(short(x) for x in v)
+    return v
+
+
+def outcome(fn):
+    try:
+        return ("ok", short(fn()))
+    except OSError as e:
+        return ("err", errno.errorcode.get(e.errno, e.errno))
+
+
+def compare(native, mount, steps, user=None):
+    """Runs STEPS [(name, f(root))] under NATIVE and under MOUNT (as USER:
+    (uid, gid, groups) when given) and asserts every outcome agrees.
+    Returns the outcomes by name."""
+    def run(root):
+        return [(name, outcome(lambda f=f: f(root))) for name, f in steps]
+
+    if user:
+        uid, gid, groups = user
+        want = run_as(uid, gid, lambda: run(native), groups=groups)
+        got = run_as(uid, gid, lambda: run(mount), groups=groups)
+    else:
+        want, got = run(native), run(mount)
+    for w, g in zip(want, got):
+        assert g == w, "step %r: native %r, mount %r" % (w[0], w[1], g[1])
+    assert got == want
+    return dict(got)
+
+
+def open_tree(tmp_path):
+    """Lets other users reach tmp_path (pytest makes its parents 0700)."""
+    p = tmp_path
+    for _ in range(3):
+        os.chmod(p, os.stat(p).st_mode | 0o755)
+        p = p.parent
+
+
+@pytest.fixture
+def shared(tmp_path, mount_factory):
+    """(mount, native directory) with allow_other, reachable by anyone."""
+    open_tree(tmp_path)
+    m = mount_factory(opts=["allow_other"])
+    os.chmod(m.mnt, 0o755)
+    native = tmp_path / "native"
+    native.mkdir()
+    native.chmod(0o755)
+    return m, str(native)
+
+
+# ---- O_DIRECT ------------------------------------------------------------------------------
+
+
+def _direct_steps():
+    def dio_write(path, off, size, fill):
+        buf = mmap.mmap(-1, max(size, 1))  # page aligned, as O_DIRECT users allocate
+        buf.write(bytes([fill]) * size)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_DIRECT, 0o644)
+        try:
+            return os.pwritev(fd, [memoryview(buf)[:size]], off)
+        finally:
+            os.close(fd)
+            buf.close()
+
+    def dio_read(path, off, size):
+        buf = mmap.mmap(-1, max(size, 1))
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+        try:
+            n = os.preadv(fd, [memoryview(buf)[:size]], off)
+            return n, bytes(buf[:n])
+        finally:
+            os.close(fd)
+            buf.close()
+
+    def dio_later(path, off, size):
+        """O_DIRECT turned on after the open (fcntl F_SETFL)."""
+        buf = mmap.mmap(-1, max(size, 1))
+        buf.write(b"L" * size)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_DIRECT)
+            n = os.pwritev(fd, [memoryview(buf)[:size]], off)
+            return n, os.preadv(fd, [memoryview(buf)[:size]], off)
+        finally:
+            os.close(fd)
+            buf.close()
+
+    def whole(path):
+        with open(path, "rb") as f:
+            return f.read()
+
+    steps = []
+    fill = 1
+    for size in (512, 1024, 2048, 4096, 8192, 65536, 131072, 1 << 20):
+        for off in (0, 4096, 512 * 3):
+            steps.append(("write %d at %d" % (size, off),
+                          lambda r, o=off, s=size, c=fill: dio_write(os.path.join(r, "d"),
+                                                                      o, s, c)))
+            fill += 1
+            steps.append(("read %d at %d" % (size, off),
+                          lambda r, o=off, s=size: dio_read(os.path.join(r, "d"), o, s)))
+    steps.append(("content", lambda r: whole(os.path.join(r, "d"))))
+    # each into a file of its own: what a refused write leaves behind on
+    # the disk depends on how the file's extents lie
+    for i, (size, off) in enumerate(((100, 0), (4097, 0), (4096, 100), (512, 1))):
+        steps.append(("unaligned write %d at %d" % (size, off),
+                      lambda r, o=off, s=size, i=i: dio_write(os.path.join(r, "u%d" % i),
+                                                              o, s, 0xee)))
+        steps.append(("unaligned read %d at %d" % (size, off),
+                      lambda r, o=off, s=size: dio_read(os.path.join(r, "d"), o, s)))
+        steps.append(("O_DIRECT by fcntl %d at %d" % (size, off),
+                      lambda r, o=off, s=size, i=i: dio_later(os.path.join(r, "v%d" % i),
+                                                              o, s)))
+    steps.append(("O_DIRECT by fcntl aligned",
+                  lambda r: dio_later(os.path.join(r, "w"), 4096, 8192)))
+    return steps
+
+
+def test_shared_use__o_direct_matches_backing(shared):
+    """O_DIRECT reads and writes of every size, aligned and not, answer
+    what they answer on the backing filesystem, with the same bytes."""
+    m, native = shared
+    probe = os.path.join(native, "probe")
+    try:
+        os.close(os.open(probe, os.O_RDWR | os.O_CREAT | os.O_DIRECT, 0o644))
+    except OSError as e:
+        pytest.skip("the backing filesystem has no O_DIRECT: %s" % e)
+    os.unlink(probe)
+    res = compare(native, m.mnt, _direct_steps())
+    assert res["write 1048576 at 4096"] == ("ok", 1 << 20)
+    n, data = res["read 8192 at 1536"][1]
+    assert n == 8192 and data == bytes([data[0]]) * 8192 and data[0] != 0
+    assert len(res["content"][1]) == 4096 + (1 << 20)
+
+
+def test_shared_use__o_direct_as_other_user(shared):
+    """The same through the mount as a user who is not root."""
+    m, native = shared
+    for root in (native, m.mnt):
+        os.mkdir(os.path.join(root, "pub"))
+        os.chmod(os.path.join(root, "pub"), 0o777)
+    steps = [(n, lambda r, f=f: f(os.path.join(r, "pub"))) for n, f in _direct_steps()
+             if "1048576" not in n]
+    res = compare(native, m.mnt, steps, user=(USER, GROUP, [GROUP]))
+    assert res["write 65536 at 0"] == ("ok", 65536)
+
+
+# ---- default ACLs --------------------------------------------------------------------------
+
+ACL_USER_OBJ, ACL_USER, ACL_GROUP_OBJ, ACL_GROUP, ACL_MASK, ACL_OTHER = (
+    0x01, 0x02, 0x04, 0x08, 0x10, 0x20)
+NO_ID = 0xFFFFFFFF
+
+
+def acl_bytes(entries):
+    """The system.posix_acl_* value of ENTRIES [(tag, perm, id)]."""
+    out = struct.pack("<I", 2)
+    for tag, perm, qid in sorted(entries):
+        out += struct.pack("<HHI", tag, perm, NO_ID if qid is None else qid)
+    return out
+
+
+def acl_text(value):
+    """ENTRIES of a system.posix_acl_* value, for readable failures."""
+    ents = []
+    for i in range(4, len(value), 8):
+        tag, perm, qid = struct.unpack("<HHI", value[i:i + 8])
+        ents.append((tag, oct(perm), None if qid == NO_ID else qid))
+    return ents
+
+
+SHARED_ACL = [(ACL_USER_OBJ, 7, None), (ACL_GROUP_OBJ, 7, None), (ACL_GROUP, 7, SUPP),
+              (ACL_USER, 5, OTHER_USER), (ACL_MASK, 7, None), (ACL_OTHER, 5, None)]
+NARROW_ACL = [(ACL_USER_OBJ, 7, None), (ACL_GROUP_OBJ, 5, None), (ACL_GROUP, 6, SUPP),
+              (ACL_MASK, 6, None), (ACL_OTHER, 0, None)]
+
+
+def _acl_prepare(r):
+    for name, acl, mode, gid in (("plain", None, 0o777, 0), ("acl", SHARED_ACL, 0o777, 0),
+                                 ("narrow", NARROW_ACL, 0o777, 0),
+                                 ("sgacl", SHARED_ACL, 0o2775, SUPP),
+                                 ("sg", None, 0o2777, SUPP)):
+        d = os.path.join(r, name)
+        os.mkdir(d)
+        os.chown(d, 0, gid)
+        os.chmod(d, mode)
+        if acl:
+            os.setxattr(d, "system.posix_acl_default", acl_bytes(acl))
+            os.setxattr(d, "system.posix_acl_access", acl_bytes(acl))
+
+
+def _describe(path):
+    """Mode, owner and both ACLs of PATH (not following a symlink)."""
+    st = os.lstat(path)
+    acls = []
+    for name in ("system.posix_acl_access", "system.posix_acl_default"):
+        try:
+            acls.append(acl_text(os.getxattr(path, name, follow_symlinks=False)))
+        except OSError as e:
+            acls.append(errno.errorcode.get(e.errno, e.errno))
+    return (stat.filemode(st.st_mode), st.st_uid, st.st_gid, acls)
+
+
+def _acl_steps():
+    steps = []
+    for um in (0o022, 0o077, 0o007):
+        for d in ("plain", "acl", "narrow", "sgacl", "sg"):
+            def create(r, d=d, um=um):
+                p = os.path.join(r, d, "f%o" % um)
+                os.umask(um)
+                os.close(os.open(p, os.O_CREAT | os.O_WRONLY, 0o666))
+                return _describe(p)
+
+            def create_x(r, d=d, um=um):
+                p = os.path.join(r, d, "x%o" % um)
+                os.umask(um)
+                os.close(os.open(p, os.O_CREAT | os.O_WRONLY, 0o2775))
+                return _describe(p)
+
+            def mkdir(r, d=d, um=um):
+                p = os.path.join(r, d, "d%o" % um)
+                os.umask(um)
+                os.mkdir(p, 0o777)
+                return _describe(p)
+
+            def mknod(r, d=d, um=um):
+                p = os.path.join(r, d, "p%o" % um)
+                os.umask(um)
+                os.mkfifo(p, 0o666)
+                return _describe(p)
+
+            def symlink(r, d=d, um=um):
+                p = os.path.join(r, d, "l%o" % um)
+                os.umask(um)
+                os.symlink("f%o" % um, p)
+                return _describe(p)
+
+            def subdir_create(r, d=d, um=um):
+                p = os.path.join(r, d, "d%o" % um, "f")
+                os.umask(um)
+                os.close(os.open(p, os.O_CREAT | os.O_WRONLY, 0o640))
+                return _describe(p)
+
+            for what, f in (("create", create), ("create 2775", create_x), ("mkdir", mkdir),
+                            ("mkfifo", mknod), ("symlink", symlink),
+                            ("create below new dir", subdir_create)):
+                steps.append(("%s in %s umask %03o" % (what, d, um), f))
+    return steps
+
+
+def test_shared_use__default_acl_new_entries_match_backing(shared):
+    """In directories with and without a default ACL, set-group-ID or not,
+    under several umasks, what a user creates gets the same mode, group and
+    ACLs through the mount as on the disk."""
+    m, native = shared
+    try:
+        os.setxattr(native, "system.posix_acl_access", acl_bytes(SHARED_ACL))
+    except OSError as e:
+        pytest.skip("the backing filesystem has no POSIX ACLs: %s" % e)
+    os.removexattr(native, "system.posix_acl_access")
+    os.chmod(native, 0o755)
+    _acl_prepare(native)
+    _acl_prepare(m.backing)
+    res = compare(native, m.mnt, _acl_steps(), user=(USER, GROUP, [GROUP, SUPP]))
+    # the comparison saw the interesting cases
+    assert res["create in acl umask 077"][1][0] == "-rw-rw-r--"
+    assert res["create in plain umask 077"][1][0] == "-rw-------"
+    assert res["mkdir in sgacl umask 077"][1][0].startswith("drwxrwsr-x")
+    assert res["mkdir in sgacl umask 077"][1][2] == SUPP
+
+
+# ---- execute-only programs -----------------------------------------------------------------
+
+
+def _exec_prepare(r):
+    prog = shutil.which("true")
+    for name, mode in (("x711", 0o711), ("x111", 0o111), ("x700", 0o700), ("x644", 0o644),
+                       ("x755", 0o755), ("x701", 0o701), ("x710", 0o710)):
+        p = os.path.join(r, name)
+        shutil.copyfile(prog, p)
+        os.chmod(p, mode)
+    os.chown(os.path.join(r, "x710"), 0, SUPP)
+
+
+def _exec_steps():
+    def run(path):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.execv(path, [path])
+            except OSError as e:
+                os._exit(100 + e.errno)
+        _, status = os.waitpid(pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        return errno.errorcode[code - 100] if code >= 100 else code
+
+    steps = []
+    for name in ("x711", "x111", "x700", "x644", "x755", "x701", "x710"):
+        steps.append(("exec %s" % name, lambda r, n=name: run(os.path.join(r, n))))
+        steps.append(("read %s" % name,
+                      lambda r, n=name: len(open(os.path.join(r, n), "rb").read(16))))
+        steps.append(("open rw %s" % name,
+                      lambda r, n=name: os.close(os.open(os.path.join(r, n), os.O_RDWR))))
+    return steps
+
+
+def test_shared_use__execute_only_programs_match_backing(shared):
+    """Other users run programs they may execute but not read (0711, 0111)
+    through the mount as on the disk, and still cannot read them."""
+    m, native = shared
+    _exec_prepare(native)
+    _exec_prepare(m.backing)
+    res = compare(native, m.mnt, _exec_steps(), user=(USER, GROUP, [GROUP, SUPP]))
+    assert res["exec x711"] == ("ok", 0)
+    assert res["exec x111"] == ("ok", 0)
+    assert res["read x711"] == ("err", "EACCES")
+    assert res["exec x700"] == ("ok", "EACCES")
+    res = compare(native, m.mnt, _exec_steps(), user=(OTHER_USER, OTHER_USER, [OTHER_USER]))
+    assert res["exec x710"] == ("ok", "EACCES")
+
+
+# ---- extended attributes on symlinks and special files -------------------------------------
+
+
+def _xattr_prepare(r):
+    with open(os.path.join(r, "f"), "w") as f:
+        f.write("x")
+    os.symlink("f", os.path.join(r, "l"))
+    os.symlink("nowhere", os.path.join(r, "dangling"))
+    os.mkfifo(os.path.join(r, "p"))
+
+
+def _xattr_steps():
+    steps = []
+    for target in ("l", "dangling", "p"):
+        for ns in ("trusted", "security", "user"):
+            name = "%s.tl" % ns
+
+            def lset(r, t=target, n=name):
+                os.setxattr(os.path.join(r, t), n, b"v-" + t.encode(), follow_symlinks=False)
+
+            def lget(r, t=target, n=name):
+                return os.getxattr(os.path.join(r, t), n, follow_symlinks=False)
+
+            def llist(r, t=target):
+                return sorted(os.listxattr(os.path.join(r, t), follow_symlinks=False))
+
+            def lremove(r, t=target, n=name):
+                os.removexattr(os.path.join(r, t), n, follow_symlinks=False)
+
+            def lget_size(r, t=target, n=name):
+                # getxattr(2) with size 0 asks for the size only
+                libc = ctypes.CDLL(None, use_errno=True)
+                libc.lgetxattr.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p,
+                                           ctypes.c_size_t]
+                n_ = libc.lgetxattr(os.path.join(r, t).encode(), n.encode(), None, 0)
+                if n_ < 0:
+                    e = ctypes.get_errno()
+                    raise OSError(e, os.strerror(e))
+                return n_
+
+            steps += [("lset %s %s" % (target, name), lset),
+                      ("lget %s %s" % (target, name), lget),
+                      ("lget size %s %s" % (target, name), lget_size),
+                      ("llist %s after %s" % (target, name), llist),
+                      ("lset create again %s %s" % (target, name),
+                       lambda r, t=target, n=name: os.setxattr(
+                           os.path.join(r, t), n, b"x", os.XATTR_CREATE,
+                           follow_symlinks=False)),
+                      ("lremove %s %s" % (target, name), lremove),
+                      ("lget removed %s %s" % (target, name), lget)]
+        steps.append(("target untouched %s" % target,
+                      lambda r: sorted(os.listxattr(os.path.join(r, "f")))))
+    return steps
+
+
+def test_shared_use__xattrs_on_symlinks_match_backing(shared):
+    """lsetxattr, lgetxattr, llistxattr and lremovexattr on symlinks (also
+    dangling ones) and FIFOs, as root and as a user, answer as on the
+    disk and act on the link, not on its target."""
+    m, native = shared
+    _xattr_prepare(native)
+    _xattr_prepare(m.backing)
+    res = compare(native, m.mnt, _xattr_steps())
+    assert res["lget l trusted.tl"] == ("ok", b"v-l")
+    assert res["llist l after trusted.tl"] == ("ok", ["trusted.tl"])
+    assert res["llist dangling after security.tl"] == ("ok", ["security.tl"])
+    for ns in ("trusted", "security", "user"):
+        assert res["lset p %s.tl" % ns][0] == ("ok" if ns != "user" else "err")
+    # the link itself carries it on the disk, not its target
+    os.setxattr(m.path("l"), "trusted.z", b"z", follow_symlinks=False)
+    assert os.getxattr(m.bpath("l"), "trusted.z", follow_symlinks=False) == b"z"
+    assert "trusted.z" not in os.listxattr(m.bpath("f"))
+    os.removexattr(m.path("l"), "trusted.z", follow_symlinks=False)
+    # a user sees no trusted. names, as on the disk
+    for root in (native, m.mnt):
+        for name in ("f", "l"):
+            os.setxattr(os.path.join(root, name), "trusted.keep", b"k", follow_symlinks=False)
+            os.setxattr(os.path.join(root, name), "security.keep", b"k", follow_symlinks=False)
+    os.chmod(m.mnt, 0o777)
+    os.chmod(native, 0o777)
+    res = compare(native, m.mnt, _xattr_steps()[:14] + [
+        ("list %s as user" % n, lambda r, n=n: sorted(os.listxattr(os.path.join(r, n),
+                                                                   follow_symlinks=False)))
+        for n in ("f", "l")], user=(USER, GROUP, [GROUP]))
+    assert res["list l as user"] == ("ok", ["security.keep"])
+
+
+# ---- attributes the backing changed itself -------------------------------------------------
+
+FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE = 0x01, 0x02, 0x10
+STATX_MODE = 0x0002
+
+
+def _fallocate(fd, mode, off, length):
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+    if libc.fallocate(fd, mode, off, length) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+
+
+def _statx_mode(path):
+    """st_mode by statx() asking for the mode only, as `stat -c %A` and
+    `ls` ask: a cache whose size and times were invalidated may still
+    answer it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.statx.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint,
+                           ctypes.c_void_p]
+    buf = ctypes.create_string_buffer(256)
+    if libc.statx(-100, path.encode(), 0, STATX_MODE, buf) != 0:  # AT_FDCWD
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+    return struct.unpack_from("<H", buf.raw, 28)[0]  # stx_mode
+
+
+# (name, mode, owner): set-group-ID without group execute, of a group the
+# writer is not in, is what the kernel leaves to the filesystem to clear
+ALLOC_FILES = [("sugid", 0o6777, OTHER_USER), ("sgid", 0o2666, OTHER_USER),
+               ("sgidx", 0o2767, OTHER_USER), ("own", 0o2745, USER)]
+ALLOC_OPS = [("punch", FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 4096, 8192),
+             ("zero", FALLOC_FL_ZERO_RANGE, 0, 4096),
+             ("keep", FALLOC_FL_KEEP_SIZE, 65536, 65536), ("grow", 0, 0, 131072),
+             ("write", None, 0, 1), ("copy", None, 0, 100)]
+
+
+def _alloc_prepare(r):
+    os.mkdir(os.path.join(r, "pub"))
+    os.chmod(os.path.join(r, "pub"), 0o777)
+    for op, _, _, _ in ALLOC_OPS:
+        for name, mode, owner in ALLOC_FILES:
+            p = os.path.join(r, "pub", "%s-%s" % (op, name))
+            with open(p, "wb") as f:
+                f.write(b"x" * 65536)
+            os.chown(p, owner, SUPP)
+            os.chmod(p, mode)
+
+
+def _alloc_steps():
+    def alloc(path, how, off, length):
+        before = stat.filemode(os.stat(path).st_mode)  # the mount caches it
+        fd = os.open(path, os.O_RDWR)
+        try:
+            if how == "write":
+                os.pwrite(fd, b"y", off)
+            elif how == "copy":
+                src = os.open(path, os.O_RDONLY)
+                try:
+                    os.copy_file_range(src, fd, length, 0, off + 1000)
+                finally:
+                    os.close(src)
+            else:
+                _fallocate(fd, how, off, length)
+            # at once: the mode alone, then all, by path and by descriptor
+            return (before, stat.filemode(_statx_mode(path)),
+                    stat.filemode(os.stat(path).st_mode), stat.filemode(os.fstat(fd).st_mode))
+        finally:
+            os.close(fd)
+
+    return [("%s %s" % (op, name),
+             lambda r, op=op, how=how, off=off, n=n, name=name: alloc(
+                 os.path.join(r, "pub", "%s-%s" % (op, name)), how if how is not None else op,
+                 off, n))
+            for op, how, off, n in ALLOC_OPS for name, _, _ in ALLOC_FILES]
+
+
+def test_shared_use__cleared_set_id_bits_seen_at_once(mount_factory, tmp_path):
+    """After a user's fallocate (also punch-hole, zero-range), write or
+    copy_file_range made the backing filesystem clear set-user-ID /
+    set-group-ID bits, stat through the mount shows the new mode at once,
+    even with a long attribute timeout and when asking for the mode only."""
+    open_tree(tmp_path)
+    m = mount_factory(opts=["allow_other", "attr_timeout=60", "entry_timeout=60"])
+    os.chmod(m.mnt, 0o755)
+    native = str(tmp_path / "native")
+    os.mkdir(native, 0o755)
+    _alloc_prepare(native)
+    _alloc_prepare(m.mnt)
+    res = compare(native, m.mnt, _alloc_steps(), user=(USER, GROUP, [GROUP]))
+    # the comparison saw the interesting cases
+    assert res["punch sgid"] == ("ok", ("-rw-rwSrw-",) + ("-rw-rw-rw-",) * 3)
+    assert res["write sugid"][1][:2] == ("-rwsrwsrwx", "-rwxrwxrwx")
