@@ -102,6 +102,60 @@ static bool mountpoint_below_backing(const char *backing, const char *mnt)
 	return below;
 }
 
+/* Opens hold_log FILE for appending, as the man page promises: a
+ * symbolic link is not followed (O_NOFOLLOW), a new file is created mode
+ * 0600, and an existing one is refused unless it is a regular file with
+ * one name, owned by the daemon's user and not accessible by group or
+ * others, so that a file planted in a shared directory can neither
+ * redirect the appends nor read them. A FIFO does not block the open
+ * (O_NONBLOCK). Returns the fd, or -1 with the problem appended to CFG. */
+static int open_hold_log(struct tl_config *cfg, const char *file)
+{
+	struct stat st;
+	int fd;
+
+	fd = open(file, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY |
+				O_CLOEXEC,
+		  0600);
+	if (fd == -1) {
+		config_error(cfg, "cannot open hold_log '%s': %s", file,
+			     errno == ELOOP ? "a symbolic link" : strerror(errno));
+		return -1;
+	}
+	if (fstat(fd, &st) != 0) {
+		config_error(cfg, "cannot open hold_log '%s': %s", file, strerror(errno));
+		goto out_close;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		config_error(cfg, "cannot use hold_log '%s': not a regular file", file);
+		goto out_close;
+	}
+	if (st.st_uid != geteuid()) {
+		config_error(cfg, "cannot use hold_log '%s': owned by uid %u, not by this daemon's "
+				  "uid %u", file, (unsigned)st.st_uid, (unsigned)geteuid());
+		goto out_close;
+	}
+	if (st.st_mode & 077) {
+		config_error(cfg, "cannot use hold_log '%s': accessible by group or others: "
+				  "chmod 600 it", file);
+		goto out_close;
+	}
+	if (st.st_nlink != 1) {
+		config_error(cfg, "cannot use hold_log '%s': it has %lu names (hard links)", file,
+			     (unsigned long)st.st_nlink);
+		goto out_close;
+	}
+	if (fcntl(fd, F_SETFL, O_APPEND) == -1) {
+		config_error(cfg, "cannot open hold_log '%s': %s", file, strerror(errno));
+		goto out_close;
+	}
+	return fd;
+
+out_close:
+	close(fd);
+	return -1;
+}
+
 /* Raises the soft RLIMIT_NOFILE to the hard limit: every inode the kernel
  * remembers holds an O_PATH fd, so the usual 1024 runs out at the first
  * "ls -l" of a large directory. This function can't fail: if the limit
@@ -177,6 +231,9 @@ int main(int argc, char *argv[])
 		config_error(&cfg, "cannot mount '%s' inside BACKING '%s': the mount would serve "
 				   "itself and a rename through it could hang it", opts.mountpoint,
 			     cfg.backing);
+	/* opened before daemonising: a relative name is the caller's */
+	if (cfg.hold_log && !cfg.errors)
+		fs.hold_log_fd = open_hold_log(&cfg, cfg.hold_log);
 	if (!cfg.errors) {
 		/* also reports libfuse options it does not know, on stderr */
 		se = fuse_session_new(&args, &tlfs_ops, sizeof(tlfs_ops), &fs);
@@ -202,15 +259,6 @@ int main(int argc, char *argv[])
 	if (fs.backing_fd == -1) {
 		tl_log(LOG_ERR, "cannot open BACKING '%s': %s", cfg.backing, strerror(errno));
 		goto out_destroy;
-	}
-	if (cfg.hold_log) {
-		/* opened before daemonising: a relative name is the caller's */
-		fs.hold_log_fd = open(cfg.hold_log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-		if (fs.hold_log_fd == -1) {
-			tl_log(LOG_ERR, "cannot open hold_log '%s': %s", cfg.hold_log,
-			       strerror(errno));
-			goto out_close_backing;
-		}
 	}
 	fs.switch_creds = cfg.allow_other && geteuid() == 0;
 	/* libcurl's global state, once, before any thread exists */
@@ -279,11 +327,11 @@ out_close_store:
 	tlfs_release(&fs);
 	lockstore_close(fs.store);
 out_close_backing:
-	if (fs.hold_log_fd != -1)
-		close(fs.hold_log_fd);
 	close(fs.backing_fd);
 	curl_global_cleanup();
 out_destroy:
+	if (fs.hold_log_fd != -1)
+		close(fs.hold_log_fd);
 	if (se)
 		fuse_session_destroy(se);
 	free(opts.mountpoint);

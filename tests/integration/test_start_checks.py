@@ -1,0 +1,121 @@
+"""What the mount checks before it starts: files it writes, mounts it would
+loop through, config files that are not what they claim.
+
+Each case is an attack or a slip that a careless daemon lets through: a
+hold log planted as a symbolic link or left readable in a shared
+directory, two mounts that serve each other, a misspelt or garbage config
+line that is silently ignored or echoed raw to the terminal.
+"""
+import os
+import stat
+import subprocess
+
+import pytest
+
+from conftest import BIN, Mount
+from test_hardening import run_refused
+
+NOBODY = 65534
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    b, m = tmp_path / "backing", tmp_path / "mnt"
+    b.mkdir()
+    m.mkdir()
+    return str(b), str(m)
+
+
+# ---- hold_log=FILE -----------------------------------------------------------------------------
+
+def _shared_dir(tmp_path):
+    d = tmp_path / "shared"
+    d.mkdir()
+    os.chmod(d, 0o1777)
+    return d
+
+
+def _prepare_hold_log(tmp_path, what):
+    """A hold log path in a 1777 directory as a user (or a slip) left it;
+    returns (path, victim path or None)."""
+    d = _shared_dir(tmp_path)
+    log = d / "hold.log"
+    victim = tmp_path / "victim"
+    victim.write_text("victim\n")
+    os.chmod(victim, 0o600)
+    if what == "symlink":
+        log.symlink_to(victim)
+        if os.geteuid() == 0:
+            os.lchown(log, NOBODY, NOBODY)
+    elif what == "dangling-symlink":
+        log.symlink_to(tmp_path / "created-by-follow")
+    elif what == "world-readable":
+        log.write_text("")
+        os.chmod(log, 0o644)
+    elif what == "world-writable":
+        log.write_text("")
+        os.chmod(log, 0o666)
+    elif what == "group-readable":
+        log.write_text("")
+        os.chmod(log, 0o640)
+    elif what == "other-owner":
+        log.write_text("")
+        os.chmod(log, 0o600)
+        os.chown(log, NOBODY, NOBODY)
+    elif what == "hard-link":
+        os.link(victim, log)
+    elif what == "fifo":
+        os.mkfifo(log, 0o600)
+    elif what == "dir":
+        log.mkdir(mode=0o700)
+    return str(log), str(victim)
+
+
+@pytest.mark.parametrize("what", ["symlink", "dangling-symlink", "world-readable",
+                                  "world-writable", "group-readable", "other-owner",
+                                  "hard-link", "fifo", "dir"])
+def test_start_checks__hold_log_refuses_what_others_could_plant_or_read(dirs, tmp_path, what):
+    if what == "other-owner" and os.geteuid() != 0:
+        pytest.skip("needs root to give the file to another user")
+    b, m = dirs
+    log, victim = _prepare_hold_log(tmp_path, what)
+    before = os.lstat(log)
+    r = run_refused([b, m, "-f", "-o", "hold_log=" + log], m)
+    assert r.returncode == 1, r.stderr
+    assert "hold_log '%s'" % log in r.stderr, r.stderr
+    # nothing was written, created or changed by the attempt
+    with open(victim) as f:
+        assert f.read() == "victim\n"
+    assert not (tmp_path / "created-by-follow").exists()
+    after = os.lstat(log)
+    assert (after.st_mode, after.st_uid, after.st_size) == \
+        (before.st_mode, before.st_uid, before.st_size)
+
+
+def test_start_checks__hold_log_is_created_private_and_reused(dirs, tmp_path):
+    b, m = dirs
+    d = _shared_dir(tmp_path)
+    log = str(d / "hold.log")
+    old = os.umask(0)
+    try:
+        mnt = Mount(b, m, opts=["hold_log=" + log]).start()
+    finally:
+        os.umask(old)
+    try:
+        os.mkdir(mnt.path("a"))
+        os.rename(mnt.path("a"), mnt.path("b"))
+    finally:
+        mnt.stop()
+    st = os.stat(log)
+    assert stat.S_IMODE(st.st_mode) == 0o600 and st.st_uid == os.geteuid()
+    size = st.st_size
+    assert size > 0
+    # the daemon's own private file is used again, appended to
+    mnt = Mount(b, m, opts=["hold_log=" + log]).start()
+    try:
+        os.rename(mnt.path("b"), mnt.path("c"))
+    finally:
+        mnt.stop()
+    with open(log) as f:
+        text = f.read()
+    assert os.stat(log).st_size > size and "/b\t/c" in text, text
