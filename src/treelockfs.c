@@ -15,6 +15,8 @@
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
 #include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,6 +158,27 @@ out_close:
 	return -1;
 }
 
+/* libfuse's own messages (an unknown option of the command line, its
+ * debug lines) go where libfuse would print them, stderr, but escaped as
+ * tl_log_escape() does: they quote bytes a user typed or a config file
+ * held, which must not reach a terminal or a log raw. libfuse prints some
+ * messages in pieces, so only a piece's final newline is kept as is. */
+static void fuse_log_escaped(enum fuse_log_level level, const char *fmt, va_list ap)
+{
+	char msg[2048], esc[4 * sizeof(msg) + 1];
+	size_t n;
+	bool nl;
+
+	(void)level;
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	n = strlen(msg);
+	nl = n > 0 && msg[n - 1] == '\n';
+	if (nl)
+		msg[n - 1] = '\0';
+	tl_log_escape(esc, sizeof(esc), msg);
+	fprintf(stderr, "%s%s", esc, nl ? "\n" : "");
+}
+
 /* Raises the soft RLIMIT_NOFILE to the hard limit: every inode the kernel
  * remembers holds an O_PATH fd, so the usual 1024 runs out at the first
  * "ls -l" of a large directory. This function can't fail: if the limit
@@ -189,6 +212,7 @@ int main(int argc, char *argv[])
 	int ret = 1, err;
 
 	tl_log_init("treelockfs", LOG_NOTICE);
+	fuse_set_log_func(fuse_log_escaped);
 	if (config_init(&cfg) != 0 || config_parse(&cfg, &args, false) != 0) {
 		fprintf(stderr, "treelockfs: out of memory\n");
 		return 1;

@@ -119,3 +119,84 @@ def test_start_checks__hold_log_is_created_private_and_reused(dirs, tmp_path):
     with open(log) as f:
         text = f.read()
     assert os.stat(log).st_size > size and "/b\t/c" in text, text
+
+
+# ---- config files: the same rules for treelockctl, nothing raw on stderr -----------------------
+
+def _bytes_ok(err):
+    """Whether stderr ERR (bytes) is text that cannot garble a terminal."""
+    try:
+        text = err.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return not any(c in text for c in "\x1b\x07\r\x7f\x9b")
+
+
+BAD_CONFIGS = {
+    # what: (file content, line named, words of the problem)
+    "misspelt-key": (b"lock_store = es\nes_idnex = other-index\n", 2, "unknown option 'es_idnex'"),
+    "garbage-line": (b"lock_store = es\n\nthis is no option\n", 3, "unknown option"),
+    "random-bytes": (b"lock_store = es\n\x1b[2J\xff\xfe\x07\x00\x9b=\x01\n", 2, "unknown option"),
+    "bad-value": (b"lock_store = es\nlock_timeout = soon\n", 2, "invalid lock_timeout 'soon'"),
+    "flag-with-value": (b"es_insecure = 0\n", 1, "'es_insecure' takes no value"),
+}
+
+
+@pytest.mark.nofuse
+@pytest.mark.parametrize("what", sorted(BAD_CONFIGS) + ["directory", "fifo"])
+def test_start_checks__treelockctl_refuses_bad_config_file(tmp_path, what):
+    from conftest import CTL
+    if not os.access(CTL, os.X_OK):
+        pytest.skip("treelockctl is not built")
+    conf = tmp_path / "c.conf"
+    if what == "directory":
+        conf.mkdir()
+        line, words = None, "not a regular file"
+    elif what == "fifo":
+        os.mkfifo(conf)
+        line, words = None, "not a regular file"
+    else:
+        content, line, words = BAD_CONFIGS[what]
+        conf.write_bytes(content)
+    # the store's address is unreachable: a tool that went on to use it
+    # would fail with a store error (exit 2) instead of the config's (1)
+    r = subprocess.run(["timeout", "60", CTL, "--config=" + str(conf),
+                        "--es_url=http://127.0.0.1:9", "--es_timeout_ms=200",
+                        "--es_start_timeout=0", "--force", "break", "/x"],
+                       capture_output=True, env=dict(os.environ, LC_ALL="C"))
+    err = r.stderr.decode("utf-8", "replace")
+    assert r.returncode == 1, (r.returncode, err)
+    assert "config file '%s'" % conf in err, err
+    if line is not None:
+        assert "line %d: " % line in err, err
+    assert words in err, err
+    assert _bytes_ok(r.stderr), r.stderr
+    assert "broke" not in r.stdout.decode()
+
+
+@pytest.mark.nofuse
+@pytest.mark.parametrize("what", sorted(BAD_CONFIGS))
+def test_start_checks__mount_names_the_bad_config_line(dirs, tmp_path, what):
+    b, m = dirs
+    content, line, words = BAD_CONFIGS[what]
+    conf = tmp_path / "c.conf"
+    conf.write_bytes(content.replace(b"lock_store = es\n", b"log_level = info\n"))
+    r = subprocess.run(["timeout", "60", BIN, b, m, "-f", "--config=" + str(conf)],
+                       capture_output=True, env=dict(os.environ, LC_ALL="C"))
+    err = r.stderr.decode("utf-8", "replace")
+    assert r.returncode == 1, (r.returncode, err)
+    assert "config file '%s' line %d: " % (conf, line) in err, err
+    assert words in err, err
+    assert _bytes_ok(r.stderr), r.stderr
+
+
+@pytest.mark.nofuse
+def test_start_checks__command_line_bytes_are_escaped_in_libfuse_messages(dirs):
+    b, m = dirs
+    r = subprocess.run(["timeout", "60", BIN, b, m, "-f", "-o", "\x1b[2Jred\x07,x\udcff",
+                        "-o", "fsname=\x1b]0;title\x07"],
+                       capture_output=True, env=dict(os.environ, LC_ALL="C"))
+    assert r.returncode == 1, r.stderr
+    assert b"unknown option" in r.stderr, r.stderr
+    assert b"\\x1b[2Jred\\x07" in r.stderr, r.stderr
+    assert _bytes_ok(r.stderr), r.stderr
