@@ -10,7 +10,7 @@
  * groups.
  *
  * A hidden entry ".treelockfs/" at the root (never listed) holds read-only
- * "stats" and "locks" files.
+ * "stats", "locks" and "backing" files.
  *
  * The files behind it, and the only calls between them (declared below):
  *
@@ -41,7 +41,7 @@
 #define TLFS_CTL_NAME ".treelockfs"
 
 /* What a control inode is; CTL_NONE for every backing inode. */
-enum ctl_kind { CTL_NONE, CTL_DIR, CTL_STATS, CTL_LOCKS };
+enum ctl_kind { CTL_NONE, CTL_DIR, CTL_STATS, CTL_LOCKS, CTL_BACKING };
 
 /* One inode the kernel knows: one per (st_dev, st_ino) it looked up, with
  * a lookup count; the nodeid is its address. The root is fs->root. Control
@@ -106,6 +106,11 @@ struct tlfs {
 	uint64_t flag_refused_on[2];
 	uint64_t flag_suspect;
 	int hold_log_fd;         /* hold_log=FILE (O_APPEND), -1 for none */
+	/* the directories this mount is served from (mountchain.h), shown
+	 * in .treelockfs/backing; set before serving, NULL for none */
+	char *backing_chain;
+	dev_t own_dev;           /* this mount's device, 0 while unknown: a
+				  * lookup that reaches it again is ELOOP */
 
 	/* the inode table (fs_inode.c); itab_mutex is a leaf lock, never
 	 * held across a syscall */

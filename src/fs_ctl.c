@@ -1,9 +1,11 @@
 /* fs_ctl.c - the hidden control entry ".treelockfs/", see fs.h
  *
  * ".treelockfs" at the root is never listed, cannot be created, removed or
- * renamed, and holds two read-only files rendered when opened: "stats" (the
- * lock manager's counters) and "locks" (the locks the store holds, one per
- * line, only those the reader may look up). Their inodes are static,
+ * renamed, and holds read-only files rendered when opened: "stats" (the
+ * lock manager's counters), "locks" (the locks the store holds, one per
+ * line, only those the reader may look up) and "backing" (the directories
+ * the mount is served from, mountchain.h: device and inode numbers, which
+ * other mounts read to refuse serving each other). Their inodes are static,
  * without fd; their handles carry CTL_TAG.
  */
 #include <config.h>
@@ -26,6 +28,7 @@ static struct ll_inode ctl_inodes[] = {
 	[CTL_DIR] = {.fd = -1, .type = S_IFDIR, .ctl = CTL_DIR},
 	[CTL_STATS] = {.fd = -1, .type = S_IFREG, .ctl = CTL_STATS},
 	[CTL_LOCKS] = {.fd = -1, .type = S_IFREG, .ctl = CTL_LOCKS},
+	[CTL_BACKING] = {.fd = -1, .type = S_IFREG, .ctl = CTL_BACKING},
 };
 
 struct ctl_buf {
@@ -101,6 +104,8 @@ static int ctl_render(struct tlfs *fs, fuse_req_t req, enum ctl_kind kind,
 			lockplan_strategy_name(fs->cfg->lock_strategy));
 		lockmgr_format_stats(&fs->mgr, buf, sizeof(buf));
 		fputs(buf, f);
+	} else if (kind == CTL_BACKING) {
+		fputs(fs->backing_chain ? fs->backing_chain : "", f);
 	} else {
 		struct tl_lock_info *v = NULL;
 		size_t n = 0, i;
@@ -177,9 +182,10 @@ int ctl_lookup(struct tlfs *fs, struct ll_inode *parent, const char *name,
 		e->entry_timeout = fs->cfg->entry_timeout;
 		return 0;
 	}
-	k = strcmp(name, "stats") == 0	 ? CTL_STATS
-	    : strcmp(name, "locks") == 0 ? CTL_LOCKS
-					 : CTL_NONE;
+	k = strcmp(name, "stats") == 0	   ? CTL_STATS
+	    : strcmp(name, "locks") == 0   ? CTL_LOCKS
+	    : strcmp(name, "backing") == 0 ? CTL_BACKING
+					   : CTL_NONE;
 	if (parent->ctl != CTL_DIR || k == CTL_NONE)
 		return -ENOENT;
 	ctl_stat(k, &e->attr);
@@ -239,15 +245,16 @@ void ctl_release(struct fuse_file_info *fi)
 
 size_t ctl_readdir(fuse_req_t req, char *buf, size_t rem, off_t offset)
 {
-	static const char *const names[] = {".", "..", "stats", "locks"};
+	static const char *const names[] = {".", "..", "stats", "locks", "backing"};
+	static const enum ctl_kind kinds[] = {CTL_DIR, CTL_DIR, CTL_STATS, CTL_LOCKS, CTL_BACKING};
 	size_t used = 0;
 	off_t i;
 
-	for (i = offset; i < 4; i++) {
+	for (i = offset; i < 5; i++) {
 		struct stat st;
 		size_t n;
 
-		ctl_stat(i < 2 ? CTL_DIR : i == 2 ? CTL_STATS : CTL_LOCKS, &st);
+		ctl_stat(kinds[i], &st);
 		n = fuse_add_direntry(req, buf + used, rem - used, names[i], &st, i + 1);
 		if (n > rem - used)
 			break;

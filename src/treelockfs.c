@@ -28,6 +28,7 @@
 #include "fs.h"
 #include "lockstore.h"
 #include "log.h"
+#include "mountchain.h"
 
 static void usage(const char *prog)
 {
@@ -102,6 +103,32 @@ static bool mountpoint_below_backing(const char *backing, const char *mnt)
 	if (fd != -1)
 		close(fd);
 	return below;
+}
+
+/* Notes in FS the chain of BACKING (mountchain.h) and refuses MNT when
+ * it lies below a directory that BACKING is served from through a FUSE
+ * mount: "treelockfs bA mA; treelockfs mA bA/sub" would make the two
+ * mounts serve each other, and one rename through them hangs both. The
+ * first line of the chain, BACKING itself, is mountpoint_below_backing()'s.
+ * Problems are appended to CFG. */
+static void check_mount_cycle(struct tl_config *cfg, struct tlfs *fs, const char *mnt)
+{
+	int fd, err;
+
+	fd = open(cfg->backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd == -1)
+		return; /* reported when BACKING is opened */
+	err = mountchain_of_dir(fd, &fs->backing_chain);
+	close(fd);
+	if (err) {
+		config_error(cfg, "cannot use BACKING '%s': %s", cfg->backing, strerror(-err));
+		return;
+	}
+	if (mountchain_below(fs->backing_chain, 1, mnt))
+		config_error(cfg, "cannot mount '%s': BACKING '%s' is reached through a FUSE mount "
+				  "served from a directory that contains '%s'; the mounts would serve "
+				  "each other and a rename through them could hang both",
+			     mnt, cfg->backing, mnt);
 }
 
 /* Opens hold_log FILE for appending, as the man page promises: a
@@ -255,6 +282,8 @@ int main(int argc, char *argv[])
 		config_error(&cfg, "cannot mount '%s' inside BACKING '%s': the mount would serve "
 				   "itself and a rename through it could hang it", opts.mountpoint,
 			     cfg.backing);
+	else if (cfg.backing && opts.mountpoint && !cfg.errors)
+		check_mount_cycle(&cfg, &fs, opts.mountpoint);
 	/* opened before daemonising: a relative name is the caller's */
 	if (cfg.hold_log && !cfg.errors)
 		fs.hold_log_fd = open_hold_log(&cfg, cfg.hold_log);
@@ -304,6 +333,11 @@ int main(int argc, char *argv[])
 	}
 	if (fuse_session_mount(se, opts.mountpoint) != 0)
 		goto out_close_store;
+	/* read from /proc: a request to the mount would wait for the loop */
+	err = mountchain_mount_dev(opts.mountpoint, &fs.own_dev);
+	if (err)
+		tl_log(LOG_NOTICE, "cannot find the device of '%s': %s; lookups that lead back "
+				   "into this mount are not refused", opts.mountpoint, strerror(-err));
 	if (fuse_daemonize(opts.foreground) != 0)
 		goto out_unmount;
 	/* where threads that compute lock keys by getcwd() come back to */
@@ -356,6 +390,7 @@ out_close_backing:
 out_destroy:
 	if (fs.hold_log_fd != -1)
 		close(fs.hold_log_fd);
+	free(fs.backing_chain);
 	if (se)
 		fuse_session_destroy(se);
 	free(opts.mountpoint);

@@ -200,3 +200,119 @@ def test_start_checks__command_line_bytes_are_escaped_in_libfuse_messages(dirs):
     assert b"unknown option" in r.stderr, r.stderr
     assert b"\\x1b[2Jred\\x07" in r.stderr, r.stderr
     assert _bytes_ok(r.stderr), r.stderr
+
+
+# ---- mounts that would serve each other -------------------------------------------------------
+
+@pytest.mark.parametrize("depth", [2, 3])
+def test_start_checks__mounts_serving_each_other_are_refused(tmp_path, depth):
+    """treelockfs bA mA; [treelockfs mA mB;] treelockfs mA|mB bA/sub: the
+    last mount's BACKING is reached through the first, whose backing
+    contains its MOUNTPOINT."""
+    bA, mA, mB = tmp_path / "bA", tmp_path / "mA", tmp_path / "mB"
+    for d in (bA / "sub", mA, mB):
+        d.mkdir(parents=True)
+    mounts = [Mount(bA, mA)]
+    if depth == 3:
+        mounts.append(Mount(mA, mB))
+    try:
+        for m in mounts:
+            m.start()
+        with open(mounts[0].path("ee"), "w") as f:
+            f.write("x")
+        top = str(mounts[-1].mnt)
+        # run_refused waits at most 10 s and unmounts (by path) a mount it
+        # should not have made
+        r = run_refused([top, str(bA / "sub"), "-f"], str(bA / "sub"))
+        assert r.returncode == 1, r.stderr
+        assert "cannot mount '%s'" % (bA / "sub") in r.stderr, r.stderr
+        assert "serve each other" in r.stderr, r.stderr
+        # the mounts that were there still work
+        os.rename(mounts[0].path("ee"), mounts[0].path("ff"))
+        assert "ff" in os.listdir(mounts[-1].mnt)
+    finally:
+        for m in reversed(mounts):
+            m.stop()
+
+
+def _abort_connection(dev):
+    """Aborts the FUSE connection of a mount of ours (by its device DEV):
+    a daemon stuck waiting on its own mount cannot even be killed."""
+    conn = "/sys/fs/fuse/connections"
+    if not os.path.exists(os.path.join(conn, str(os.minor(dev)))):
+        subprocess.run(["mount", "-t", "fusectl", "fusectl", conn], check=False)
+    try:
+        with open(os.path.join(conn, str(os.minor(dev)), "abort"), "w") as f:
+            f.write("1")
+    except OSError:
+        pass
+
+
+def _child_rename(src, dst):
+    """Starts a child that looks up DST's directory and renames SRC to DST;
+    it prints the errno names it met."""
+    code = ("import os, sys\n"
+            "out = []\n"
+            "for fn in (lambda: os.stat(sys.argv[2]), lambda: os.rename(sys.argv[1], sys.argv[3])):\n"
+            "    try:\n"
+            "        fn()\n"
+            "        out.append('ok')\n"
+            "    except OSError as e:\n"
+            "        out.append(__import__('errno').errorcode.get(e.errno, str(e.errno)))\n"
+            "print(' '.join(out))\n")
+    return subprocess.Popen(["python3", "-c", code, src, os.path.dirname(dst), dst],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root for bind mounts")
+@pytest.mark.parametrize("how", ["itself", "through-another-mount"])
+def test_start_checks__lookup_back_into_the_mount_is_eloop(tmp_path, how):
+    """A cycle made after the start, by a bind mount the start check could
+    not see: the lookup that would re-enter the mount fails with ELOOP
+    instead of hanging both mounts."""
+    bA, mA, mX = tmp_path / "bA", tmp_path / "mA", tmp_path / "mX"
+    for d in (bA / "sub", mA, mX):
+        d.mkdir(parents=True)
+    m1 = Mount(bA, mA)
+    m2 = Mount(mA, mX) if how == "through-another-mount" else None
+    bound = False
+    child = None
+    hung = False
+    devs = []
+    try:
+        m1.start()
+        devs.append(os.stat(m1.mnt).st_dev)
+        if m2:
+            m2.start()
+            devs.append(os.stat(m2.mnt).st_dev)
+        with open(m1.path("ee"), "w") as f:
+            f.write("x")
+        source = str(mX if m2 else mA)
+        subprocess.run(["mount", "--bind", source, str(bA / "sub")], check=True)
+        bound = True
+        child = _child_rename(m1.path("ee"), m1.path("sub", "ff"))
+        try:
+            out, err = child.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            hung = True
+        assert not hung, "the lookup through the mount into itself hung"
+        assert out.split() == ["ELOOP", "ELOOP"], (out, err)
+        with open(m1.bpath("ee")) as f:
+            assert f.read() == "x"
+        assert "leads back into this mount" in m1.log()
+    finally:
+        if hung:
+            for dev in devs:
+                _abort_connection(dev)
+        if bound:
+            subprocess.run(["umount", "-l", str(bA / "sub")], check=False)
+        for m in (m2, m1):
+            if m is None:
+                continue
+            if hung:
+                m.kill()
+            else:
+                m.stop()
+        if child is not None and child.poll() is None:
+            child.kill()
+            child.wait(timeout=30)
