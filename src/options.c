@@ -794,6 +794,7 @@ static const char help_mount[] =
 	"                             create, mkdir, mknod, symlink, link, unlink, rmdir\n"
 	"    --rename_delay_ms=N      testing: hold the locks N ms before renaming (default 0)\n"
 	"    --hold_log=FILE          append each rename's lock holds to FILE, on CLOCK_MONOTONIC\n"
+	"                             (made 0600; a symlink or a file others may use is refused)\n"
 	"    --entry_timeout=SECONDS  cache names this long (default 1); with lock_store=mem\n"
 	"                             also directory paths for lock keys\n"
 	"    --attr_timeout=SECONDS   cache attributes this long (default 1)\n"
