@@ -148,8 +148,9 @@ static void es_opts_validate(void *p, struct tl_config *cfg, bool selected)
 			size_t len = strcspn(u, ",; \t");
 
 			if (len && strncmp(u, "http://", 7) != 0 && strncmp(u, "https://", 8) != 0)
-				config_error(cfg, "invalid es_url '%.*s': expected http:// or https://",
-					     (int)len, u);
+				config_value_error(cfg, "es_url", o->url,
+						   "invalid es_url '%.*s': expected http:// or https://",
+						   (int)len, u);
 			u += len;
 			u += strspn(u, ",; \t");
 		}
@@ -159,14 +160,16 @@ static void es_opts_validate(void *p, struct tl_config *cfg, bool selected)
 				  "unencrypted; use https:// (es_cacert=FILE), or es_allow_insecure=1 "
 				  "to send them anyway", o->user ? "es_user" : "es_api_key_file");
 	if (!valid_index_name(o->index))
-		config_error(cfg, "invalid es_index '%s': lowercase, no \\/*?\"<>|,#: or space, "
-				  "not starting with - _ +", o->index);
+		config_value_error(cfg, "es_index", o->index,
+				   "invalid es_index '%s': lowercase, no backslash, /*?\"<>|,#: or "
+				   "space, not starting with - _ +", o->index);
 	if (!cfg->owner || !*cfg->owner || strpbrk(cfg->owner, " \t\n#"))
-		config_error(cfg, "invalid owner '%s': expected a name without spaces or '#'",
-			     cfg->owner ? cfg->owner : "");
+		config_value_error(cfg, "owner", cfg->owner,
+				   "invalid owner '%s': expected a name without spaces or '#'",
+				   cfg->owner ? cfg->owner : "");
 	else if (strlen(cfg->owner) > ES_NAME_MAX)
-		config_error(cfg, "invalid owner '%s': longer than %d bytes", cfg->owner,
-			     ES_NAME_MAX);
+		config_value_error(cfg, "owner", cfg->owner, "invalid owner '%s': longer than %d bytes",
+				   cfg->owner, ES_NAME_MAX);
 	if (o->password_file && o->api_key_file)
 		config_error(cfg, "es_password_file and es_api_key_file exclude each other");
 	if (o->password_file && !o->user)

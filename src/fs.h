@@ -10,7 +10,7 @@
  * groups.
  *
  * A hidden entry ".treelockfs/" at the root (never listed) holds read-only
- * "stats", "locks" and "options" files.
+ * "stats", "metrics", "locks", "options" and "backing" files.
  *
  * The files behind it, and the only calls between them (declared below):
  *
@@ -43,7 +43,7 @@
 #define TLFS_CTL_NAME ".treelockfs"
 
 /* What a control inode is; CTL_NONE for every backing inode. */
-enum ctl_kind { CTL_NONE, CTL_DIR, CTL_STATS, CTL_LOCKS, CTL_METRICS, CTL_OPTIONS };
+enum ctl_kind { CTL_NONE, CTL_DIR, CTL_STATS, CTL_LOCKS, CTL_METRICS, CTL_OPTIONS, CTL_BACKING };
 
 /* One inode the kernel knows: one per (st_dev, st_ino) it looked up, with
  * a lookup count; the nodeid is its address. The root is fs->root. Control
@@ -133,6 +133,11 @@ struct tlfs {
 				  * (remount.h), with what was changed since
 				  * (fs_ctl.c); main() frees it; protected by
 				  * the mutex of fs_ctl.c */
+	/* the directories this mount is served from (mountchain.h), shown
+	 * in .treelockfs/backing; set before serving, NULL for none */
+	char *backing_chain;
+	dev_t own_dev;           /* this mount's device, 0 while unknown: a
+				  * lookup that reaches it again is ELOOP */
 
 	/* the inode table (fs_inode.c); itab_mutex is a leaf lock, never
 	 * held across a syscall */

@@ -1,14 +1,16 @@
 /* fs_ctl.c - the hidden control entry ".treelockfs/", see fs.h
  *
  * ".treelockfs" at the root is never listed, cannot be created, removed or
- * renamed, and holds four files rendered when opened: "stats" (the lock
+ * renamed, and holds files rendered when opened: "stats" (the lock
  * manager's counters), "metrics" (the same and more, in Prometheus's text
  * format, metrics.h), "locks" (the locks the store holds, one per line,
- * only those the reader may look up) and "options" (the options the mount
- * was started with, one per line, as given: what a remount compares its
+ * only those the reader may look up), "options" (the options the mount was
+ * started with, one per line, as given: what a remount compares its
  * options with; root may write "name=value" lines to it to change
- * lock_timeout or log_level while mounted, as a remount does). Their
- * inodes are static,
+ * lock_timeout or log_level while mounted, as a remount does) and
+ * "backing" (the directories the mount is served from, mountchain.h:
+ * device and inode numbers, which other mounts read to refuse serving each
+ * other). Their inodes are static,
  * without fd; their handles carry CTL_TAG.
  */
 #include <config.h>
@@ -37,6 +39,7 @@ static struct ll_inode ctl_inodes[] = {
 	[CTL_LOCKS] = {.fd = -1, .type = S_IFREG, .ctl = CTL_LOCKS},
 	[CTL_METRICS] = {.fd = -1, .type = S_IFREG, .ctl = CTL_METRICS},
 	[CTL_OPTIONS] = {.fd = -1, .type = S_IFREG, .ctl = CTL_OPTIONS},
+	[CTL_BACKING] = {.fd = -1, .type = S_IFREG, .ctl = CTL_BACKING},
 };
 
 /* fs->given_options; a leaf lock, never held across a syscall */
@@ -155,6 +158,8 @@ static int ctl_render(struct tlfs *fs, fuse_req_t req, enum ctl_kind kind,
 		pthread_mutex_lock(&options_mutex);
 		fputs(fs->given_options ? fs->given_options : "", f);
 		pthread_mutex_unlock(&options_mutex);
+	} else if (kind == CTL_BACKING) {
+		fputs(fs->backing_chain ? fs->backing_chain : "", f);
 	} else {
 		struct tl_lock_info *v = NULL;
 		size_t n = 0, i;
@@ -235,6 +240,7 @@ int ctl_lookup(struct tlfs *fs, struct ll_inode *parent, const char *name,
 	    : strcmp(name, "locks") == 0   ? CTL_LOCKS
 	    : strcmp(name, "metrics") == 0 ? CTL_METRICS
 	    : strcmp(name, "options") == 0 ? CTL_OPTIONS
+	    : strcmp(name, "backing") == 0 ? CTL_BACKING
 					   : CTL_NONE;
 	if (parent->ctl != CTL_DIR || k == CTL_NONE)
 		return -ENOENT;
@@ -463,9 +469,10 @@ void ctl_release(struct fuse_file_info *fi)
 
 size_t ctl_readdir(fuse_req_t req, char *buf, size_t rem, off_t offset)
 {
-	static const char *const names[] = {".", "..", "stats", "locks", "metrics", "options"};
-	static const enum ctl_kind kinds[] = {CTL_DIR,	 CTL_DIR,     CTL_STATS,
-					      CTL_LOCKS, CTL_METRICS, CTL_OPTIONS};
+	static const char *const names[] = {".",     "..",	"stats",  "locks",
+					    "metrics", "options", "backing"};
+	static const enum ctl_kind kinds[] = {CTL_DIR,	   CTL_DIR,	CTL_STATS,  CTL_LOCKS,
+					      CTL_METRICS, CTL_OPTIONS, CTL_BACKING};
 	size_t used = 0;
 	off_t i;
 

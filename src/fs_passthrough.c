@@ -31,8 +31,38 @@
 #include "fs.h"
 #include "lockplan.h"
 #include "log.h"
+#include "mountchain.h"
 
 /* ---- replies -------------------------------------------------------------- */
+
+/* Whether NAME in PARENT, a directory on device ST->st_dev, leads back into
+ * this mount: it is this mount (a bind mount of it inside BACKING), or a
+ * FUSE mount whose chain names this mount's device (mountchain.h). Then
+ * every lookup through it would re-enter this mount, and the first rename
+ * through it would wait on itself for good. Crossing into a mount is
+ * rare, so its chain is read each time. This function can't fail: what
+ * cannot be read does not loop. */
+static bool lookup_loops(struct tlfs *fs, struct ll_inode *parent, const char *name,
+			 const struct stat *st)
+{
+	char *chain = NULL;
+	bool loops;
+	int fd;
+
+	if (fs->own_dev == 0)
+		return false;
+	if (st->st_dev == fs->own_dev)
+		return true;
+	if (!S_ISDIR(st->st_mode) || st->st_dev == parent->dev)
+		return false;
+	fd = openat(parent->fd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd == -1)
+		return false;
+	loops = mountchain_of_mount(fd, &chain) == 0 && mountchain_has_dev(chain, fs->own_dev);
+	free(chain);
+	close(fd);
+	return loops;
+}
 
 /* Looks NAME up in PARENT (as the caller's credentials allow) and fills E
  * with a new lookup reference. Returns 0 or -errno. */
@@ -54,6 +84,11 @@ static int do_lookup(struct tlfs *fs, struct ll_inode *parent, const char *name,
 	 * between the two calls). */
 	if (fstatat(parent->fd, name, &e->attr, AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT) == -1)
 		return -errno; /* takes no descriptor: never EMFILE */
+	if (lookup_loops(fs, parent, name, &e->attr)) {
+		tl_log(LOG_WARNING, "refused a lookup of '%s': it leads back into this mount",
+		       name);
+		return -ELOOP;
+	}
 	in = inode_find_ref(fs, &e->attr);
 	if (in) {
 		e->ino = ino_id(fs, in);

@@ -97,24 +97,64 @@ struct parse_ctx {
 
 static __thread struct parse_ctx *cur;
 
+/* Appends LINE, escaped (tl_log_escape: values from a config file or
+ * the command line may hold any byte), as one line of cfg->errors. */
+static void config_error_add(struct tl_config *cfg, const char *line)
+{
+	char esc[4 * 1024 + 1];
+	size_t old = cfg->errors ? strlen(cfg->errors) : 0, add;
+	char *e;
+
+	add = tl_log_escape(esc, sizeof(esc), line);
+	e = realloc(cfg->errors, old + add + 2);
+	if (!e)
+		return;
+	memcpy(e + old, esc, add);
+	e[old + add] = '\n';
+	e[old + add + 1] = '\0';
+	cfg->errors = e;
+}
+
 void config_error(struct tl_config *cfg, const char *fmt, ...)
 {
 	char line[1024];
-	size_t old = cfg->errors ? strlen(cfg->errors) : 0, add;
-	char *e;
 	va_list ap;
 
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
-	add = strlen(line);
-	e = realloc(cfg->errors, old + add + 2);
-	if (!e)
-		return;
-	memcpy(e + old, line, add);
-	e[old + add] = '\n';
-	e[old + add + 1] = '\0';
-	cfg->errors = e;
+	config_error_add(cfg, line);
+}
+
+/* The config file line that set option NAME to VALUE, or NULL when
+ * VALUE did not come from the file (the command line set another). */
+static const struct tl_config_origin *config_origin(const struct tl_config *cfg,
+						    const char *name, const char *value)
+{
+	size_t i;
+
+	if (!value)
+		return NULL;
+	for (i = cfg->norigins; i-- > 0;)
+		if (strcmp(cfg->origins[i].name, name) == 0)
+			return strcmp(cfg->origins[i].value, value) == 0 ? &cfg->origins[i] : NULL;
+	return NULL;
+}
+
+void config_value_error(struct tl_config *cfg, const char *name, const char *value,
+			const char *fmt, ...)
+{
+	const struct tl_config_origin *o = config_origin(cfg, name, value);
+	char line[1024], where[512] = "";
+	va_list ap;
+
+	if (o)
+		snprintf(where, sizeof(where), "config file '%s' line %u: ", cfg->origin_file,
+			 o->line);
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	config_error(cfg, "%s%s", where, line);
 }
 
 static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outargs);
@@ -352,6 +392,121 @@ bool config_args_allow_other(const struct fuse_args *args)
 	return found;
 }
 
+/* libfuse's options that a config file may carry (libfuse 3.14: its
+ * mount, session and command line tables), with what each takes: 'f' a
+ * flag, 's' a string, 'u' a whole number. A config file line is checked
+ * against ours and these before libfuse sees it, so that treelockctl,
+ * which never asks libfuse, refuses the same lines as the mount, and a
+ * problem names its line instead of libfuse echoing the bytes. */
+static const struct {
+	const char *name;
+	char kind;
+} libfuse_file_opts[] = {
+	{"allow_root", 'f'},     {"auto_unmount", 'f'}, {"blkdev", 'f'},
+	{"default_permissions", 'f'}, {"clone_fd", 'f'}, {"ro", 'f'},
+	{"rw", 'f'},             {"suid", 'f'},         {"nosuid", 'f'},
+	{"dev", 'f'},            {"nodev", 'f'},        {"exec", 'f'},
+	{"noexec", 'f'},         {"async", 'f'},        {"sync", 'f'},
+	{"dirsync", 'f'},        {"atime", 'f'},        {"noatime", 'f'},
+	{"fsname", 's'},         {"subtype", 's'},      {"blksize", 'u'},
+	{"context", 's'},        {"fscontext", 's'},    {"defcontext", 's'},
+	{"rootcontext", 's'},    {"user", 's'},         {"max_read", 'u'},
+	{"max_threads", 'u'},    {"max_idle_threads", 'u'},
+};
+
+/* Whether OPT ("name" or "name=value") is one of ours or a backend's. */
+static bool ours_match(const char *opt)
+{
+	size_t i;
+
+	for (i = 0; i < TL_STORE_COUNT; i++)
+		if (store_options[i] && fuse_opt_match(store_options[i]->opts, opt))
+			return true;
+	return fuse_opt_match(tl_opts, opt);
+}
+
+/* Checks config file line LINENO of FILE: NAME with VALUE (NULL: the line
+ * had no '='), OPT as it will be parsed. Returns whether it is an option
+ * of ours or of libfuse with what it takes; else appends the problem. */
+static bool file_line_valid(struct tl_config *cfg, const char *file, unsigned lineno,
+			    const char *name, const char *value, const char *opt)
+{
+	char *probe;
+	bool known;
+	size_t i;
+
+	if (*name == '\0') {
+		config_error(cfg, "config file '%s' line %u: expected name = value", file, lineno);
+		return false;
+	}
+	if (ours_match(opt))
+		return true;
+	for (i = 0; i < sizeof(libfuse_file_opts) / sizeof(libfuse_file_opts[0]); i++) {
+		char kind = libfuse_file_opts[i].kind;
+
+		if (strcmp(name, libfuse_file_opts[i].name) != 0)
+			continue;
+		if (kind == 'f' && value) {
+			config_error(cfg, "config file '%s' line %u: '%s' takes no value", file,
+				     lineno, name);
+			return false;
+		}
+		if (kind != 'f' && !value) {
+			config_error(cfg, "config file '%s' line %u: '%s' needs a value", file,
+				     lineno, name);
+			return false;
+		}
+		if (kind == 'u' && (!*value || strspn(value, "0123456789") != strlen(value))) {
+			config_error(cfg, "config file '%s' line %u: invalid %s '%s': expected a "
+					  "whole number", file, lineno, name, value);
+			return false;
+		}
+		return true;
+	}
+	/* one of ours, but with or without a value it does not take */
+	if (value) {
+		known = ours_match(name);
+	} else {
+		known = false;
+		if (asprintf(&probe, "%s=x", name) >= 0) {
+			known = ours_match(probe);
+			free(probe);
+		}
+	}
+	if (known)
+		config_error(cfg, "config file '%s' line %u: '%s' %s", file, lineno, name,
+			     value ? "takes no value" : "needs a value");
+	else
+		config_error(cfg, "config file '%s' line %u: unknown option '%s'", file, lineno,
+			     name);
+	return false;
+}
+
+/* Remembers that line LINENO set NAME to VALUE, for config_value_error(). */
+static int add_origin(struct tl_config *cfg, const char *name, const char *value,
+		      unsigned lineno)
+{
+	struct tl_config_origin *o;
+
+	if (strncmp(name, "--", 2) == 0)
+		name += 2;
+	o = realloc(cfg->origins, (cfg->norigins + 1) * sizeof(*o));
+	if (!o)
+		return -ENOMEM;
+	cfg->origins = o;
+	o += cfg->norigins;
+	o->name = strdup(name);
+	o->value = strdup(value);
+	o->line = lineno;
+	if (!o->name || !o->value) {
+		free(o->name);
+		free(o->value);
+		return -ENOMEM;
+	}
+	cfg->norigins++;
+	return 0;
+}
+
 /* Opens config file FILE for reading, refusing what is not a regular file
  * (a directory, /dev/zero, a FIFO that would block) or is larger than
  * TL_CONFIG_MAX_SIZE. Returns the stream or NULL (problem appended). */
@@ -408,8 +563,14 @@ static int parse_config_file(struct tl_config *cfg, const char *file, struct par
 	if (!f)
 		return 0;
 	fuse_opt_add_arg(&fargs, "config");
+	free(cfg->origin_file);
+	cfg->origin_file = strdup(file);
+	if (!cfg->origin_file) {
+		fclose(f);
+		return -ENOMEM;
+	}
 	for (;;) {
-		char *s, *eq, *opt, *val;
+		char *s, *eq, *opt, *val, *raw;
 
 		errno = 0;
 		n = getline(&line, &cap, f);
@@ -435,14 +596,17 @@ static int parse_config_file(struct tl_config *cfg, const char *file, struct par
 		if (*s == '\0' || *s == '#' || *s == ';')
 			continue;
 		eq = strchr(s, '=');
+		raw = NULL;
 		if (eq) {
 			*eq = '\0';
-			val = config_opt_escape(trim(eq + 1));
+			raw = trim(eq + 1);
+			s = trim(s);
+			val = config_opt_escape(raw);
 			if (!val) {
 				err = -ENOMEM;
 				break;
 			}
-			if (asprintf(&opt, "%s=%s", trim(s), val) < 0)
+			if (asprintf(&opt, "%s=%s", s, val) < 0)
 				opt = NULL;
 			free(val);
 		} else {
@@ -457,6 +621,15 @@ static int parse_config_file(struct tl_config *cfg, const char *file, struct par
 				     file, lineno);
 			free(opt);
 			continue;
+		}
+		if (!file_line_valid(cfg, file, lineno, s, raw, opt)) {
+			free(opt);
+			continue;
+		}
+		if (raw && add_origin(cfg, s, raw, lineno) != 0) {
+			free(opt);
+			err = -ENOMEM;
+			break;
 		}
 		fuse_opt_add_arg(&fargs, "-o");
 		fuse_opt_add_arg(&fargs, opt);
@@ -511,8 +684,8 @@ bool config_parse_seconds(struct tl_config *cfg, const char *name, const char *s
 	errno = 0;
 	v = strtod(s, &end);
 	if (errno || end == s || *end != '\0' || !isfinite(v) || v < min || v > max) {
-		config_error(cfg, "invalid %s '%s': expected seconds from %g to %g", name, s, min,
-			     max);
+		config_value_error(cfg, name, s, "invalid %s '%s': expected seconds from %g to %g",
+				   name, s, min, max);
 		return false;
 	}
 	*out = v;
@@ -530,8 +703,9 @@ bool config_parse_uint(struct tl_config *cfg, const char *name, const char *s, u
 	errno = 0;
 	v = strtoul(s, &end, 10);
 	if (errno || end == s || *end != '\0' || s[0] == '-' || v < min || v > max) {
-		config_error(cfg, "invalid %s '%s': expected a whole number from %lu to %lu", name,
-			     s, min, max);
+		config_value_error(cfg, name, s,
+				   "invalid %s '%s': expected a whole number from %lu to %lu", name,
+				   s, min, max);
 		return false;
 	}
 	*out = (unsigned int)v;
@@ -592,17 +766,20 @@ int config_validate(struct tl_config *cfg)
 	else if (strcmp(cfg->lock_store_s, "es") == 0)
 		cfg->lock_store = TL_STORE_ES;
 	else
-		config_error(cfg, "invalid lock_store '%s': expected mem or es", cfg->lock_store_s);
+		config_value_error(cfg, "lock_store", cfg->lock_store_s,
+				   "invalid lock_store '%s': expected mem or es", cfg->lock_store_s);
 	if (lockplan_strategy_parse(cfg->lock_strategy_s, &cfg->lock_strategy) != 0)
-		config_error(cfg, "invalid lock_strategy '%s': expected tree, global, document or none",
-			     cfg->lock_strategy_s);
+		config_value_error(cfg, "lock_strategy", cfg->lock_strategy_s,
+				   "invalid lock_strategy '%s': expected tree, global, document or none",
+				   cfg->lock_strategy_s);
 	if (strcmp(cfg->lock_scope_s, "rename") == 0)
 		cfg->lock_scope = TL_SCOPE_RENAME;
 	else if (strcmp(cfg->lock_scope_s, "namespace") == 0)
 		cfg->lock_scope = TL_SCOPE_NAMESPACE;
 	else
-		config_error(cfg, "invalid lock_scope '%s': expected rename or namespace",
-			     cfg->lock_scope_s);
+		config_value_error(cfg, "lock_scope", cfg->lock_scope_s,
+				   "invalid lock_scope '%s': expected rename or namespace",
+				   cfg->lock_scope_s);
 	config_parse_seconds(cfg, "lock_timeout", cfg->lock_timeout_s, 0.001, 86400,
 			     &cfg->lock_timeout);
 	config_parse_uint(cfg, "rename_delay_ms", cfg->rename_delay_ms_s, 0, 600000,
@@ -629,8 +806,9 @@ int config_validate(struct tl_config *cfg)
 	if (cfg->log_level_s) {
 		lvl = tl_log_parse_level(cfg->log_level_s);
 		if (lvl < 0)
-			config_error(cfg, "invalid log_level '%s': expected err, warning, notice, "
-					  "info or debug", cfg->log_level_s);
+			config_value_error(cfg, "log_level", cfg->log_level_s,
+					   "invalid log_level '%s': expected err, warning, notice, "
+					   "info or debug", cfg->log_level_s);
 		else
 			cfg->log_level = lvl;
 	} else if (cfg->debug) {
@@ -698,6 +876,7 @@ static const char help_mount[] =
 	"                             create, mkdir, mknod, symlink, link, unlink, rmdir\n"
 	"    --rename_delay_ms=N      testing: hold the locks N ms before renaming (default 0)\n"
 	"    --hold_log=FILE          append each rename's lock holds to FILE, on CLOCK_MONOTONIC\n"
+	"                             (made 0600; a symlink or a file others may use is refused)\n"
 	"    --metrics_file=FILE      write Prometheus metrics to FILE (atomically replaced)\n"
 	"    --metrics_interval=SECONDS  how often metrics_file is written (default 15)\n"
 	"    --entry_timeout=SECONDS  cache names this long (default 1); with lock_store=mem\n"
@@ -746,6 +925,15 @@ void config_free(struct tl_config *cfg)
 		free(*strs[i]);
 		*strs[i] = NULL;
 	}
+	for (i = 0; i < cfg->norigins; i++) {
+		free(cfg->origins[i].name);
+		free(cfg->origins[i].value);
+	}
+	free(cfg->origins);
+	cfg->origins = NULL;
+	cfg->norigins = 0;
+	free(cfg->origin_file);
+	cfg->origin_file = NULL;
 	for (i = 0; i < TL_STORE_COUNT; i++) {
 		if (store_options[i] && cfg->store_opts[i])
 			store_options[i]->free(cfg->store_opts[i]);

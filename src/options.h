@@ -51,6 +51,13 @@ enum tl_scope {
 	TL_SCOPE_NAMESPACE,
 };
 
+/* One "name = value" line of the config file. */
+struct tl_config_origin {
+	char *name;     /* without a leading "--" */
+	char *value;    /* as written, trimmed */
+	unsigned line;
+};
+
 struct tl_config {
 	/* as given (strings are what fuse_opt fills; validated into enums) */
 	char *lock_store_s;
@@ -100,7 +107,13 @@ struct tl_config {
 
 	/* errors found while parsing, reported all at once */
 	char *errors;
+
+	/* the config file's options, by line, for config_value_error() */
+	struct tl_config_origin *origins;
+	size_t norigins;
+	char *origin_file;
 };
+
 
 /* Fills CFG with the defaults. Returns 0 or -ENOMEM. */
 int config_init(struct tl_config *cfg);
@@ -137,8 +150,14 @@ bool config_parse_uint(struct tl_config *cfg, const char *name, const char *s, u
  * or NULL (problem appended). */
 char *config_read_secret(struct tl_config *cfg, const char *what, const char *file);
 
-/* Appends one formatted problem to cfg->errors. */
+/* Appends one formatted problem to cfg->errors, as one line with bytes
+ * that could garble a terminal or log escaped as tl_log_escape() does. */
 void config_error(struct tl_config *cfg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* config_error() for a bad VALUE of option NAME: when the config file set
+ * NAME to VALUE, the problem is prefixed with its file and line. */
+void config_value_error(struct tl_config *cfg, const char *name, const char *value,
+			const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* Escapes ',' and '\' in S for one element of a -o list. Returns a new
  * string (caller frees) or NULL when out of memory. */

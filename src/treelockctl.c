@@ -553,7 +553,15 @@ int main(int argc, char **argv)
 	if (!err)
 		err = config_load_secrets(&cfg);
 	if (err || cfg.errors) {
-		fprintf(stderr, "%s", cfg.errors ? cfg.errors : "treelockctl: invalid options\n");
+		const char *p = cfg.errors ? cfg.errors : "invalid options\n";
+
+		/* one problem a line, as the mount prints them */
+		while (*p) {
+			const char *nl = strchr(p, '\n');
+
+			fprintf(stderr, "treelockctl: %.*s\n", (int)(nl - p), p);
+			p = nl + 1;
+		}
 		goto out_free_args;
 	}
 	/* notices are for daemons; the tool prints its results itself */

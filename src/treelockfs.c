@@ -16,6 +16,7 @@
 #include <fuse_lowlevel.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,7 @@
 #include "metrics.h"
 #include "tlclock.h"
 #include "remount.h"
+#include "mountchain.h"
 
 static void usage(const char *prog)
 {
@@ -105,6 +107,107 @@ static bool mountpoint_below_backing(const char *backing, const char *mnt)
 	if (fd != -1)
 		close(fd);
 	return below;
+}
+
+/* Notes in FS the chain of BACKING (mountchain.h) and refuses MNT when
+ * it lies below a directory that BACKING is served from through a FUSE
+ * mount: "treelockfs bA mA; treelockfs mA bA/sub" would make the two
+ * mounts serve each other, and one rename through them hangs both. The
+ * first line of the chain, BACKING itself, is mountpoint_below_backing()'s.
+ * Problems are appended to CFG. */
+static void check_mount_cycle(struct tl_config *cfg, struct tlfs *fs, const char *mnt)
+{
+	int fd, err;
+
+	fd = open(cfg->backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd == -1)
+		return; /* reported when BACKING is opened */
+	err = mountchain_of_dir(fd, &fs->backing_chain);
+	close(fd);
+	if (err) {
+		config_error(cfg, "cannot use BACKING '%s': %s", cfg->backing, strerror(-err));
+		return;
+	}
+	if (mountchain_below(fs->backing_chain, 1, mnt))
+		config_error(cfg, "cannot mount '%s': BACKING '%s' is reached through a FUSE mount "
+				  "served from a directory that contains '%s'; the mounts would serve "
+				  "each other and a rename through them could hang both",
+			     mnt, cfg->backing, mnt);
+}
+
+/* Opens hold_log FILE for appending, as the man page promises: a
+ * symbolic link is not followed (O_NOFOLLOW), a new file is created mode
+ * 0600, and an existing one is refused unless it is a regular file with
+ * one name, owned by the daemon's user and not accessible by group or
+ * others, so that a file planted in a shared directory can neither
+ * redirect the appends nor read them. A FIFO does not block the open
+ * (O_NONBLOCK). Returns the fd, or -1 with the problem appended to CFG. */
+static int open_hold_log(struct tl_config *cfg, const char *file)
+{
+	struct stat st;
+	int fd;
+
+	fd = open(file, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY |
+				O_CLOEXEC,
+		  0600);
+	if (fd == -1) {
+		config_error(cfg, "cannot open hold_log '%s': %s", file,
+			     errno == ELOOP ? "a symbolic link" : strerror(errno));
+		return -1;
+	}
+	if (fstat(fd, &st) != 0) {
+		config_error(cfg, "cannot open hold_log '%s': %s", file, strerror(errno));
+		goto out_close;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		config_error(cfg, "cannot use hold_log '%s': not a regular file", file);
+		goto out_close;
+	}
+	if (st.st_uid != geteuid()) {
+		config_error(cfg, "cannot use hold_log '%s': owned by uid %u, not by this daemon's "
+				  "uid %u", file, (unsigned)st.st_uid, (unsigned)geteuid());
+		goto out_close;
+	}
+	if (st.st_mode & 077) {
+		config_error(cfg, "cannot use hold_log '%s': accessible by group or others: "
+				  "chmod 600 it", file);
+		goto out_close;
+	}
+	if (st.st_nlink != 1) {
+		config_error(cfg, "cannot use hold_log '%s': it has %lu names (hard links)", file,
+			     (unsigned long)st.st_nlink);
+		goto out_close;
+	}
+	if (fcntl(fd, F_SETFL, O_APPEND) == -1) {
+		config_error(cfg, "cannot open hold_log '%s': %s", file, strerror(errno));
+		goto out_close;
+	}
+	return fd;
+
+out_close:
+	close(fd);
+	return -1;
+}
+
+/* libfuse's own messages (an unknown option of the command line, its
+ * debug lines) go where libfuse would print them, stderr, but escaped as
+ * tl_log_escape() does: they quote bytes a user typed or a config file
+ * held, which must not reach a terminal or a log raw. libfuse prints some
+ * messages in pieces, so only a piece's final newline is kept as is. */
+static void fuse_log_escaped(enum fuse_log_level level, const char *fmt, va_list ap)
+{
+	char msg[2048], esc[4 * sizeof(msg) + 1];
+	size_t n;
+	bool nl;
+
+	(void)level;
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	n = strlen(msg);
+	nl = n > 0 && msg[n - 1] == '\n';
+	if (nl)
+		msg[n - 1] = '\0';
+	tl_log_escape(esc, sizeof(esc), msg);
+	fprintf(stderr, "%s%s", esc, nl ? "\n" : "");
 }
 
 /* Raises the soft RLIMIT_NOFILE to the hard limit: every inode the kernel
@@ -272,6 +375,7 @@ int main(int argc, char *argv[])
 	if (remount_requested(argc, argv))
 		return remount_run(argc, argv);
 	tl_log_init("treelockfs", LOG_NOTICE);
+	fuse_set_log_func(fuse_log_escaped);
 	if (config_init(&cfg) != 0 || config_parse(&cfg, &args, false) != 0) {
 		fprintf(stderr, "treelockfs: out of memory\n");
 		return 1;
@@ -314,6 +418,11 @@ int main(int argc, char *argv[])
 		config_error(&cfg, "cannot mount '%s' inside BACKING '%s': the mount would serve "
 				   "itself and a rename through it could hang it", opts.mountpoint,
 			     cfg.backing);
+	else if (cfg.backing && opts.mountpoint && !cfg.errors)
+		check_mount_cycle(&cfg, &fs, opts.mountpoint);
+	/* opened before daemonising: a relative name is the caller's */
+	if (cfg.hold_log && !cfg.errors)
+		fs.hold_log_fd = open_hold_log(&cfg, cfg.hold_log);
 	if (!cfg.errors) {
 		/* also reports libfuse options it does not know, on stderr */
 		se = fuse_session_new(&args, &tlfs_ops, sizeof(tlfs_ops), &fs);
@@ -346,15 +455,6 @@ int main(int argc, char *argv[])
 		tl_log(LOG_ERR, "cannot open BACKING '%s': %s", cfg.backing, strerror(errno));
 		goto out_destroy;
 	}
-	if (cfg.hold_log) {
-		/* opened before daemonising: a relative name is the caller's */
-		fs.hold_log_fd = open(cfg.hold_log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-		if (fs.hold_log_fd == -1) {
-			tl_log(LOG_ERR, "cannot open hold_log '%s': %s", cfg.hold_log,
-			       strerror(errno));
-			goto out_close_backing;
-		}
-	}
 	fs.switch_creds = cfg.allow_other && geteuid() == 0;
 	/* libcurl's global state, once, before any thread exists */
 	curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -381,6 +481,11 @@ int main(int argc, char *argv[])
 	}
 	if (fuse_session_mount(se, opts.mountpoint) != 0)
 		goto out_close_store;
+	/* read from /proc: a request to the mount would wait for the loop */
+	err = mountchain_mount_dev(opts.mountpoint, &fs.own_dev);
+	if (err)
+		tl_log(LOG_NOTICE, "cannot find the device of '%s': %s; lookups that lead back "
+				   "into this mount are not refused", opts.mountpoint, strerror(-err));
 	if (fuse_daemonize(opts.foreground) != 0)
 		goto out_unmount;
 	/* where threads that compute lock keys by getcwd() come back to */
@@ -442,11 +547,12 @@ out_close_store:
 	lockstore_close(fs.store);
 	stop_watch_end(&watch);
 out_close_backing:
-	if (fs.hold_log_fd != -1)
-		close(fs.hold_log_fd);
 	close(fs.backing_fd);
 	curl_global_cleanup();
 out_destroy:
+	if (fs.hold_log_fd != -1)
+		close(fs.hold_log_fd);
+	free(fs.backing_chain);
 	if (se)
 		fuse_session_destroy(se);
 	free(opts.mountpoint);

@@ -44,7 +44,7 @@ def test_hardening__new_name_in_control_dir_is_eperm(mnt):
     assert errno_of(lambda: os.link(mnt.path("f"), os.path.join(ctl, "h"))) == errno.EPERM
     assert errno_of(lambda: os.mkdir(os.path.join(ctl, "stats"))) == errno.EEXIST
     assert errno_of(lambda: os.mkdir(ctl)) == errno.EEXIST
-    assert sorted(os.listdir(ctl)) == ["locks", "metrics", "options", "stats"]
+    assert sorted(os.listdir(ctl)) == ["backing", "locks", "metrics", "options", "stats"]
 
 
 def _plant_loop(link, target, stop_at):
@@ -401,7 +401,7 @@ def test_hardening__out_of_fds_is_an_orderly_error(mnt):
         assert os.read(held, 10) == b"held"
         os.close(held)
         held = -1
-        assert sorted(os.listdir(mnt.path(".treelockfs"))) == ["locks", "metrics", "options", "stats"]
+        assert sorted(os.listdir(mnt.path(".treelockfs"))) == ["backing", "locks", "metrics", "options", "stats"]
         forget_all()
         with open(mnt.path("many", "f199"), "rb") as f:
             assert f.read() == b"data"

@@ -699,7 +699,7 @@ def test_passthrough__control_entry_is_hidden_and_protected(mnt):
     os.mkdir(mnt.path("d"))
     write_file(mnt.path("f"), b"")
     assert os.path.isdir(mnt.path(".treelockfs"))
-    assert sorted(os.listdir(mnt.path(".treelockfs"))) == ["locks", "metrics", "options", "stats"]
+    assert sorted(os.listdir(mnt.path(".treelockfs"))) == ["backing", "locks", "metrics", "options", "stats"]
     for fn, err in [
         (lambda: os.mkdir(mnt.path(".treelockfs")), errno.EEXIST),
         (lambda: os.rmdir(mnt.path(".treelockfs")), None),

@@ -146,18 +146,85 @@ END_TEST
 
 START_TEST(test_options__file_via_o_and_unknown_key)
 {
-	char *file = write_file("u.conf", "lock_store = mem\nno_such_option = 1\n", 0644);
+	char *file = write_file("u.conf",
+				"lock_store = mem\n"
+				"es_idnex = other-index\n"
+				"fsname = shared\n"
+				"max_threads = 4\n"
+				"default_permissions\n",
+				0644);
 	char *opt;
 	const char *argv[] = {"-o", NULL, "x", NULL};
 
 	ck_assert_int_ge(asprintf(&opt, "config=%s", file), 0);
 	argv[1] = opt;
 	parse(true, argv);
-	/* treelockctl ignores keys that are only the mount's (libfuse's) */
-	ck_assert_ptr_null(cfg.errors);
-	ck_assert_int_eq(config_validate(&cfg), 0);
+	/* treelockctl accepts libfuse's options of a shared file, and refuses
+	 * a key that is no one's, naming its line */
+	ck_assert_ptr_nonnull(cfg.errors);
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "line 2: unknown option 'es_idnex'"));
+	ck_assert_ptr_null(strstr(cfg.errors, "line 3"));
+	ck_assert_ptr_null(strstr(cfg.errors, "line 4"));
+	ck_assert_ptr_null(strstr(cfg.errors, "line 5"));
+	ck_assert_str_eq(es_opts(&cfg)->index, ES_DEFAULT_INDEX);
 	free(opt);
 	free(file);
+}
+END_TEST
+
+/* Every line that is not an option with what it takes is a problem naming
+ * its line, for the mount and for treelockctl alike; bad values of ours
+ * name the line they came from unless the command line replaced them. */
+static void check_bad_lines(bool ctl)
+{
+	char *file = write_file("bad.conf",
+				"lock_timeout = never\n"
+				"this is not an option\n"
+				"\x1b[2J\xff\xfe=\x07\n"
+				"lock_scope\n"
+				"allow_other = yes\n"
+				"max_read = lots\n"
+				"es_timeout_ms = 0\n"
+				"= value\n"
+				"es_index = Bad\n"
+				"lock_strategy = sideways\n",
+				0644);
+	char *opt;
+	const char *argv[] = {NULL, "--lock_strategy=upwards", "/b", "/m", NULL};
+
+	ck_assert_int_ge(asprintf(&opt, "--config=%s", file), 0);
+	argv[0] = opt;
+	parse(ctl, argv);
+	config_validate(&cfg);
+	ck_assert_ptr_nonnull(cfg.errors);
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "line 1: invalid lock_timeout 'never'"));
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "line 2: unknown option 'this is not an option'"));
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "line 3: unknown option '\\x1b[2J\\xff\\xfe'"));
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "line 4: 'lock_scope' needs a value"));
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "line 5: 'allow_other' takes no value"));
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "line 6: invalid max_read 'lots'"));
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "line 7: invalid es_timeout_ms '0'"));
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "line 8: expected name = value"));
+	/* the command line's value is not the file's */
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "invalid lock_strategy 'upwards'"));
+	ck_assert_ptr_null(strstr(cfg.errors, "line 10"));
+	/* no raw control byte or invalid UTF-8 in the problems */
+	ck_assert_ptr_null(strchr(cfg.errors, '\x1b'));
+	ck_assert_ptr_null(strchr(cfg.errors, '\xff'));
+	ck_assert_ptr_null(strchr(cfg.errors, '\x07'));
+	free(opt);
+	free(file);
+}
+
+START_TEST(test_options__bad_file_lines_named_for_the_mount)
+{
+	check_bad_lines(false);
+}
+END_TEST
+
+START_TEST(test_options__bad_file_lines_named_for_treelockctl)
+{
+	check_bad_lines(true);
 }
 END_TEST
 
@@ -321,6 +388,8 @@ Suite *make_suite_options(void)
 	tcase_add_test(tc, test_options__all_errors_at_once);
 	tcase_add_test(tc, test_options__file_then_command_line);
 	tcase_add_test(tc, test_options__file_via_o_and_unknown_key);
+	tcase_add_test(tc, test_options__bad_file_lines_named_for_the_mount);
+	tcase_add_test(tc, test_options__bad_file_lines_named_for_treelockctl);
 	tcase_add_test(tc, test_options__missing_file);
 	tcase_add_test(tc, test_options__es_validation);
 	tcase_add_test(tc, test_options__es_inflight);

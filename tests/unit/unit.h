@@ -32,5 +32,6 @@ Suite *make_suite_es_docs(void);
 Suite *make_suite_buf(void);
 Suite *make_suite_log(void);
 Suite *make_suite_metrics(void);
+Suite *make_suite_mountchain(void);
 
 #endif /* TREELOCKFS_UNIT_H */
