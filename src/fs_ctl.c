@@ -101,6 +101,11 @@ static int ctl_render(struct tlfs *fs, fuse_req_t req, enum ctl_kind kind,
 			lockplan_strategy_name(fs->cfg->lock_strategy));
 		lockmgr_format_stats(&fs->mgr, buf, sizeof(buf));
 		fputs(buf, f);
+		fprintf(f,
+			"passthrough %s\npassthrough_opens %" PRIu64
+			"\npassthrough_fallbacks %" PRIu64 "\npassthrough_backing_ids %" PRIu64 "\n",
+			fs->pt == PT_IN_USE ? "in_use" : fs->pt == PT_UNAVAILABLE ? "unavailable" : "off",
+			stats_get(&fs->pt_opens), stats_get(&fs->pt_fallbacks), stats_get(&fs->pt_ids));
 	} else {
 		struct tl_lock_info *v = NULL;
 		size_t n = 0, i;

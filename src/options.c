@@ -52,6 +52,7 @@ static const struct fuse_opt tl_opts[] = {
 	OPT_STR("entry_timeout", entry_timeout_s),
 	OPT_STR("attr_timeout", attr_timeout_s),
 	OPT_STR("negative_timeout", negative_timeout_s),
+	OPT_STR("passthrough", passthrough_s),
 	OPT_STR("log_level", log_level_s),
 	OPT_STR("config", config_file),
 	/* "--config FILE", two words, as the man page and --help promise */
@@ -114,6 +115,7 @@ int config_init(struct tl_config *cfg)
 	cfg->lock_store_s = strdup("mem");
 	cfg->lock_strategy_s = strdup("tree");
 	cfg->lock_scope_s = strdup("rename");
+	cfg->passthrough_s = strdup("auto");
 	if (gethostname(host, sizeof(host)) != 0)
 		strcpy(host, "localhost");
 	host[sizeof(host) - 1] = '\0';
@@ -124,7 +126,8 @@ int config_init(struct tl_config *cfg)
 	cfg->attr_timeout = TL_DEFAULT_ATTR_TIMEOUT;
 	cfg->negative_timeout = TL_DEFAULT_NEGATIVE_TIMEOUT;
 	cfg->lease_ttl = TL_DEFAULT_LEASE_TTL;
-	if (!cfg->lock_store_s || !cfg->lock_strategy_s || !cfg->lock_scope_s || !cfg->owner)
+	if (!cfg->lock_store_s || !cfg->lock_strategy_s || !cfg->lock_scope_s || !cfg->owner ||
+	    !cfg->passthrough_s)
 		return -ENOMEM;
 	for (i = 0; i < TL_STORE_COUNT; i++) {
 		const struct tl_store_options *so = store_options[i];
@@ -537,6 +540,15 @@ int config_validate(struct tl_config *cfg)
 	config_parse_seconds(cfg, "attr_timeout", cfg->attr_timeout_s, 0, 86400, &cfg->attr_timeout);
 	config_parse_seconds(cfg, "negative_timeout", cfg->negative_timeout_s, 0, 86400,
 			     &cfg->negative_timeout);
+	if (strcmp(cfg->passthrough_s, "auto") == 0)
+		cfg->passthrough = TL_PASSTHROUGH_AUTO;
+	else if (strcmp(cfg->passthrough_s, "on") == 0)
+		cfg->passthrough = TL_PASSTHROUGH_ON;
+	else if (strcmp(cfg->passthrough_s, "off") == 0)
+		cfg->passthrough = TL_PASSTHROUGH_OFF;
+	else
+		config_error(cfg, "invalid passthrough '%s': expected auto, on or off",
+			     cfg->passthrough_s);
 	/* every backend checks the syntax of its options, the selected one
 	 * also what it needs */
 	for (i = 0; i < TL_STORE_COUNT; i++)
@@ -620,6 +632,10 @@ static const char help_mount[] =
 	"                             also directory paths for lock keys\n"
 	"    --attr_timeout=SECONDS   cache attributes this long (default 1)\n"
 	"    --negative_timeout=SECONDS cache missing names this long (default 0)\n"
+	"    --passthrough=auto|on|off reads and writes of open files in the kernel, not\n"
+	"                             through the daemon (FUSE passthrough; default auto:\n"
+	"                             where the kernel accepts it; on: refuse to mount\n"
+	"                             without it)\n"
 	"    --allow_other            let other users in; turns on default_permissions,\n"
 	"                             each request then acts as its user\n"
 	"    -f                       stay in the foreground, log to stderr\n"
@@ -647,6 +663,7 @@ void config_free(struct tl_config *cfg)
 		&cfg->lock_store_s,     &cfg->lock_strategy_s,    &cfg->lock_scope_s,
 		&cfg->lock_timeout_s,   &cfg->rename_delay_ms_s,  &cfg->entry_timeout_s,
 		&cfg->attr_timeout_s,   &cfg->negative_timeout_s, &cfg->log_level_s,
+		&cfg->passthrough_s,
 		&cfg->config_file,      &cfg->owner,              &cfg->lease_ttl_s,
 		&cfg->backing,          &cfg->errors,             &cfg->hold_log,
 	};

@@ -177,6 +177,12 @@ int main(int argc, char *argv[])
 		config_error(&cfg, "cannot mount '%s' inside BACKING '%s': the mount would serve "
 				   "itself and a rename through it could hang it", opts.mountpoint,
 			     cfg.backing);
+	if (cfg.passthrough == TL_PASSTHROUGH_ON && cfg.backing) {
+		const char *why = backing_refusal(cfg.backing);
+
+		if (why)
+			config_error(&cfg, "%s", why);
+	}
 	if (!cfg.errors) {
 		/* also reports libfuse options it does not know, on stderr */
 		se = fuse_session_new(&args, &tlfs_ops, sizeof(tlfs_ops), &fs);
@@ -197,6 +203,7 @@ int main(int argc, char *argv[])
 	}
 
 	fs.cfg = &cfg;
+	fs.se = se;
 	raise_nofile_limit();
 	fs.backing_fd = open(cfg.backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fs.backing_fd == -1) {
@@ -267,7 +274,7 @@ int main(int argc, char *argv[])
 		       opts.mountpoint);
 		err = 0;
 	}
-	ret = err == 0 ? 0 : 1;
+	ret = err == 0 && !fs.pt_failed ? 0 : 1;
 	if (err)
 		tl_log(LOG_ERR, "the FUSE loop ended with an error: %s", strerror(-err));
 
