@@ -55,7 +55,9 @@ def _probe(tmp_path_factory):
     if p.returncode == 0:
         return None
     m = re.search(r"(has no passthrough[^\n]*|does not offer FUSE passthrough[^\n]*)", out)
-    return m.group(1) if m else "passthrough=on failed: " + out.strip()[-300:]
+    if not m:
+        pytest.fail("passthrough=on failed for no reason it names: " + out.strip()[-600:])
+    return m.group(1)
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +115,89 @@ def test_backing__user_writes_pass_through_and_stop_at_root_reserve(tmp_path, sm
     after = m.stats()
     assert after["passthrough_opens"] > before["passthrough_opens"]
     assert got <= want + (1 << 20), "native stops the user at %d bytes, the mount at %d" % (
+        want, got)
+
+
+@pytest.fixture
+def resuid_ext4(tmp_path):
+    """A 32 MiB ext4 whose reserved half (-m 50) is USER's (tune2fs -u),
+    loop-mounted at tmp_path/disk."""
+    if not shutil.which("mkfs.ext4") or not shutil.which("tune2fs") or \
+            not os.path.exists("/dev/loop-control"):
+        pytest.skip("needs mkfs.ext4, tune2fs and loop devices")
+    img = tmp_path / "ext4.img"
+    with open(img, "wb") as f:
+        f.truncate(32 << 20)
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "50", str(img)], check=True)
+    subprocess.run(["tune2fs", "-u", str(USER), str(img)], check=True,
+                   stdout=subprocess.DEVNULL)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    r = subprocess.run(["mount", "-o", "loop", str(img), str(disk)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip("cannot loop-mount an ext4 image: %s" % r.stderr.decode().strip())
+    try:
+        yield str(disk)
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
+
+
+def test_backing__later_writer_gets_nothing_of_first_opener(tmp_path, resuid_ext4,
+                                                           mount_factory):
+    """The kernel writes through one registration per file, made at its
+    first open: the user who may use the reserved blocks (ext4's resuid)
+    holds the file open, and another user's writes to it must
+    still stop where that other user stops natively."""
+    other = test_multiuser.OTHER_USER
+    test_hardening_fs.open_tree(tmp_path)
+    native = os.path.join(resuid_ext4, "native")
+    os.mkdir(native)
+    os.chmod(native, 0o777)
+    want = run_as(other, other, lambda: test_hardening_fs.fill(os.path.join(native, "big")))
+    os.unlink(os.path.join(native, "big"))
+    os.sync()
+    backing = os.path.join(resuid_ext4, "backing")
+    os.mkdir(backing)
+    os.chmod(backing, 0o755)
+    m = mount_factory(opts=["allow_other"], backing=backing)
+    os.chmod(m.mnt, 0o755)
+    os.mkdir(m.path("pub"))
+    os.chmod(m.path("pub"), 0o777)
+    big = m.path("pub", "big")
+    test_multiuser.write_file(big, b"")
+    os.chmod(big, 0o666)
+    r, w = os.pipe()
+    r2, w2 = os.pipe()
+    test_hardening_fs.open_tree(tmp_path)
+    pid = os.fork()
+    if pid == 0:  # the first opener, the reserve's user
+        try:
+            os.close(r)
+            os.close(w2)
+            os.setgroups([])
+            os.setgid(GROUP)
+            os.setuid(USER)
+            fd = os.open(big, os.O_WRONLY)
+            os.write(w, b"1")
+            os.read(r2, 1)
+            os.close(fd)
+        except OSError as e:
+            os.write(w, str(e).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    os.close(r2)
+    try:
+        said = os.read(r, 200)
+        assert said == b"1", said
+        test_hardening_fs.open_tree(tmp_path)
+        got = run_as(other, other, lambda: test_hardening_fs.fill(big))
+    finally:
+        os.write(w2, b"1")
+        os.waitpid(pid, 0)
+    assert m.stats()["passthrough_opens"] >= 2
+    assert want > 0
+    assert got <= want + (1 << 20), "natively the user stops at %d bytes, the mount at %d" % (
         want, got)
 
 
