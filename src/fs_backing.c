@@ -217,9 +217,12 @@ static int caps_set(struct __user_cap_data_struct *caps)
 	return syscall(SYS_capset, &hdr, caps) == -1 ? -errno : 0;
 }
 
+static void creds_restore(const struct pt_creds *old);
+
 /* Switches this thread to the credentials a registration carries on a
  * mount serving several users (see the top of this file), saving its own
- * in OLD. Returns 0 or -errno (then this thread's credentials are OLD). */
+ * in OLD. Returns 0 or -errno (then this thread's credentials are OLD
+ * again). */
 static int creds_restrict(struct pt_creds *old)
 {
 	struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
@@ -236,8 +239,10 @@ static int creds_restrict(struct pt_creds *old)
 		return -errno;
 	old->fsuid = (uid_t)setfsuid((uid_t)-1);
 	old->fsgid = (gid_t)setfsgid((gid_t)-1);
-	if (syscall(SYS_setgroups, 0, NULL) == -1)
-		return -errno;
+	if (syscall(SYS_setgroups, 0, NULL) == -1) {
+		err = -errno;
+		goto out_restore;
+	}
 	setfsgid(PT_NOBODY);
 	setfsuid(PT_NOBODY);
 	memcpy(caps, old->caps, sizeof(caps));
@@ -245,8 +250,12 @@ static int creds_restrict(struct pt_creds *old)
 		caps[i].effective = 0;
 	caps[w].effective = old->caps[w].permitted & (UINT32_C(1) << (CAP_SYS_ADMIN % 32));
 	err = caps_set(caps);
-	if (setfsuid((uid_t)-1) != PT_NOBODY || setfsgid((gid_t)-1) != PT_NOBODY)
+	if (!err && (setfsuid((uid_t)-1) != PT_NOBODY || setfsgid((gid_t)-1) != PT_NOBODY))
 		err = -EPERM;
+	if (!err)
+		return 0;
+out_restore:
+	creds_restore(old);
 	return err;
 }
 
@@ -276,10 +285,8 @@ static int backing_register(struct tlfs *fs, int fd)
 
 	if (fs->switch_creds) {
 		err = creds_restrict(&old);
-		if (err) {
-			creds_restore(&old);
+		if (err)
 			return err;
-		}
 	}
 	id = ioctl(fuse_session_fd(fs->se), TL_DEV_IOC_BACKING_OPEN, &map);
 	if (id == -1)
