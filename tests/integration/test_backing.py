@@ -543,3 +543,52 @@ def test_backing__100000_opens_leak_nothing(private_tmpfs, mount_factory):
             break
         time.sleep(0.05)
     assert (st.f_blocks - st.f_bfree) * st.f_frsize < 1 << 20, "the removed file's blocks stay"
+
+
+# ---- what still goes through the daemon ------------------------------------------------
+
+def test_backing__flush_still_reaches_the_daemon(mount_factory):
+    """Each close() of a passthrough file still sends FLUSH to the daemon
+    (close-time semantics of the backing, POSIX lock owners), and reads and
+    writes do not."""
+    m = mount_factory(args=["-d"])
+    with open(m.path("f"), "wb") as f:
+        f.write(b"x" * 65536)
+    with open(m.path("f"), "rb") as f:
+        assert f.read() == b"x" * 65536
+    log = m.log()
+    assert m.stats()["passthrough_opens"] == 2
+    assert len(re.findall(r"opcode: FLUSH", log)) >= 2, log[-3000:]
+    assert not re.search(r"opcode: (READ|WRITE)\b", log), log[-3000:]
+
+
+def test_backing__closing_another_fd_drops_posix_locks(mount_factory):
+    """POSIX semantics through the daemon as before: a process's lock goes
+    when it closes any descriptor of the file."""
+    import fcntl
+    m = mount_factory()
+    with open(m.path("f"), "wb") as f:
+        f.write(b"0123456789")
+
+    def other_can_lock():
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                fd = os.open(m.path("f"), os.O_RDWR)
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 4, 0)
+                code = 0
+            except OSError:
+                code = 1
+            finally:
+                os._exit(code)
+        return os.waitpid(pid, 0)[1] == 0
+    fd1 = os.open(m.path("f"), os.O_RDWR)
+    try:
+        fcntl.lockf(fd1, fcntl.LOCK_EX | fcntl.LOCK_NB, 4, 0)
+        assert not other_can_lock()
+        os.close(os.open(m.path("f"), os.O_RDONLY))
+        assert other_can_lock()
+    finally:
+        os.close(fd1)
+    assert m.stats()["passthrough_opens"] >= 3
