@@ -268,8 +268,8 @@ def test_backing__fio_jobs_verify(mount_factory):
     ]
     for i, job in enumerate(jobs):
         r = subprocess.run(["fio", "--name=v%d" % i, "--directory=" + m.mnt, "--verify=crc32c",
-                            "--do_verify=1", "--verify_fatal=1", "--direct=0",
-                            "--group_reporting"] + job,
+                            "--do_verify=1", "--verify_fatal=1", "--verify_state_save=0",
+                            "--direct=0", "--group_reporting"] + job,
                            capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, "fio %s: %s\n%s" % (job, r.stdout[-2000:], r.stderr[-2000:])
         assert "verify: bad" not in r.stdout + r.stderr
