@@ -19,9 +19,11 @@
  *   fs_rename.c       lock keys, entry locks, ll_rename()
  *   fs_plock.c        POSIX record locks and flock()
  *   fs_ctl.c          the .treelockfs control entry
+ *   fs_backing.c      FUSE passthrough: backing files the kernel reads and
+ *                     writes itself
  *
  * Only treelockfs.c includes this header from outside; it uses struct tlfs,
- * tlfs_ops and tlfs_prepare() only. None of these files names a lock
+ * tlfs_ops, tlfs_prepare() and backing_refusal() only. None of these files names a lock
  * store: what they need of one they ask the lock manager (lockmgr.h).
  */
 #ifndef TREELOCKFS_FS_H
@@ -77,9 +79,20 @@ struct ll_inode {
 	struct ll_inode *id_next; /* export_support: chain by nodeid */
 	struct ll_inode *lru_prev, *lru_next; /* forgotten inodes, oldest first */
 	/* the four above: protected by fs->itab_mutex */
+	/* the open files of a regular file while passthrough is in use, and
+	 * the backing id they all share (0: they go through the daemon);
+	 * fs_backing.c; protected by fs->itab_mutex */
+	uint32_t opens;
+	int backing_id;
 };
 
 struct plock_owner;
+
+/* Whether this mount uses FUSE passthrough (fs_backing.c), decided at
+ * init: OFF (passthrough=off, or a libfuse without it), UNAVAILABLE
+ * (wanted, but the kernel does not offer it: every open falls back), IN_USE
+ * (file by file). */
+enum pt_state { PT_OFF = 0, PT_UNAVAILABLE, PT_IN_USE };
 
 /* A rename that succeeded through this mount, kept for the check of the
  * renames that waited meanwhile (fs_rename.c): its keys, or UNKNOWN when
@@ -138,6 +151,19 @@ struct tlfs {
 	char *backing_chain;
 	dev_t own_dev;           /* this mount's device, 0 while unknown: a
 				  * lookup that reaches it again is ELOOP */
+
+	/* FUSE passthrough (fs_backing.c): the state, set once by init
+	 * before any open; failed: passthrough=on found it unusable at init
+	 * (main() then exits 1); atomic counters for .treelockfs/stats:
+	 * opens answered with a backing id, opens that fell back, backing
+	 * ids registered now; no_register: atomic, set when the kernel
+	 * refused a registration for the whole mount (no privilege) */
+	enum pt_state pt;
+	bool pt_failed;
+	bool pt_no_register;
+	uint64_t pt_opens;
+	uint64_t pt_fallbacks;
+	uint64_t pt_ids;
 
 	/* the inode table (fs_inode.c); itab_mutex is a leaf lock, never
 	 * held across a syscall */
@@ -304,6 +330,51 @@ void plock_drop_owner(struct tlfs *fs, int fd, uint64_t owner);
  * ".." (the parent of a directory the kernel found by handle) in PARENT;
  * the kernel sends them only with export_support. */
 void ll_lookup_export(fuse_req_t req, fuse_ino_t parent, const char *name);
+/* ---- fs_backing.c: FUSE passthrough ---- */
+
+#ifdef HAVE_FUSE_PASSTHROUGH
+/* Why passthrough=on cannot work for BACKING before anything is mounted
+ * (this process lacks CAP_SYS_ADMIN, BACKING is on a stacked filesystem),
+ * or NULL when nothing is against it. The string is static. */
+const char *backing_refusal(const char *backing);
+
+/* At init: asks the kernel for passthrough as fs->cfg says and sets
+ * fs->pt; with passthrough=on and a kernel without it, sets fs->pt_failed
+ * and ends the session. */
+void backing_init(struct tlfs *fs, struct fuse_conn_info *conn);
+
+/* Decides how the open file FD (just opened on regular file IN for REQ)
+ * does its I/O and records the open: sets fi->backing_id when the kernel
+ * is to do it on the backing file, else leaves the open on the daemon
+ * path (and logs the reason, once per reason). Every call must be matched
+ * by one backing_release() (also when the open's reply fails). This
+ * function can't fail: what cannot pass through falls back. */
+void backing_open(struct tlfs *fs, fuse_req_t req, struct ll_inode *in, int fd,
+		  struct fuse_file_info *fi);
+
+/* Records the release of an open of IN; the last one closes the inode's
+ * backing id. This function can't fail. */
+void backing_release(struct tlfs *fs, struct ll_inode *in);
+#else
+static inline const char *backing_refusal(const char *backing)
+{
+	return "this build's libfuse has no passthrough (3.16 or later needed)";
+}
+
+static inline void backing_init(struct tlfs *fs, struct fuse_conn_info *conn)
+{
+	fs->pt = PT_OFF;
+}
+
+static inline void backing_open(struct tlfs *fs, fuse_req_t req, struct ll_inode *in, int fd,
+				struct fuse_file_info *fi)
+{
+}
+
+static inline void backing_release(struct tlfs *fs, struct ll_inode *in)
+{
+}
+#endif /* HAVE_FUSE_PASSTHROUGH */
 
 /* ---- fs_ctl.c: the control entry ---- */
 

@@ -125,6 +125,11 @@ int ctl_render_metrics(void *arg, FILE *f)
 		.store_m = &sm,
 	};
 
+	/* a build or mount without passthrough shows no passthrough counters */
+	if (fs->pt != PT_OFF) {
+		src.data.passthrough_opens = &fs->pt_opens;
+		src.data.passthrough_fallbacks = &fs->pt_fallbacks;
+	}
 	lockmgr_store_metrics(&fs->mgr, &sm);
 	return metrics_format(f, &src);
 }
@@ -160,6 +165,11 @@ static int ctl_render(struct tlfs *fs, fuse_req_t req, enum ctl_kind kind,
 		pthread_mutex_unlock(&options_mutex);
 	} else if (kind == CTL_BACKING) {
 		fputs(fs->backing_chain ? fs->backing_chain : "", f);
+		fprintf(f,
+			"passthrough %s\npassthrough_opens %" PRIu64
+			"\npassthrough_fallbacks %" PRIu64 "\npassthrough_backing_ids %" PRIu64 "\n",
+			fs->pt == PT_IN_USE ? "in_use" : fs->pt == PT_UNAVAILABLE ? "unavailable" : "off",
+			stats_get(&fs->pt_opens), stats_get(&fs->pt_fallbacks), stats_get(&fs->pt_ids));
 	} else {
 		struct tl_lock_info *v = NULL;
 		size_t n = 0, i;

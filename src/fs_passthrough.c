@@ -167,6 +167,7 @@ static void ll_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_POSIX_ACL;
 		fs->posix_acl = true;
 	}
+	backing_init(fs, conn);
 	lockmgr_start(&fs->mgr); /* a failure is logged; requests then fail with ENOLCK */
 	tl_log(LOG_INFO, "mounted with lock_store=%s lock_strategy=%s lock_scope=%s",
 	       lockmgr_store_name(&fs->mgr), lockplan_strategy_name(fs->cfg->lock_strategy),
@@ -539,8 +540,12 @@ static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	fd_noatime(fs, fd);
 	fi->fh = (uint64_t)fd;
-	if (fuse_reply_open(req, fi) != 0)
-		close(fd); /* interrupted: there will be no release */
+	backing_open(fs, req, in, fd, fi);
+	if (fuse_reply_open(req, fi) != 0) {
+		/* interrupted: there will be no release */
+		backing_release(fs, in);
+		close(fd);
+	}
 }
 
 /* Fills E with a new lookup reference to the file open as FD (any open
@@ -693,8 +698,10 @@ static void ll_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	fd_noatime(fs, fd);
 	fi->fh = (uint64_t)fd;
 	e.generation = ino_gen(fs, e.ino);
+	backing_open(fs, req, ino_get(fs, e.ino), fd, fi);
 	if (fuse_reply_create(req, &e, fi) != 0) {
 		/* interrupted: nobody will forget the inode or release the file */
+		backing_release(fs, ino_get(fs, e.ino));
 		inode_unref(fs, ino_get(fs, e.ino), 1);
 		close(fd);
 	}
@@ -839,6 +846,7 @@ static void ll_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	if (fi->fh & CTL_TAG) {
 		ctl_release(fi);
 	} else {
+		backing_release(req_fs(req), ino_get(req_fs(req), ino));
 		if (fi->flock_release)
 			flock((int)fi->fh, LOCK_UN);
 		close((int)fi->fh);

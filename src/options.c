@@ -58,6 +58,7 @@ static const struct fuse_opt tl_opts[] = {
 	OPT_STR("entry_timeout", entry_timeout_s),
 	OPT_STR("attr_timeout", attr_timeout_s),
 	OPT_STR("negative_timeout", negative_timeout_s),
+	OPT_STR("passthrough", passthrough_s),
 	OPT_STR("log_level", log_level_s),
 	OPT_STR("config", config_file),
 	/* "--config FILE", two words, as the man page and --help promise */
@@ -169,6 +170,7 @@ int config_init(struct tl_config *cfg)
 	cfg->lock_store_s = strdup("mem");
 	cfg->lock_strategy_s = strdup("tree");
 	cfg->lock_scope_s = strdup("rename");
+	cfg->passthrough_s = strdup("auto");
 	if (gethostname(host, sizeof(host)) != 0)
 		strcpy(host, "localhost");
 	host[sizeof(host) - 1] = '\0';
@@ -181,7 +183,8 @@ int config_init(struct tl_config *cfg)
 	cfg->lease_ttl = TL_DEFAULT_LEASE_TTL;
 	cfg->metrics_interval = TL_DEFAULT_METRICS_INTERVAL;
 	cfg->export_remember = TL_DEFAULT_EXPORT_REMEMBER;
-	if (!cfg->lock_store_s || !cfg->lock_strategy_s || !cfg->lock_scope_s || !cfg->owner)
+	if (!cfg->lock_store_s || !cfg->lock_strategy_s || !cfg->lock_scope_s || !cfg->owner ||
+	    !cfg->passthrough_s)
 		return -ENOMEM;
 	for (i = 0; i < TL_STORE_COUNT; i++) {
 		const struct tl_store_options *so = store_options[i];
@@ -796,6 +799,15 @@ int config_validate(struct tl_config *cfg)
 	if (cfg->export_remember_s)
 		config_parse_uint(cfg, "export_remember", cfg->export_remember_s, 0, 100000000,
 				  &cfg->export_remember);
+	if (strcmp(cfg->passthrough_s, "auto") == 0)
+		cfg->passthrough = TL_PASSTHROUGH_AUTO;
+	else if (strcmp(cfg->passthrough_s, "on") == 0)
+		cfg->passthrough = TL_PASSTHROUGH_ON;
+	else if (strcmp(cfg->passthrough_s, "off") == 0)
+		cfg->passthrough = TL_PASSTHROUGH_OFF;
+	else
+		config_error(cfg, "invalid passthrough '%s': expected auto, on or off",
+			     cfg->passthrough_s);
 	/* every backend checks the syntax of its options, the selected one
 	 * also what it needs */
 	for (i = 0; i < TL_STORE_COUNT; i++)
@@ -887,6 +899,10 @@ static const char help_mount[] =
 	"                             (open_by_handle_at, NFS re-export with fsid=)\n"
 	"    --export_remember=N      with export_support: forgotten files kept findable\n"
 	"                             by handle, oldest dropped first (default 1000000)\n"
+	"    --passthrough=auto|on|off reads and writes of open files in the kernel, not\n"
+	"                             through the daemon (FUSE passthrough; default auto:\n"
+	"                             where the kernel accepts it; on: refuse to mount\n"
+	"                             without it)\n"
 	"    --allow_other            let other users in; turns on default_permissions,\n"
 	"                             each request then acts as its user\n"
 	"    -f                       stay in the foreground, log to stderr\n"
@@ -914,6 +930,7 @@ void config_free(struct tl_config *cfg)
 		&cfg->lock_store_s,     &cfg->lock_strategy_s,    &cfg->lock_scope_s,
 		&cfg->lock_timeout_s,   &cfg->rename_delay_ms_s,  &cfg->entry_timeout_s,
 		&cfg->attr_timeout_s,   &cfg->negative_timeout_s, &cfg->log_level_s,
+		&cfg->passthrough_s,
 		&cfg->config_file,      &cfg->owner,              &cfg->lease_ttl_s,
 		&cfg->backing,          &cfg->errors,             &cfg->hold_log,
 		&cfg->metrics_file,     &cfg->metrics_interval_s,

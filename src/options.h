@@ -58,6 +58,15 @@ struct tl_config_origin {
 	unsigned line;
 };
 
+/* passthrough=: whether open files do their I/O in the kernel (FUSE
+ * passthrough). AUTO uses it where the kernel accepts it, file by file;
+ * ON refuses to mount where it cannot work; OFF never asks for it. */
+enum tl_passthrough {
+	TL_PASSTHROUGH_AUTO = 0,
+	TL_PASSTHROUGH_ON,
+	TL_PASSTHROUGH_OFF,
+};
+
 struct tl_config {
 	/* as given (strings are what fuse_opt fills; validated into enums) */
 	char *lock_store_s;
@@ -71,6 +80,7 @@ struct tl_config {
 	char *entry_timeout_s;
 	char *attr_timeout_s;
 	char *negative_timeout_s;
+	char *passthrough_s;
 	char *log_level_s;
 	char *config_file;
 	char *owner;           /* store-generic: this mount as shown to others */
@@ -94,6 +104,7 @@ struct tl_config {
 	double entry_timeout;    /* seconds */
 	double attr_timeout;
 	double negative_timeout;
+	enum tl_passthrough passthrough;
 	int log_level;
 	double lease_ttl;        /* seconds */
 	unsigned int export_remember; /* forgotten inodes kept findable by handle */
@@ -113,7 +124,6 @@ struct tl_config {
 	size_t norigins;
 	char *origin_file;
 };
-
 
 /* Fills CFG with the defaults. Returns 0 or -ENOMEM. */
 int config_init(struct tl_config *cfg);

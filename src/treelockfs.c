@@ -423,6 +423,12 @@ int main(int argc, char *argv[])
 	/* opened before daemonising: a relative name is the caller's */
 	if (cfg.hold_log && !cfg.errors)
 		fs.hold_log_fd = open_hold_log(&cfg, cfg.hold_log);
+	if (cfg.passthrough == TL_PASSTHROUGH_ON && cfg.backing) {
+		const char *why = backing_refusal(cfg.backing);
+
+		if (why)
+			config_error(&cfg, "%s", why);
+	}
 	if (!cfg.errors) {
 		/* also reports libfuse options it does not know, on stderr */
 		se = fuse_session_new(&args, &tlfs_ops, sizeof(tlfs_ops), &fs);
@@ -528,7 +534,7 @@ int main(int argc, char *argv[])
 		       opts.mountpoint);
 		err = 0;
 	}
-	ret = err == 0 ? 0 : 1;
+	ret = err == 0 && !fs.pt_failed ? 0 : 1;
 	if (err)
 		tl_log(LOG_ERR, "the FUSE loop ended with an error: %s", strerror(-err));
 

@@ -101,6 +101,40 @@ START_TEST(test_options__both_spellings)
 }
 END_TEST
 
+/* A fresh CFG and ARGS, for a second parse in one test. */
+static void reset(void)
+{
+	config_free(&cfg);
+	fuse_opt_free_args(&args);
+	ck_assert_int_eq(config_init(&cfg), 0);
+}
+
+START_TEST(test_options__passthrough)
+{
+	const char *def[] = {"/b", "/m", NULL};
+	const char *on[] = {"-o", "passthrough=on", "/b", "/m", NULL};
+	const char *off[] = {"--passthrough=off", "/b", "/m", NULL};
+	const char *bad[] = {"-o", "passthrough=yes", "/b", "/m", NULL};
+
+	parse(false, def);
+	ck_assert_int_eq(config_validate(&cfg), 0);
+	ck_assert_int_eq(cfg.passthrough, TL_PASSTHROUGH_AUTO);
+	reset();
+	parse(false, on);
+	ck_assert_int_eq(config_validate(&cfg), 0);
+	ck_assert_int_eq(cfg.passthrough, TL_PASSTHROUGH_ON);
+	reset();
+	parse(false, off);
+	ck_assert_int_eq(config_validate(&cfg), 0);
+	ck_assert_int_eq(cfg.passthrough, TL_PASSTHROUGH_OFF);
+	reset();
+	parse(false, bad);
+	ck_assert_int_eq(config_validate(&cfg), -EINVAL);
+	ck_assert_ptr_nonnull(
+		strstr(cfg.errors, "invalid passthrough 'yes': expected auto, on or off"));
+}
+END_TEST
+
 START_TEST(test_options__all_errors_at_once)
 {
 	const char *argv[] = {"-o", "lock_store=nope,lock_timeout=-1,lock_strategy=x",
@@ -385,6 +419,7 @@ Suite *make_suite_options(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_options__defaults);
 	tcase_add_test(tc, test_options__both_spellings);
+	tcase_add_test(tc, test_options__passthrough);
 	tcase_add_test(tc, test_options__all_errors_at_once);
 	tcase_add_test(tc, test_options__file_then_command_line);
 	tcase_add_test(tc, test_options__file_via_o_and_unknown_key);
