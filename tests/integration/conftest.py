@@ -26,7 +26,7 @@ FUSERMOUNT = shutil.which("fusermount3")
 
 sys.path.insert(0, os.path.join(SRCDIR, "tests"))
 import backend_fixtures  # noqa: E402
-from mounts import is_mounted  # noqa: E402,F401
+from mounts import is_mounted, wait_for  # noqa: E402,F401
 from backend_fixtures import backend, backend_session  # noqa: E402,F401
 
 
