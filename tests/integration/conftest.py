@@ -6,8 +6,9 @@ deadline while checking that the daemon is alive, unmounted with
 `fusermount3 -u MNT` at teardown, and the daemon must then exit 0. Only
 mounts and processes started here are ever unmounted or killed.
 
-Tests are skipped (not failed) where /dev/fuse or fusermount3 is missing,
-as in a package build chroot.
+Tests that mount are skipped (not failed) where /dev/fuse or fusermount3
+is missing, as in a package build chroot. A missing or non-executable
+treelockfs or treelockctl is a broken build: every test fails.
 """
 import os
 import shutil
@@ -20,26 +21,34 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRCDIR = os.environ.get("TREELOCKFS_SRCDIR") or os.path.dirname(os.path.dirname(HERE))
-BIN = os.environ.get("TREELOCKFS_BIN") or os.path.join(SRCDIR, "src", "treelockfs")
-CTL = os.environ.get("TREELOCKCTL_BIN") or os.path.join(SRCDIR, "src", "treelockctl")
 FUSERMOUNT = shutil.which("fusermount3")
 
 sys.path.insert(0, os.path.join(SRCDIR, "tests"))
 import backend_fixtures  # noqa: E402
-from mounts import is_mounted, wait_for  # noqa: E402,F401
+from mounts import is_mounted, program, require_built, unbuilt, wait_for  # noqa: E402,F401
 from backend_fixtures import backend, backend_session  # noqa: E402,F401
+
+BIN = program("treelockfs")
+CTL = program("treelockctl")
 
 
 def fuse_available():
-    return os.path.exists("/dev/fuse") and FUSERMOUNT is not None and os.access(BIN, os.X_OK)
+    """Whether this machine can mount (the environment, not the build)."""
+    return os.path.exists("/dev/fuse") and FUSERMOUNT is not None
+
+
+@pytest.fixture(autouse=True, scope="session")
+def built_programs():
+    """Every test fails, none skips, when the programs are not built."""
+    require_built(BIN, CTL)
 
 
 def pytest_collection_modifyitems(config, items):
     backend_fixtures.skip_unselected(items)
     backend_fixtures.order_by_backend(items)
-    if fuse_available():
+    if fuse_available() or unbuilt(BIN, CTL):
         return
-    skip = pytest.mark.skip(reason="no /dev/fuse, fusermount3 or built treelockfs")
+    skip = pytest.mark.skip(reason="no /dev/fuse or fusermount3 (Debian package fuse3)")
     for item in items:
         if "nofuse" not in item.keywords:
             item.add_marker(skip)
@@ -101,6 +110,7 @@ class Mount:
         return cmd + self.args
 
     def start(self, timeout=10):
+        require_built(BIN)
         env = dict(os.environ)
         if self.env:
             env.update(self.env)

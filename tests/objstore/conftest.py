@@ -19,6 +19,7 @@ sys.path.insert(0, os.path.join(SRCDIR, "tests"))
 sys.path.insert(0, HERE)
 
 import backends  # noqa: E402
+import mounts  # noqa: E402
 import objstore  # noqa: E402
 
 
@@ -36,10 +37,18 @@ integration = _integration()
 S3SERVER = os.environ.get("S3SERVER_BIN") or os.path.join(HERE, ".build", "s3server")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def built_programs():
+    """Every test fails, none skips, when treelockfs is not built."""
+    mounts.require_built(integration.BIN)
+
+
 def pytest_collection_modifyitems(config, items):
     why = None
+    if mounts.unbuilt(integration.BIN):
+        return
     if not integration.fuse_available():
-        why = "no /dev/fuse, fusermount3 or built treelockfs"
+        why = "no /dev/fuse or fusermount3 (Debian package fuse3)"
     elif not os.access(S3SERVER, os.X_OK):
         why = "no S3 server binary (tests/objstore/run.sh builds it)"
     elif not objstore.have_s3fs():
