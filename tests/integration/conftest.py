@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -25,7 +26,8 @@ FUSERMOUNT = shutil.which("fusermount3")
 
 sys.path.insert(0, os.path.join(SRCDIR, "tests"))
 import backend_fixtures  # noqa: E402
-from mounts import is_mounted, program, require_built, unbuilt, wait_for  # noqa: E402,F401
+from mounts import (detach, is_mounted, mounts_below, outcome, program, read_file, require_built,  # noqa: E402,F401,E501
+                    run_steps, stop_mounts, unbuilt, wait_for, write_file)
 from backend_fixtures import backend, backend_session  # noqa: E402,F401
 
 BIN = program("treelockfs")
@@ -54,7 +56,20 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+# this session's own base directory for tmp_path (see pytest_configure)
+_BASE = []
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
+    # Unless --basetemp names one, tmp_path lives in a base directory of
+    # this session's own: pytest's shared /tmp/pytest-of-USER is made 0700
+    # again by every pytest session that starts on the machine, which would
+    # shut the users that tests act as out of their mounts (open_tree) at
+    # any moment.
+    if config.option.basetemp is None:
+        _BASE.append(tempfile.mkdtemp(prefix="treelockfs-tests-"))
+        config.option.basetemp = os.path.join(_BASE[0], "t")
     config.addinivalue_line("markers", "nofuse: test needs no FUSE mount")
     config.addinivalue_line("markers", "root: test needs root")
     backend_fixtures.register(config)
@@ -62,6 +77,15 @@ def pytest_configure(config):
 
 def pytest_generate_tests(metafunc):
     backend_fixtures.parametrize_backends(metafunc)
+
+
+def pytest_unconfigure(config):
+    for base in _BASE:
+        left = mounts_below(base)
+        if left:
+            print("\nleft in place, still mounted: %s" % ", ".join(left))
+        else:
+            shutil.rmtree(base, ignore_errors=True)
 
 
 def pytest_sessionfinish(session):
@@ -159,9 +183,7 @@ class Mount:
         """Unmounts and waits for the daemon; with CHECK it must exit 0."""
         if self.proc is None:
             return
-        if is_mounted(self.mnt):
-            subprocess.run([FUSERMOUNT, "-u", "-z", self.mnt], check=False,
-                           stderr=subprocess.DEVNULL)
+        detach(self.mnt)
         try:
             rc = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -182,9 +204,7 @@ class Mount:
         except ProcessLookupError:
             pass
         self.proc.wait(timeout=15)
-        if is_mounted(self.mnt):
-            subprocess.run([FUSERMOUNT, "-u", "-z", self.mnt], check=False,
-                           stderr=subprocess.DEVNULL)
+        detach(self.mnt)
 
 
 @pytest.fixture
@@ -205,21 +225,31 @@ def mount_factory(tmp_path):
         return m
 
     yield make
-    errors = []
-    for m in reversed(mounts):
-        if m.proc is not None:
-            try:
-                m.stop(check=True)
-            except AssertionError as e:
-                errors.append(str(e))
-    if errors:
-        pytest.fail("\n".join(errors))
+    stop_mounts(mounts)
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    """(backing, mnt): two empty directories, as strings."""
+    b, m = tmp_path / "backing", tmp_path / "mnt"
+    b.mkdir()
+    m.mkdir()
+    return str(b), str(m)
 
 
 @pytest.fixture
 def mnt(mount_factory):
     """A mount with the defaults (mem store, tree strategy)."""
     return mount_factory()
+
+
+def open_tree(tmp_path):
+    """Lets other users reach tmp_path (pytest makes it and its parents
+    0700; the base directory is this session's own, see pytest_configure)."""
+    p = tmp_path
+    for _ in range(3):
+        os.chmod(p, os.stat(p).st_mode | 0o755)
+        p = p.parent
 
 
 def run_as(uid, gid, func, groups=()):

@@ -59,7 +59,7 @@ ENGINE_START = os.path.join(SRCDIR, "tests", "engines", "start")
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 import checker  # noqa: E402
-from mounts import is_mounted, program  # noqa: E402
+from mounts import detach, is_mounted, program  # noqa: E402
 from mounts import unbuilt as _unbuilt  # noqa: E402
 
 BIN = program("treelockfs")
@@ -106,6 +106,21 @@ def missing():
     return None
 
 
+def cannot_run():
+    """The exit status of a command that cannot run here, having said why:
+    1 for a broken build, 77 (skipped) for a missing environment; None
+    when it can run."""
+    why = unbuilt()
+    if why:
+        print("multihost failed: broken build: " + why)
+        return 1
+    why = missing()
+    if why:
+        print("multihost skipped: " + why)
+        return 77
+    return None
+
+
 def faketime_lib():
     for p in FAKETIME_LIBS:
         if os.path.exists(p):
@@ -115,8 +130,7 @@ def faketime_lib():
 
 def unmount(path):
     """fusermount3 -u of PATH (ours), lazily when busy."""
-    if is_mounted(path):
-        subprocess.run(["fusermount3", "-u", "-z", path], capture_output=True)
+    detach(path)
 
 
 class Net(object):
@@ -746,14 +760,9 @@ class Run(object):
 
 
 def cmd_run(a):
-    why = unbuilt()
-    if why:
-        print("multihost failed: broken build: " + why)
-        return 1
-    why = missing()
-    if why:
-        print("multihost skipped: " + why)
-        return 77
+    rc = cannot_run()
+    if rc is not None:
+        return rc
     total = {k: 0 for k in KINDS}
     nviol = 0
     for n in range(a.runs):
@@ -958,14 +967,9 @@ def limit_once(a, pause, partition):
 
 
 def cmd_limit(a):
-    why = unbuilt()
-    if why:
-        print("multihost failed: broken build: " + why)
-        return 1
-    why = missing()
-    if why:
-        print("multihost skipped: " + why)
-        return 77
+    rc = cannot_run()
+    if rc is not None:
+        return rc
     for pause in a.pause:
         for partition in (False, True):
             _, m = limit_once(a, pause, partition)

@@ -105,7 +105,7 @@ def store(request, tmp_path_factory):
 def treelockfs_over(tmp_path, store):
     """treelockfs_over(s3fs_mount, owner, opts) -> a started treelockfs
     (lock_store=es) over one host's s3fs mount."""
-    mounts = []
+    started = []
     store.reset()
 
     def make(backing, owner, opts=()):
@@ -113,14 +113,7 @@ def treelockfs_over(tmp_path, store):
         mnt.mkdir()
         m = integration.Mount(backing.mnt, mnt, opts=["lock_store=es", "es_url=" + store.url,
                                                        "owner=" + owner] + list(opts))
-        mounts.append(m)
+        started.append(m)
         return m.start()
     yield make
-    errors = []
-    for m in reversed(mounts):
-        try:
-            m.stop(check=True)
-        except AssertionError as e:
-            errors.append(str(e))
-    if errors:
-        pytest.fail("\n".join(errors))
+    mounts.stop_mounts(started)
