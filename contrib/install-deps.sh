@@ -5,7 +5,8 @@
 # (tests/engines: real OpenSearch and Elasticsearch nodes; Maven fetches
 # their jars on the first run); s3fs is for the object-store test tier
 # (tests/objstore, which also needs Go 1.24 or later, not from Debian 12);
-# faketime is for the clock skew of tests/multihost.
+# faketime is for the clock skew of tests/multihost; python3-matplotlib
+# draws bench/run's picture (bench/plot).
 set -eu
 SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
@@ -16,4 +17,4 @@ $SUDO apt-get install -y -q --no-install-recommends \
 	libfuse3-dev fuse3 libcurl4-openssl-dev libcjson-dev check \
 	python3 python3-pytest python3-elasticsearch \
 	curl openssl iproute2 attr util-linux procps fio bindfs faketime \
-	default-jdk-headless maven s3fs
+	default-jdk-headless maven s3fs python3-matplotlib
