@@ -80,15 +80,20 @@ def pytest_generate_tests(metafunc):
 
 
 def pytest_unconfigure(config):
+    # removed after a session that passed; kept, and named, for inspection
+    # after one that failed, or while something below it is still mounted
     for base in _BASE:
         left = mounts_below(base)
         if left:
-            print("\nleft in place, still mounted: %s" % ", ".join(left))
+            print("\n%s left in place, still mounted: %s" % (base, ", ".join(left)))
+        elif getattr(config, "_tlfs_failed", False):
+            print("\nthe failed tests' files are kept in %s" % base)
         else:
             shutil.rmtree(base, ignore_errors=True)
 
 
-def pytest_sessionfinish(session):
+def pytest_sessionfinish(session, exitstatus):
+    session.config._tlfs_failed = session.testsfailed > 0 or exitstatus not in (0, 5)
     backend_fixtures.stop_all()
 
 
