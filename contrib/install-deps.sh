@@ -7,7 +7,8 @@
 # (tests/objstore, which also needs Go 1.24 or later, not from Debian 12);
 # faketime is for the clock skew of tests/multihost; prometheus,
 # prometheus-node-exporter and python3-jsonschema check the metrics and
-# treelockctl's JSON with the real tools.
+# treelockctl's JSON with the real tools; python3-matplotlib draws
+# bench/run's picture (bench/plot).
 set -eu
 SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
@@ -18,5 +19,5 @@ $SUDO apt-get install -y -q --no-install-recommends \
 	libfuse3-dev fuse3 libcurl4-openssl-dev libcjson-dev check \
 	python3 python3-pytest python3-elasticsearch \
 	curl openssl iproute2 attr util-linux procps fio bindfs faketime \
-	default-jdk-headless maven s3fs \
+	default-jdk-headless maven s3fs python3-matplotlib \
 	prometheus prometheus-node-exporter python3-jsonschema

@@ -1,5 +1,44 @@
-"""What the Python test tiers share about mount points."""
+"""What the Python test tiers share: the programs under test, mount points
+and their teardown, waiting for a condition, and the file helpers of the
+tests that compare a mount with a native directory. A conftest re-exports
+what its tests use."""
+import errno
 import os
+import signal
+import subprocess
+import time
+
+SRCDIR = os.environ.get("TREELOCKFS_SRCDIR") or os.path.dirname(
+    os.path.dirname(os.path.abspath(__file__)))
+_PROGRAM_ENV = {"treelockfs": "TREELOCKFS_BIN", "treelockctl": "TREELOCKCTL_BIN"}
+
+
+def program(name):
+    """The path of the program NAME ("treelockfs" or "treelockctl") that the
+    tests run: the one $TREELOCKFS_BIN or $TREELOCKCTL_BIN names (make check
+    sets them to the build tree's), else src/NAME of the source tree."""
+    return os.environ.get(_PROGRAM_ENV[name]) or os.path.join(SRCDIR, "src", name)
+
+
+def unbuilt(*paths):
+    """Why one of the programs PATHS cannot run (missing, not a file, not
+    executable), or None. That is a broken build, not a missing
+    environment: the tests that need the program fail, never skip."""
+    for p in paths:
+        if not os.path.isfile(p):
+            return "%s is missing: build it (make) or set TREELOCKFS_BIN and TREELOCKCTL_BIN" % p
+        if not os.access(p, os.X_OK):
+            return "%s is not executable" % p
+    return None
+
+
+def require_built(*paths):
+    """Fails the calling test (pytest) when one of PATHS cannot run; for a
+    session fixture of each tier that runs the programs."""
+    why = unbuilt(*paths)
+    if why:
+        import pytest
+        pytest.fail("broken build: " + why, pytrace=False)
 
 
 def is_mounted(path):
@@ -10,3 +49,99 @@ def is_mounted(path):
             if line.split()[4].encode().decode("unicode_escape") == path:
                 return True
     return False
+
+
+def mounts_below(path):
+    """The mount points of this mount namespace strictly below PATH."""
+    path = os.path.realpath(path).rstrip("/") + "/"
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+        points = [line.split()[4].encode().decode("unicode_escape") for line in f]
+    return [p for p in points if p.startswith(path)]
+
+
+def wait_for(pred, timeout=30, step=0.02, what="condition"):
+    """Calls PRED until it returns a true value, which is returned; raises
+    AssertionError naming WHAT after TIMEOUT seconds. For a condition a test
+    does not control the time of (a busy machine only makes it later), so
+    the timeout is generous."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() >= deadline:
+            raise AssertionError("timed out after %.1fs waiting for %s" % (timeout, what))
+        time.sleep(step)
+
+
+def detach(path):
+    """Unmounts PATH, a FUSE mount of ours, lazily when busy (fusermount3
+    -u -z); nothing when PATH is not a mount point."""
+    if is_mounted(path):
+        subprocess.run(["fusermount3", "-u", "-z", path], check=False,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop_process(proc, timeout=60):
+    """Ends PROC, a child of ours: SIGTERM, then SIGKILL after TIMEOUT
+    seconds; waits for it."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def stop_mounts(mounts):
+    """The teardown of a fixture that started MOUNTS (objects with .proc and
+    .stop(check=True)): stops them newest first, each daemon must exit 0;
+    fails the test (pytest) with every daemon that did not."""
+    errors = []
+    for m in reversed(mounts):
+        if m.proc is not None:
+            try:
+                m.stop(check=True)
+            except AssertionError as e:
+                errors.append(str(e))
+    if errors:
+        import pytest
+        pytest.fail("\n".join(errors))
+
+
+# ---- what the tests that compare a mount with a native directory share ----
+
+
+def outcome(fn, stat_form=None):
+    """What FN() did, in a form that compares equal between a mount and a
+    native directory: ("err", "ENOENT") for an OSError, STAT_FORM(result)
+    for an os.stat_result when STAT_FORM is given, else ("ok", result)."""
+    try:
+        res = fn()
+    except OSError as e:
+        return ("err", errno.errorcode.get(e.errno, e.errno))
+    if stat_form is not None and isinstance(res, os.stat_result):
+        return stat_form(res)
+    return ("ok", res)
+
+
+def run_steps(root, steps, stat_form=None):
+    """[(name, outcome of FUNC(ROOT))] for each (name, func) of STEPS."""
+    return [(name, outcome(lambda f=f: f(root), stat_form)) for name, f in steps]
+
+
+def write_file(path, data=b"", flags=os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode=0o644):
+    """open(2) PATH with FLAGS and MODE, write(2) DATA once; returns what
+    write returned."""
+    fd = os.open(path, flags, mode)
+    try:
+        return os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def read_file(path):
+    """The bytes of PATH."""
+    with open(path, "rb") as f:
+        return f.read()

@@ -2,7 +2,6 @@
 (one JVM at a time) where Java and Maven are installed."""
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -13,8 +12,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(TOP, "tests", "esemu"))
+sys.path.insert(0, os.path.join(TOP, "tests"))
 
 from emuproc import Emulator  # noqa: E402
+from mounts import stop_process  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -64,13 +65,7 @@ class _Node:
         self.url = "http://127.0.0.1:%d" % self.port
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, timeout=120)
         self.log.close()
 
 

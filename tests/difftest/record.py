@@ -41,7 +41,7 @@ sys.path.insert(0, os.path.join(TOP, "tests", "engines"))
 
 import probes  # noqa: E402
 import replay  # noqa: E402
-from mounts import is_mounted  # noqa: E402
+from mounts import detach, is_mounted  # noqa: E402
 from proxy import Proxy  # noqa: E402
 
 BIN = os.environ.get("TREELOCKFS_BIN", os.path.join(TOP, "src", "treelockfs"))
@@ -74,11 +74,10 @@ class Mount:
     def stop(self, kill=False):
         if kill:
             os.kill(self.proc.pid, signal.SIGKILL)
-        elif is_mounted(self.mnt):
-            subprocess.run(["fusermount3", "-u", "-z", self.mnt], check=False)
+        else:
+            detach(self.mnt)
         self.proc.wait(timeout=20)
-        if is_mounted(self.mnt):
-            subprocess.run(["fusermount3", "-u", "-z", self.mnt], check=False)
+        detach(self.mnt)
 
 
 def rename(a, b):

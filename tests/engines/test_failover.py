@@ -50,6 +50,7 @@ _spec = importlib.util.spec_from_file_location(
 _itest = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_itest)
 Mount = _itest.Mount
+from mounts import stop_process  # noqa: E402 (tests/, on the path since the conftest)
 
 INDEX = "treelockfs-locks"
 STORM_SECONDS = float(os.environ.get("TREELOCKFS_FAILOVER_SECONDS", "30"))
@@ -125,13 +126,7 @@ class Cluster:
         self.dead.add(k)
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, timeout=60)
         self.log.close()
 
 

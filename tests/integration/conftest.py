@@ -6,46 +6,70 @@ deadline while checking that the daemon is alive, unmounted with
 `fusermount3 -u MNT` at teardown, and the daemon must then exit 0. Only
 mounts and processes started here are ever unmounted or killed.
 
-Tests are skipped (not failed) where /dev/fuse or fusermount3 is missing,
-as in a package build chroot.
+Tests that mount are skipped (not failed) where /dev/fuse or fusermount3
+is missing, as in a package build chroot. A missing or non-executable
+treelockfs or treelockctl is a broken build: every test fails.
 """
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRCDIR = os.environ.get("TREELOCKFS_SRCDIR") or os.path.dirname(os.path.dirname(HERE))
-BIN = os.environ.get("TREELOCKFS_BIN") or os.path.join(SRCDIR, "src", "treelockfs")
-CTL = os.environ.get("TREELOCKCTL_BIN") or os.path.join(SRCDIR, "src", "treelockctl")
 FUSERMOUNT = shutil.which("fusermount3")
 
 sys.path.insert(0, os.path.join(SRCDIR, "tests"))
 import backend_fixtures  # noqa: E402
-from mounts import is_mounted  # noqa: E402,F401
+from mounts import (detach, is_mounted, mounts_below, outcome, program, read_file, require_built,  # noqa: E402,F401,E501
+                    run_steps, stop_mounts, unbuilt, wait_for, write_file)
 from backend_fixtures import backend, backend_session  # noqa: E402,F401
+
+BIN = program("treelockfs")
+CTL = program("treelockctl")
 
 
 def fuse_available():
-    return os.path.exists("/dev/fuse") and FUSERMOUNT is not None and os.access(BIN, os.X_OK)
+    """Whether this machine can mount (the environment, not the build)."""
+    return os.path.exists("/dev/fuse") and FUSERMOUNT is not None
+
+
+@pytest.fixture(autouse=True, scope="session")
+def built_programs():
+    """Every test fails, none skips, when the programs are not built."""
+    require_built(BIN, CTL)
 
 
 def pytest_collection_modifyitems(config, items):
     backend_fixtures.skip_unselected(items)
     backend_fixtures.order_by_backend(items)
-    if fuse_available():
+    if fuse_available() or unbuilt(BIN, CTL):
         return
-    skip = pytest.mark.skip(reason="no /dev/fuse, fusermount3 or built treelockfs")
+    skip = pytest.mark.skip(reason="no /dev/fuse or fusermount3 (Debian package fuse3)")
     for item in items:
         if "nofuse" not in item.keywords:
             item.add_marker(skip)
 
 
+# this session's own base directory for tmp_path (see pytest_configure)
+_BASE = []
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
+    # Unless --basetemp names one, tmp_path lives in a base directory of
+    # this session's own: pytest's shared /tmp/pytest-of-USER is made 0700
+    # again by every pytest session that starts on the machine, which would
+    # shut the users that tests act as out of their mounts (open_tree) at
+    # any moment.
+    if config.option.basetemp is None:
+        _BASE.append(tempfile.mkdtemp(prefix="treelockfs-tests-"))
+        config.option.basetemp = os.path.join(_BASE[0], "t")
     config.addinivalue_line("markers", "nofuse: test needs no FUSE mount")
     config.addinivalue_line("markers", "root: test needs root")
     backend_fixtures.register(config)
@@ -55,7 +79,21 @@ def pytest_generate_tests(metafunc):
     backend_fixtures.parametrize_backends(metafunc)
 
 
-def pytest_sessionfinish(session):
+def pytest_unconfigure(config):
+    # removed after a session that passed; kept, and named, for inspection
+    # after one that failed, or while something below it is still mounted
+    for base in _BASE:
+        left = mounts_below(base)
+        if left:
+            print("\n%s left in place, still mounted: %s" % (base, ", ".join(left)))
+        elif getattr(config, "_tlfs_failed", False):
+            print("\nthe failed tests' files are kept in %s" % base)
+        else:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    session.config._tlfs_failed = session.testsfailed > 0 or exitstatus not in (0, 5)
     backend_fixtures.stop_all()
 
 
@@ -101,6 +139,7 @@ class Mount:
         return cmd + self.args
 
     def start(self, timeout=10):
+        require_built(BIN)
         env = dict(os.environ)
         if self.env:
             env.update(self.env)
@@ -149,9 +188,7 @@ class Mount:
         """Unmounts and waits for the daemon; with CHECK it must exit 0."""
         if self.proc is None:
             return
-        if is_mounted(self.mnt):
-            subprocess.run([FUSERMOUNT, "-u", "-z", self.mnt], check=False,
-                           stderr=subprocess.DEVNULL)
+        detach(self.mnt)
         try:
             rc = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -172,9 +209,7 @@ class Mount:
         except ProcessLookupError:
             pass
         self.proc.wait(timeout=15)
-        if is_mounted(self.mnt):
-            subprocess.run([FUSERMOUNT, "-u", "-z", self.mnt], check=False,
-                           stderr=subprocess.DEVNULL)
+        detach(self.mnt)
 
 
 @pytest.fixture
@@ -195,21 +230,31 @@ def mount_factory(tmp_path):
         return m
 
     yield make
-    errors = []
-    for m in reversed(mounts):
-        if m.proc is not None:
-            try:
-                m.stop(check=True)
-            except AssertionError as e:
-                errors.append(str(e))
-    if errors:
-        pytest.fail("\n".join(errors))
+    stop_mounts(mounts)
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    """(backing, mnt): two empty directories, as strings."""
+    b, m = tmp_path / "backing", tmp_path / "mnt"
+    b.mkdir()
+    m.mkdir()
+    return str(b), str(m)
 
 
 @pytest.fixture
 def mnt(mount_factory):
     """A mount with the defaults (mem store, tree strategy)."""
     return mount_factory()
+
+
+def open_tree(tmp_path):
+    """Lets other users reach tmp_path (pytest makes it and its parents
+    0700; the base directory is this session's own, see pytest_configure)."""
+    p = tmp_path
+    for _ in range(3):
+        os.chmod(p, os.stat(p).st_mode | 0o755)
+        p = p.parent
 
 
 def run_as(uid, gid, func, groups=()):

@@ -29,6 +29,7 @@ from backend_fixtures import emulator_fixture, start_emulator  # noqa: E402,F401
 from backends import INDEX  # noqa: E402,F401
 
 from conftest import CTL  # noqa: E402
+from mounts import wait_for  # noqa: E402,F401
 
 # the es8 emulator of a module, for emulator-only tests
 emu_module = emulator_fixture("es8")
@@ -153,16 +154,6 @@ def start_op(func, *args):
     op = Op(func, *args)
     op.start()
     return op
-
-
-def wait_for(pred, timeout, step=0.05, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    raise AssertionError("timed out after %.1fs waiting for %s" % (timeout, what))
 
 
 def held_by(emu, key):

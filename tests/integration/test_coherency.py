@@ -8,12 +8,9 @@ import time
 
 import pytest
 
+from conftest import read_file
+
 SETTLE = 1.2  # the default timeouts and a margin
-
-
-def read(path):
-    with open(path, "rb") as f:
-        return f.read()
 
 
 def test_coherency__new_file_visible_at_once_after_negative_lookup(mnt):
@@ -22,26 +19,26 @@ def test_coherency__new_file_visible_at_once_after_negative_lookup(mnt):
     with open(mnt.bpath("late"), "w") as f:
         f.write("here")
     # negative_timeout=0: no waiting
-    assert read(mnt.path("late")) == b"here"
+    assert read_file(mnt.path("late")) == b"here"
     assert "late" in os.listdir(mnt.mnt)
 
 
 def test_coherency__changed_content_and_size(mnt):
     with open(mnt.path("f"), "w") as f:
         f.write("short")
-    assert read(mnt.path("f")) == b"short"
+    assert read_file(mnt.path("f")) == b"short"
     assert os.stat(mnt.path("f")).st_size == 5
     with open(mnt.bpath("f"), "w") as f:
         f.write("a much longer content")
     time.sleep(SETTLE)
     assert os.stat(mnt.path("f")).st_size == 21
-    assert read(mnt.path("f")) == b"a much longer content"
+    assert read_file(mnt.path("f")) == b"a much longer content"
     # same size, new content: the page cache must not serve the old one
     time.sleep(0.01)
     with open(mnt.bpath("f"), "w") as f:
         f.write("A MUCH LONGER CONTENT")
     time.sleep(SETTLE)
-    assert read(mnt.path("f")) == b"A MUCH LONGER CONTENT"
+    assert read_file(mnt.path("f")) == b"A MUCH LONGER CONTENT"
     os.chmod(mnt.bpath("f"), 0o600)
     time.sleep(SETTLE)
     assert os.stat(mnt.path("f")).st_mode & 0o777 == 0o600
@@ -63,24 +60,24 @@ def test_coherency__deleted_and_renamed(mnt):
         with pytest.raises(OSError) as e:
             os.stat(mnt.path("d", n))
         assert e.value.errno == errno.ENOENT
-    assert read(mnt.path("d", "there")) == b"moved"
+    assert read_file(mnt.path("d", "there")) == b"moved"
 
 
 def test_coherency__directory_renamed_and_replaced_behind_the_mount(mnt):
     os.makedirs(mnt.path("a", "b"))
     with open(mnt.path("a", "b", "f"), "w") as f:
         f.write("old")
-    assert read(mnt.path("a", "b", "f")) == b"old"
+    assert read_file(mnt.path("a", "b", "f")) == b"old"
     os.rename(mnt.bpath("a"), mnt.bpath("z"))
     os.makedirs(mnt.bpath("a", "b"))
     with open(mnt.bpath("a", "b", "f"), "w") as f:
         f.write("new")
     time.sleep(SETTLE)
-    assert read(mnt.path("a", "b", "f")) == b"new"
-    assert read(mnt.path("z", "b", "f")) == b"old"
+    assert read_file(mnt.path("a", "b", "f")) == b"new"
+    assert read_file(mnt.path("z", "b", "f")) == b"old"
     # and a rename through the mount works on what is there now
     os.rename(mnt.path("a", "b", "f"), mnt.path("a", "g"))
-    assert read(mnt.bpath("a", "g")) == b"new"
+    assert read_file(mnt.bpath("a", "g")) == b"new"
 
 
 def test_coherency__changes_through_mount_are_seen_at_once(mnt):

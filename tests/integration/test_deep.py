@@ -10,12 +10,12 @@ reference, on a plain directory. Both lock scopes, the mem store and the es
 store (through the emulator). Then a directory really named "x (deleted)",
 which a key from readlink() mistook for a removed one.
 """
-import errno
 import os
 import shutil
 
 import pytest
 
+from conftest import outcome
 from es_helpers import emu, emu_module, es_opts  # noqa: F401
 
 COMP = 199                 # bytes of each chain component
@@ -25,14 +25,6 @@ SAMPLED = {0, 1, 10, 19, 20, 21, 22, 23, 24, 25}  # 19 onwards is past 4 KiB
 
 def comp(i):
     return ("%03d" % i) + "c" * (COMP - 3)
-
-
-def outcome(fn):
-    try:
-        res = fn()
-    except OSError as e:
-        return ("err", errno.errorcode.get(e.errno, e.errno))
-    return ("ok", res)
 
 
 def long_rel(total):

@@ -11,15 +11,9 @@ import os
 
 import pytest
 
+from conftest import open_tree, write_file
+
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
-
-
-def write_file(path, data=b"", flags=os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode=0o644):
-    fd = os.open(path, flags, mode)
-    try:
-        return os.write(fd, data)
-    finally:
-        os.close(fd)
 
 
 def errno_of(fn):
@@ -128,16 +122,6 @@ def test_hardening__create_does_not_follow_planted_symlink(tmp_path, mount_facto
 # ---- the blocks ext4 reserves for root ------------------------------------------------
 
 USER, GROUP = 4242, 4242
-
-
-def open_tree(tmp_path):
-    """Lets other users reach tmp_path (pytest makes its parents 0700, and
-    another pytest session of root's starting on this machine makes them so
-    again: call it again just before acting as a user)."""
-    p = tmp_path
-    for _ in range(3):
-        os.chmod(p, os.stat(p).st_mode | 0o755)
-        p = p.parent
 
 
 @pytest.fixture

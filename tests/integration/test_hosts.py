@@ -44,7 +44,8 @@ def one_round(mount_factory, tmp_path, emu, i):  # noqa: F811
     big.join(15)
     small.join(15)
     assert big.error is None
-    assert small.t1 >= big.t1 - 0.05, "B did not wait for A"
+    # B waited for A (the order of the answers says nothing: a lock is
+    # released before its rename is answered): its source was gone then
     assert small.errno == errno.ENOENT, "round %d: B's rename gave %r" % (i, small.error)
     assert os.listdir(shared / "bill" / "projects" / "elasticsearch") == ["README.txt"]
     assert not os.path.exists(shared / "clinton")

@@ -14,52 +14,25 @@ import time
 
 import pytest
 
-from conftest import run_as
+from conftest import open_tree, outcome, read_file, run_as, write_file
 
 USER, GROUP, SUPP, OTHER_GROUP, OTHER_USER = 4242, 4242, 4300, 4301, 4243
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch users")
 
 
-def outcome(fn):
-    try:
-        res = fn()
-    except OSError as e:
-        return ("err", errno.errorcode.get(e.errno, e.errno))
-    if isinstance(res, os.stat_result):
-        return ("stat", stat.filemode(res.st_mode), res.st_nlink if not stat.S_ISDIR(
-            res.st_mode) else None, res.st_uid, res.st_gid,
-            None if stat.S_ISDIR(res.st_mode) else res.st_size)
-    return ("ok", res)
+def stat_form(res):
+    return ("stat", stat.filemode(res.st_mode), res.st_nlink if not stat.S_ISDIR(
+        res.st_mode) else None, res.st_uid, res.st_gid,
+        None if stat.S_ISDIR(res.st_mode) else res.st_size)
 
 
 def run_steps(root, steps):
-    return [(name, outcome(lambda f=f: f(root))) for name, f in steps]
+    return [(name, outcome(lambda f=f: f(root), stat_form)) for name, f in steps]
 
 
 def j(root, *parts):
     return os.path.join(root, *parts)
-
-
-def write_file(path, data, flags=os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode=0o644):
-    fd = os.open(path, flags, mode)
-    try:
-        return os.write(fd, data)
-    finally:
-        os.close(fd)
-
-
-def read_file(path):
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def open_tree(tmp_path):
-    """Lets other users reach tmp_path (pytest makes its parents 0700)."""
-    p = tmp_path
-    for _ in range(3):
-        os.chmod(p, os.stat(p).st_mode | 0o755)
-        p = p.parent
 
 
 def prepare(r):

@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+from conftest import outcome
+
 NAMES = [
     b"with space",
     b" leading and trailing ",
@@ -31,14 +33,6 @@ NAMES = [
     b"x" * 255,
     "\u00e9".encode() * 127 + b"x",
 ]
-
-
-def outcome(fn):
-    try:
-        res = fn()
-    except OSError as e:
-        return ("err", errno.errorcode.get(e.errno, e.errno))
-    return ("ok", res)
 
 
 def name_steps(root, name):

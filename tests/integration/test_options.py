@@ -14,14 +14,6 @@ def run(args, timeout=20):
                           env=dict(os.environ, LC_ALL="C"))
 
 
-@pytest.fixture
-def dirs(tmp_path):
-    b, m = tmp_path / "backing", tmp_path / "mnt"
-    b.mkdir()
-    m.mkdir()
-    return str(b), str(m)
-
-
 def test_options__bad_options_all_reported_at_once(dirs):
     b, m = dirs
     r = run([b, m, "-f", "-o", "lock_store=nope,lock_timeout=-1,lock_strategy=x"])

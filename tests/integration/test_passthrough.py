@@ -16,6 +16,9 @@ import time
 
 import pytest
 
+from conftest import read_file, write_file
+from conftest import run_steps as shared_run_steps
+
 AT_FDCWD = -100
 RENAME_NOREPLACE = 1 << 0
 RENAME_EXCHANGE = 1 << 1
@@ -40,20 +43,8 @@ def norm_stat(st):
             st.st_gid, st.st_size if not stat.S_ISDIR(st.st_mode) else None)
 
 
-def outcome(fn):
-    try:
-        res = fn()
-    except OSError as e:
-        return ("err", errno.errorcode.get(e.errno, e.errno))
-    if isinstance(res, os.stat_result):
-        return norm_stat(res)
-    if isinstance(res, list):
-        return ("list", res)
-    return ("ok", res)
-
-
 def run_steps(root, steps):
-    return [(name, outcome(lambda f=f: f(root))) for name, f in steps]
+    return shared_run_steps(root, steps, norm_stat)
 
 
 def compare(tmp_path, mnt, steps):
@@ -65,19 +56,6 @@ def compare(tmp_path, mnt, steps):
         assert g == w, "step %r: native %r, mount %r" % (w[0], w[1], g[1])
     assert got == want
     return got
-
-
-def write_file(path, data, flags=os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode=0o644):
-    fd = os.open(path, flags, mode)
-    try:
-        return os.write(fd, data)
-    finally:
-        os.close(fd)
-
-
-def read_file(path):
-    with open(path, "rb") as f:
-        return f.read()
 
 
 def j(root, *parts):

@@ -54,14 +54,16 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRCDIR = os.environ.get("TREELOCKFS_SRCDIR") or os.path.dirname(os.path.dirname(HERE))
-BIN = os.environ.get("TREELOCKFS_BIN") or os.path.join(SRCDIR, "src", "treelockfs")
-CTL = os.environ.get("TREELOCKCTL_BIN") or os.path.join(SRCDIR, "src", "treelockctl")
 ESEMU = os.path.join(SRCDIR, "tests", "esemu", "esemu.py")
 ENGINE_START = os.path.join(SRCDIR, "tests", "engines", "start")
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 import checker  # noqa: E402
-from mounts import is_mounted  # noqa: E402
+from mounts import detach, is_mounted, program  # noqa: E402
+from mounts import unbuilt as _unbuilt  # noqa: E402
+
+BIN = program("treelockfs")
+CTL = program("treelockctl")
 
 INDEX = "treelockfs-locks"
 KINDS = ("cut", "pause", "kill", "engine", "skew")
@@ -81,8 +83,14 @@ def sh(*cmd, check=True):
     return r
 
 
+def unbuilt():
+    """Why treelockfs or treelockctl cannot run (a broken build: the run
+    fails), or None."""
+    return _unbuilt(BIN, CTL)
+
+
 def missing():
-    """Why this machine cannot run the test, or None."""
+    """Why this machine cannot run the test (the environment), or None."""
     if os.geteuid() != 0:
         return "not root (network namespaces and mounts need it)"
     for tool, pkg in (("ip", "iproute2"), ("nsenter", "util-linux"), ("fusermount3", "fuse3")):
@@ -90,14 +98,26 @@ def missing():
             return "no %s (Debian package %s)" % (tool, pkg)
     if not os.path.exists("/dev/fuse"):
         return "no /dev/fuse"
-    for b in (BIN, CTL):
-        if not os.access(b, os.X_OK):
-            return "%s is not built" % b
     probe = "tlmhp%d" % (os.getpid() % 100000)
     r = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
     if r.returncode != 0:
         return "ip netns does not work here: %s" % r.stderr.strip()
     subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return None
+
+
+def cannot_run():
+    """The exit status of a command that cannot run here, having said why:
+    1 for a broken build, 77 (skipped) for a missing environment; None
+    when it can run."""
+    why = unbuilt()
+    if why:
+        print("multihost failed: broken build: " + why)
+        return 1
+    why = missing()
+    if why:
+        print("multihost skipped: " + why)
+        return 77
     return None
 
 
@@ -110,8 +130,7 @@ def faketime_lib():
 
 def unmount(path):
     """fusermount3 -u of PATH (ours), lazily when busy."""
-    if is_mounted(path):
-        subprocess.run(["fusermount3", "-u", "-z", path], capture_output=True)
+    detach(path)
 
 
 class Net(object):
@@ -741,10 +760,9 @@ class Run(object):
 
 
 def cmd_run(a):
-    why = missing()
-    if why:
-        print("multihost skipped: " + why)
-        return 77
+    rc = cannot_run()
+    if rc is not None:
+        return rc
     total = {k: 0 for k in KINDS}
     nviol = 0
     for n in range(a.runs):
@@ -949,10 +967,9 @@ def limit_once(a, pause, partition):
 
 
 def cmd_limit(a):
-    why = missing()
-    if why:
-        print("multihost skipped: " + why)
-        return 77
+    rc = cannot_run()
+    if rc is not None:
+        return rc
     for pause in a.pause:
         for partition in (False, True):
             _, m = limit_once(a, pause, partition)

@@ -31,6 +31,11 @@ def quick_args(**kw):
 
 @pytest.fixture
 def machine():
+    """Fails when the programs are not built; skips, with the reason, where
+    the machine cannot run hosts."""
+    why = multihost.unbuilt()
+    if why:
+        pytest.fail("broken build: " + why, pytrace=False)
     why = multihost.missing()
     if why:
         pytest.skip(why)

@@ -19,6 +19,7 @@ sys.path.insert(0, os.path.join(SRCDIR, "tests"))
 sys.path.insert(0, HERE)
 
 import backends  # noqa: E402
+import mounts  # noqa: E402
 import objstore  # noqa: E402
 
 
@@ -36,10 +37,18 @@ integration = _integration()
 S3SERVER = os.environ.get("S3SERVER_BIN") or os.path.join(HERE, ".build", "s3server")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def built_programs():
+    """Every test fails, none skips, when treelockfs is not built."""
+    mounts.require_built(integration.BIN)
+
+
 def pytest_collection_modifyitems(config, items):
     why = None
+    if mounts.unbuilt(integration.BIN):
+        return
     if not integration.fuse_available():
-        why = "no /dev/fuse, fusermount3 or built treelockfs"
+        why = "no /dev/fuse or fusermount3 (Debian package fuse3)"
     elif not os.access(S3SERVER, os.X_OK):
         why = "no S3 server binary (tests/objstore/run.sh builds it)"
     elif not objstore.have_s3fs():
@@ -96,7 +105,7 @@ def store(request, tmp_path_factory):
 def treelockfs_over(tmp_path, store):
     """treelockfs_over(s3fs_mount, owner, opts) -> a started treelockfs
     (lock_store=es) over one host's s3fs mount."""
-    mounts = []
+    started = []
     store.reset()
 
     def make(backing, owner, opts=()):
@@ -104,14 +113,7 @@ def treelockfs_over(tmp_path, store):
         mnt.mkdir()
         m = integration.Mount(backing.mnt, mnt, opts=["lock_store=es", "es_url=" + store.url,
                                                        "owner=" + owner] + list(opts))
-        mounts.append(m)
+        started.append(m)
         return m.start()
     yield make
-    errors = []
-    for m in reversed(mounts):
-        try:
-            m.stop(check=True)
-        except AssertionError as e:
-            errors.append(str(e))
-    if errors:
-        pytest.fail("\n".join(errors))
+    mounts.stop_mounts(started)

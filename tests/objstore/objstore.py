@@ -19,18 +19,9 @@ import urllib.parse
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from mounts import is_mounted  # noqa: E402
+from mounts import is_mounted, wait_for  # noqa: E402
 
 BUCKET = "shared"
-
-
-def wait_until(pred, timeout, what, step=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(step)
-    raise RuntimeError("timed out after %ss waiting for %s" % (timeout, what))
 
 
 class S3Server:
@@ -52,7 +43,7 @@ class S3Server:
             if self.proc.poll() is not None:
                 raise RuntimeError("s3server exited with %d" % self.proc.returncode)
             return os.path.exists(port_file)
-        wait_until(ready, 15, "the S3 server's port")
+        wait_for(ready, 15, what="the S3 server's port")
         with open(port_file) as f:
             self.port = int(f.read())
         return self
@@ -125,7 +116,7 @@ class S3fsMount:
             if self.proc.poll() is not None:
                 raise RuntimeError("s3fs exited with %d:\n%s" % (self.proc.returncode, self.log()))
             return is_mounted(self.mnt)
-        wait_until(mounted, 20, "s3fs to mount " + self.mnt)
+        wait_for(mounted, 20, what="s3fs to mount " + self.mnt)
         return self
 
     def log(self):

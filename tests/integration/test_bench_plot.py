@@ -1,0 +1,64 @@
+"""bench/plot draws the picture of a saved bench/run result.
+
+Run on the result BENCHMARKS.md cites: an SVG with a bar per filesystem and
+workload, the same bytes twice (no date in it), and a clear error for a
+file that is not a result. Skipped, with the reason, where Debian's
+python3-matplotlib is missing (bench/plot then exits 77).
+"""
+import json
+import os
+import re
+import subprocess
+
+import pytest
+
+from conftest import SRCDIR
+
+PLOT = os.path.join(SRCDIR, "bench", "plot")
+RESULT = os.path.join(SRCDIR, "bench", "results", "20261127-030106-full.json")
+PYTHON = os.environ.get("PYTHON") or "/usr/bin/python3"
+
+
+def plot(*args):
+    r = subprocess.run([PYTHON, PLOT] + list(args), stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=300)
+    if r.returncode == 77:
+        pytest.skip(r.stdout.strip())
+    return r
+
+
+@pytest.mark.nofuse
+def test_bench__plot_draws_every_filesystem_and_workload(tmp_path):
+    out = tmp_path / "run.svg"
+    r = plot(RESULT, "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    svg = out.read_text()
+    assert svg.lstrip().startswith("<?xml") and "<svg" in svg
+    with open(RESULT) as f:
+        table = json.load(f)["table"]
+    for name in ("treelockfs tree", "treelockfs none", "passthrough_ll", "bindfs"):
+        assert name in svg, name
+    for row in ("create", "rename_same", "fio_seqread_1m"):
+        assert row in svg, row
+    # one bar per (filesystem, workload) the run has: 5 filesystems x 11 rows
+    bars = [w for w in ("treelockfs tree", "treelockfs none", "passthrough (timeouts=tlfs)",
+                        "passthrough_ll", "bindfs")
+            for row in ("create", "stat", "rename_same", "rename_cross", "rename_bigdir",
+                        "unlink", "mp_same_disjoint_4", "mp_cross_shared_4",
+                        "fio_seqread_1m", "fio_seqwrite_1m", "fio_randread_4k")
+            if table[row].get(w)]
+    assert len(bars) == 55
+    assert len(re.findall(r'<g id="patch_', svg)) >= len(bars)
+    again = tmp_path / "again.svg"
+    assert plot(RESULT, "-o", str(again)).returncode == 0
+    assert again.read_bytes() == out.read_bytes()
+
+
+@pytest.mark.nofuse
+def test_bench__plot_refuses_a_file_that_is_not_a_result(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"info": {}}')
+    r = plot(str(bad), "-o", str(tmp_path / "bad.svg"))
+    assert r.returncode == 1
+    assert "cannot read '%s'" % bad in r.stderr, r.stderr
+    assert not (tmp_path / "bad.svg").exists()
