@@ -37,6 +37,7 @@
 #include "options.h"
 #include "lockmgr.h"
 #include "lockplan.h"
+#include "lockwait.h"
 
 #define TLFS_CTL_NAME ".treelockfs"
 
@@ -121,6 +122,10 @@ struct tlfs {
 	 * never held across a syscall */
 	pthread_mutex_t plock_mutex;
 	struct plock_owner *plocks; /* protected by plock_mutex */
+
+	/* lock calls that wait, each on a thread of its own (fs_plock.c);
+	 * waits.mutex is a leaf lock */
+	struct lockwait_set waits;
 };
 
 /* The operations, for fuse_session_new() (fs_passthrough.c). */
@@ -213,6 +218,12 @@ void ll_flock(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, int op)
 
 /* Drops every lock OWNER holds on the file open as FD (its flush). */
 void plock_drop_owner(struct tlfs *fs, int fd, uint64_t owner);
+
+/* Before the file handle FH is closed (its release): ends the lock waits
+ * made through it and drops the locks of the owners that last used it,
+ * open file description locks (F_OFD_SETLK) among them: they belong to the
+ * caller's open file, which is gone. */
+void plock_release_fh(struct tlfs *fs, uint64_t fh);
 
 /* ---- fs_ctl.c: the control entry ---- */
 

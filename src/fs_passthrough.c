@@ -677,6 +677,7 @@ static void ll_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	if (fi->fh & CTL_TAG) {
 		ctl_release(fi);
 	} else {
+		plock_release_fh(req_fs(req), fi->fh);
 		if (fi->flock_release)
 			flock((int)fi->fh, LOCK_UN);
 		close((int)fi->fh);

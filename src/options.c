@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "lockstore_es.h"
+#include "lockwait.h"
 #include "log.h"
 #include "options.h"
 
@@ -58,6 +59,8 @@ static const struct fuse_opt tl_opts[] = {
 	{"--config %s", offsetof(struct tl_config, config_file), 0},
 	OPT_STR("owner", owner),
 	OPT_STR("lease_ttl", lease_ttl_s),
+	OPT_STR("lock_waiters", lock_waiters_s),
+	OPT_STR("lock_waiters_per_user", lock_waiters_per_user_s),
 	FUSE_OPT_KEY("--allow_other", KEY_ALLOW_OTHER),
 	FUSE_OPT_KEY("allow_other", KEY_ALLOW_OTHER),
 	FUSE_OPT_KEY("--no_allow_other", KEY_NO_ALLOW_OTHER),
@@ -124,6 +127,8 @@ int config_init(struct tl_config *cfg)
 	cfg->attr_timeout = TL_DEFAULT_ATTR_TIMEOUT;
 	cfg->negative_timeout = TL_DEFAULT_NEGATIVE_TIMEOUT;
 	cfg->lease_ttl = TL_DEFAULT_LEASE_TTL;
+	cfg->lock_waiters = LOCKWAIT_DEFAULT_TOTAL;
+	cfg->lock_waiters_per_user = LOCKWAIT_DEFAULT_PER_USER;
 	if (!cfg->lock_store_s || !cfg->lock_strategy_s || !cfg->lock_scope_s || !cfg->owner)
 		return -ENOMEM;
 	for (i = 0; i < TL_STORE_COUNT; i++) {
@@ -537,6 +542,9 @@ int config_validate(struct tl_config *cfg)
 	config_parse_seconds(cfg, "attr_timeout", cfg->attr_timeout_s, 0, 86400, &cfg->attr_timeout);
 	config_parse_seconds(cfg, "negative_timeout", cfg->negative_timeout_s, 0, 86400,
 			     &cfg->negative_timeout);
+	config_parse_uint(cfg, "lock_waiters", cfg->lock_waiters_s, 0, 65536, &cfg->lock_waiters);
+	config_parse_uint(cfg, "lock_waiters_per_user", cfg->lock_waiters_per_user_s, 0, 65536,
+			  &cfg->lock_waiters_per_user);
 	/* every backend checks the syntax of its options, the selected one
 	 * also what it needs */
 	for (i = 0; i < TL_STORE_COUNT; i++)
@@ -620,6 +628,9 @@ static const char help_mount[] =
 	"                             also directory paths for lock keys\n"
 	"    --attr_timeout=SECONDS   cache attributes this long (default 1)\n"
 	"    --negative_timeout=SECONDS cache missing names this long (default 0)\n"
+	"    --lock_waiters=N         blocked flock()/F_SETLKW waits of the mount (default 1024);\n"
+	"                             one more fails with ENOLCK\n"
+	"    --lock_waiters_per_user=N  ... of one user (default 256)\n"
 	"    --allow_other            let other users in; turns on default_permissions,\n"
 	"                             each request then acts as its user\n"
 	"    -f                       stay in the foreground, log to stderr\n"
@@ -649,6 +660,7 @@ void config_free(struct tl_config *cfg)
 		&cfg->attr_timeout_s,   &cfg->negative_timeout_s, &cfg->log_level_s,
 		&cfg->config_file,      &cfg->owner,              &cfg->lease_ttl_s,
 		&cfg->backing,          &cfg->errors,             &cfg->hold_log,
+		&cfg->lock_waiters_s,   &cfg->lock_waiters_per_user_s,
 	};
 	size_t i;
 

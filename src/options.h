@@ -66,6 +66,8 @@ struct tl_config {
 	char *config_file;
 	char *owner;           /* store-generic: this mount as shown to others */
 	char *lease_ttl_s;     /* store-generic: lease of a shared store's locks */
+	char *lock_waiters_s;
+	char *lock_waiters_per_user_s;
 	int allow_other;
 	int show_help;
 	int show_version;
@@ -83,6 +85,8 @@ struct tl_config {
 	double negative_timeout;
 	int log_level;
 	double lease_ttl;        /* seconds */
+	unsigned int lock_waiters;          /* blocked flock/fcntl waits of the mount */
+	unsigned int lock_waiters_per_user; /* ... of one uid */
 
 	/* each backend's own options, by enum tl_store_kind (NULL: none) */
 	void *store_opts[TL_STORE_COUNT];
