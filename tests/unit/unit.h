@@ -31,5 +31,6 @@ Suite *make_suite_lockstore_es(void);
 Suite *make_suite_es_docs(void);
 Suite *make_suite_buf(void);
 Suite *make_suite_log(void);
+Suite *make_suite_lockwait(void);
 
 #endif /* TREELOCKFS_UNIT_H */
