@@ -101,6 +101,8 @@ static int ctl_render(struct tlfs *fs, fuse_req_t req, enum ctl_kind kind,
 			lockplan_strategy_name(fs->cfg->lock_strategy));
 		lockmgr_format_stats(&fs->mgr, buf, sizeof(buf));
 		fputs(buf, f);
+		/* forwarded flock()/fcntl() locks that wait now (fs_plock.c) */
+		fprintf(f, "file_lock_waits %u\n", lockwait_count(&fs->waits));
 	} else {
 		struct tl_lock_info *v = NULL;
 		size_t n = 0, i;

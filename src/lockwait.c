@@ -18,7 +18,6 @@
 #include <config.h>
 
 #include <errno.h>
-#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
