@@ -259,6 +259,47 @@ START_TEST(test_lockwait__bounds_refuse_with_enolck)
 }
 END_TEST
 
+/* An unlock and a cancel at the same moment, many times: the outcome says
+ * what the waiter holds, whichever came first. */
+START_TEST(test_lockwait__grant_and_cancel_race_outcome_tells_truth)
+{
+	char path[] = "/tmp/lockwait-XXXXXX";
+	struct lockwait_set s;
+	struct lockwait_params p;
+	int holder = open_tmp(path), waiter = reopen(path), probe = reopen(path);
+	int granted = 0, cancelled = 0;
+
+	ck_assert_int_eq(lockwait_init(&s, 8, 8), 0);
+	for (int i = 0; i < 300; i++) {
+		struct outcome o = OUTCOME_INIT;
+		int res;
+
+		ck_assert_int_eq(flock(holder, LOCK_EX | LOCK_NB), 0);
+		p = flock_params(waiter, 1, &o, &o);
+		start(&s, &p);
+		if (i % 2)
+			usleep(i % 7 * 100);
+		ck_assert_int_eq(flock(holder, LOCK_UN), 0);
+		lockwait_cancel_key(&s, &o, EINTR);
+		ck_assert(wait_outcome(&o, 30));
+		res = flock(probe, LOCK_EX | LOCK_NB);
+		if (o.res == 0) {
+			granted++;
+			ck_assert_int_eq(res, -1); /* the waiter holds it */
+			ck_assert_int_eq(flock(waiter, LOCK_UN), 0);
+		} else {
+			cancelled++;
+			ck_assert_int_eq(o.res, -EINTR);
+			ck_assert_int_eq(res, 0); /* the waiter holds nothing */
+			ck_assert_int_eq(flock(probe, LOCK_UN), 0);
+		}
+	}
+	ck_assert_int_eq(granted + cancelled, 300);
+	lockwait_destroy(&s);
+	unlink(path);
+}
+END_TEST
+
 Suite *make_suite_lockwait(void)
 {
 	Suite *s = suite_create("lockwait");
@@ -270,6 +311,7 @@ Suite *make_suite_lockwait(void)
 	tcase_add_test(tc, test_lockwait__cancel_before_run_ends_at_once);
 	tcase_add_test(tc, test_lockwait__cancel_tag_returns_answered);
 	tcase_add_test(tc, test_lockwait__bounds_refuse_with_enolck);
+	tcase_add_test(tc, test_lockwait__grant_and_cancel_race_outcome_tells_truth);
 	suite_add_tcase(s, tc);
 	return s;
 }
