@@ -86,9 +86,23 @@ def spawn(func, uid=None, gid=None):
                 os.setuid(uid)
             func()
             code = 0
+        except BaseException:  # noqa: B902 - shown in the test's captured stderr
+            import traceback
+            traceback.print_exc()
         finally:
             os._exit(code)
     return pid
+
+
+def proc_state(pid):
+    """PID's state and wait channel, for messages."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        with open("/proc/%d/wchan" % pid) as f:
+            return "%d:%s:%s" % (pid, state, f.read())
+    except OSError as e:
+        return "%d:%s" % (pid, e.strerror)
 
 
 def blocked(pid):
@@ -237,7 +251,11 @@ def test_plock__200_waiters_of_one_user_leave_the_mount_usable(shared):
         for i in range(n):
             pids.append(spawn(waiter(i), NOBODY, NOBODY))
         # every waiter sleeps in its lock call; the mount counts them
-        wait_for(lambda: all(blocked(p) for p in pids), 120, "%d blocked waiters" % n)
+        deadline = time.monotonic() + 120
+        while not all(blocked(p) for p in pids):
+            assert time.monotonic() < deadline, "waiters not blocked after 120 s: %s\n%s" % (
+                [proc_state(p) for p in pids if not blocked(p)], m.log())
+            time.sleep(0.05)
 
         def waits():
             return m.stats().get("file_lock_waits")
@@ -249,7 +267,8 @@ def test_plock__200_waiters_of_one_user_leave_the_mount_usable(shared):
             if count == n or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
-        assert count == n
+        assert count == n, "file_lock_waits %s, not %d; %s\n%s" % (
+            count, n, [proc_state(p) for p in pids if not blocked(p)], m.log())
 
         # root, meanwhile
         ls_s, names = timed(lambda: sorted(os.listdir(m.mnt)), 30)
@@ -266,7 +285,8 @@ def test_plock__200_waiters_of_one_user_leave_the_mount_usable(shared):
         print("\nwith %d waiters: ls %.4f s, rename %.4f s, unlock %.4f s"
               % (n, ls_s, mv_s, unlock_s))
         for p in pids:
-            assert reaped(p, 120) == 0, "a waiter did not get its lock"
+            assert reaped(p, 120) == 0, "waiter %s did not get its lock; %s\n%s" % (
+                proc_state(p), m.stats(), m.log())
         pids = []
         hung = False
         # generous: a liveness bound, not a speed target
