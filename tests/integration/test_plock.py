@@ -179,26 +179,24 @@ def abort_connection(m):
         pass
 
 
-def open_tree(tmp_path):
-    """Lets other users reach tmp_path (pytest makes its parents 0700)."""
-    p = tmp_path
-    for _ in range(3):
-        os.chmod(p, os.stat(p).st_mode | 0o755)
-        p = p.parent
-
-
 @pytest.fixture
 def shared(tmp_path, mount_factory):
-    """An allow_other mount with a directory everyone may write."""
-    open_tree(tmp_path)
+    """An allow_other mount with a directory everyone may write, and an fd
+    on that directory: other users reach their files through it (openat),
+    so the modes of the directories above the mount do not matter (another
+    pytest run may make its base directory 0700 at any moment)."""
+    fds = []
 
     def make(opts=()):
         m = mount_factory(opts=["allow_other"] + list(opts))
         os.chmod(m.mnt, 0o755)
         os.mkdir(m.path("pub"))
         os.chmod(m.path("pub"), 0o777)
-        return m
-    return make
+        fds.append(os.open(m.path("pub"), os.O_RDONLY | os.O_DIRECTORY))
+        return m, fds[-1]
+    yield make
+    for fd in fds:
+        os.close(fd)
 
 
 # ---- waits do not take the mount's threads ----------------------------------------------------
@@ -208,7 +206,7 @@ def test_plock__200_waiters_of_one_user_leave_the_mount_usable(shared):
     """uid 65534 holds a shared flock and a POSIX read lock on its own file
     and starts 200 blocked waiters (flock -x and F_SETLKW write locks):
     root's ls, a rename and the holder's unlock still answer."""
-    m = shared()
+    m, pub = shared()
     n = 200
     f = m.path("pub", "f")
     cmd_r, cmd_w = os.pipe()
@@ -216,7 +214,7 @@ def test_plock__200_waiters_of_one_user_leave_the_mount_usable(shared):
 
     def holder():
         os.close(cmd_w)
-        fd = os.open(f, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open("f", os.O_RDWR | os.O_CREAT, 0o644, dir_fd=pub)
         fcntl.flock(fd, fcntl.LOCK_SH)
         fcntl.lockf(fd, fcntl.LOCK_SH)
         os.write(res_w, b"ready\n")
@@ -230,10 +228,10 @@ def test_plock__200_waiters_of_one_user_leave_the_mount_usable(shared):
     def waiter(i):
         def run():
             if i % 2:
-                fd = os.open(f, os.O_RDONLY)
+                fd = os.open("f", os.O_RDONLY, dir_fd=pub)
                 fcntl.flock(fd, fcntl.LOCK_EX)
             else:
-                fd = os.open(f, os.O_RDWR)
+                fd = os.open("f", os.O_RDWR, dir_fd=pub)
                 fcntl.lockf(fd, fcntl.LOCK_EX)
         return run
 
@@ -309,7 +307,7 @@ def test_plock__200_waiters_of_one_user_leave_the_mount_usable(shared):
 def test_plock__waiters_per_user_are_bounded_with_enolck(shared):
     """Past lock_waiters_per_user, a lock call that would wait fails with
     ENOLCK at once; one that need not wait, and another user's, go on."""
-    m = shared(["lock_waiters_per_user=3"])
+    m, pub = shared(["lock_waiters_per_user=3"])
     f = m.path("pub", "f")
     with open(f, "w") as fh:
         fh.write("x")
@@ -319,14 +317,14 @@ def test_plock__waiters_per_user_are_bounded_with_enolck(shared):
     pids = []
     try:
         def wait_flock():
-            fd = os.open(f, os.O_RDWR)
+            fd = os.open("f", os.O_RDWR, dir_fd=pub)
             fcntl.flock(fd, fcntl.LOCK_EX)
         for _ in range(3):
             pids.append(spawn(wait_flock, NOBODY, NOBODY))
         wait_for(lambda: m.stats().get("file_lock_waits") == 3, 60, "3 waits")
 
         def fourth():
-            fd = os.open(f, os.O_RDWR)
+            fd = os.open("f", os.O_RDWR, dir_fd=pub)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 return "locked"
@@ -335,7 +333,7 @@ def test_plock__waiters_per_user_are_bounded_with_enolck(shared):
         assert run_as(NOBODY, NOBODY, fourth) == "ENOLCK"
 
         def no_wait():
-            fd = os.open(m.path("pub", "g"), os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open("g", os.O_RDWR | os.O_CREAT, 0o644, dir_fd=pub)
             fcntl.flock(fd, fcntl.LOCK_EX)
             return "locked"
         assert run_as(NOBODY, NOBODY, no_wait) == "locked"
