@@ -41,6 +41,7 @@
 #include "options.h"
 #include "lockmgr.h"
 #include "lockplan.h"
+#include "lockwait.h"
 
 #define TLFS_CTL_NAME ".treelockfs"
 
@@ -186,6 +187,10 @@ struct tlfs {
 	 * never held across a syscall */
 	pthread_mutex_t plock_mutex;
 	struct plock_owner *plocks; /* protected by plock_mutex */
+
+	/* lock calls that wait, each on a thread of its own (fs_plock.c);
+	 * waits.mutex is a leaf lock */
+	struct lockwait_set waits;
 };
 
 /* The operations, for fuse_session_new() (fs_passthrough.c). */
@@ -375,6 +380,11 @@ static inline void backing_release(struct tlfs *fs, struct ll_inode *in)
 {
 }
 #endif /* HAVE_FUSE_PASSTHROUGH */
+/* Before the file handle FH is closed (its release): ends the lock waits
+ * made through it and drops the locks of the owners that last used it,
+ * open file description locks (F_OFD_SETLK) among them: they belong to the
+ * caller's open file, which is gone. */
+void plock_release_fh(struct tlfs *fs, uint64_t fh);
 
 /* ---- fs_ctl.c: the control entry ---- */
 

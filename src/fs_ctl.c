@@ -125,6 +125,7 @@ int ctl_render_metrics(void *arg, FILE *f)
 		.store_m = &sm,
 	};
 
+	src.data.file_lock_waiters = lockwait_count(&fs->waits);
 	/* a build or mount without passthrough shows no passthrough counters */
 	if (fs->pt != PT_OFF) {
 		src.data.passthrough_opens = &fs->pt_opens;
@@ -157,6 +158,13 @@ static int ctl_render(struct tlfs *fs, fuse_req_t req, enum ctl_kind kind,
 			lockplan_strategy_name(fs->cfg->lock_strategy));
 		lockmgr_format_stats(&fs->mgr, buf, sizeof(buf));
 		fputs(buf, f);
+		fprintf(f,
+			"passthrough %s\npassthrough_opens %" PRIu64
+			"\npassthrough_fallbacks %" PRIu64 "\npassthrough_backing_ids %" PRIu64 "\n",
+			fs->pt == PT_IN_USE ? "in_use" : fs->pt == PT_UNAVAILABLE ? "unavailable" : "off",
+			stats_get(&fs->pt_opens), stats_get(&fs->pt_fallbacks), stats_get(&fs->pt_ids));
+		/* forwarded flock()/fcntl() locks that wait now (fs_plock.c) */
+		fprintf(f, "file_lock_waits %u\n", lockwait_count(&fs->waits));
 	} else if (kind == CTL_METRICS) {
 		ctl_render_metrics(fs, f);
 	} else if (kind == CTL_OPTIONS) {
@@ -165,11 +173,6 @@ static int ctl_render(struct tlfs *fs, fuse_req_t req, enum ctl_kind kind,
 		pthread_mutex_unlock(&options_mutex);
 	} else if (kind == CTL_BACKING) {
 		fputs(fs->backing_chain ? fs->backing_chain : "", f);
-		fprintf(f,
-			"passthrough %s\npassthrough_opens %" PRIu64
-			"\npassthrough_fallbacks %" PRIu64 "\npassthrough_backing_ids %" PRIu64 "\n",
-			fs->pt == PT_IN_USE ? "in_use" : fs->pt == PT_UNAVAILABLE ? "unavailable" : "off",
-			stats_get(&fs->pt_opens), stats_get(&fs->pt_fallbacks), stats_get(&fs->pt_ids));
 	} else {
 		struct tl_lock_info *v = NULL;
 		size_t n = 0, i;

@@ -586,11 +586,16 @@ int tlfs_prepare(struct tlfs *fs)
 	char proc[64], buf[PATH_MAX + 1];
 	struct stat st;
 	ssize_t n;
+	int err;
 
 	pthread_mutex_init(&fs->itab_mutex, NULL);
 	pthread_mutex_init(&fs->plock_mutex, NULL);
 	pthread_mutex_init(&fs->recent_mutex, NULL);
 	fs->cwd_fd = -1;
+	/* here, in the main thread: the threads made later block its signal */
+	err = lockwait_init(&fs->waits, fs->cfg->lock_waiters_per_user, fs->cfg->lock_waiters);
+	if (err)
+		return err;
 	fs->root = calloc(1, sizeof(*fs->root));
 	if (!fs->root)
 		return -ENOMEM;
@@ -615,6 +620,8 @@ int tlfs_prepare(struct tlfs *fs)
 
 void tlfs_release(struct tlfs *fs)
 {
+	/* answered while the session still exists */
+	lockwait_destroy(&fs->waits);
 	/* the kernel need not forget every inode before the session ends */
 	for (size_t h = 0; h < TLFS_ITAB_SIZE; h++) {
 		while (fs->itab[h]) {

@@ -847,6 +847,7 @@ static void ll_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		ctl_release(fi);
 	} else {
 		backing_release(req_fs(req), ino_get(req_fs(req), ino));
+		plock_release_fh(req_fs(req), fi->fh);
 		if (fi->flock_release)
 			flock((int)fi->fh, LOCK_UN);
 		close((int)fi->fh);

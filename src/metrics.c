@@ -197,6 +197,9 @@ int metrics_format(FILE *f, const struct tl_metrics_src *src)
 		sample_u(f, src, "treelockfs_owners", "state=\"alive\"", (uint64_t)sm->owners_alive);
 		sample_u(f, src, "treelockfs_owners", "state=\"dead\"", (uint64_t)sm->owners_dead);
 	}
+	gauge(f, src, "treelockfs_file_lock_waiters",
+	      "flock() and fcntl() lock requests through the mount waiting now.",
+	      src->data.file_lock_waiters);
 	if (src->data.passthrough_opens)
 		counter(f, src, "treelockfs_passthrough_opens_total",
 			"Files opened with their reads and writes passed to the backing file "

@@ -28,6 +28,7 @@
 struct tl_data_counters {
 	const uint64_t *passthrough_opens;
 	const uint64_t *passthrough_fallbacks;
+	unsigned int file_lock_waiters; /* flock()/fcntl() waits now */
 };
 
 /* One scrape's sources; every pointer stays valid during the call. */

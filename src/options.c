@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "lockstore_es.h"
+#include "lockwait.h"
 #include "log.h"
 #include "options.h"
 
@@ -67,6 +68,8 @@ static const struct fuse_opt tl_opts[] = {
 	OPT_STR("lease_ttl", lease_ttl_s),
 	TL_OPT_BOOL("export_support", struct tl_config, export_support),
 	OPT_STR("export_remember", export_remember_s),
+	OPT_STR("lock_waiters", lock_waiters_s),
+	OPT_STR("lock_waiters_per_user", lock_waiters_per_user_s),
 	FUSE_OPT_KEY("--allow_other", KEY_ALLOW_OTHER),
 	FUSE_OPT_KEY("allow_other", KEY_ALLOW_OTHER),
 	FUSE_OPT_KEY("--no_allow_other", KEY_NO_ALLOW_OTHER),
@@ -183,6 +186,8 @@ int config_init(struct tl_config *cfg)
 	cfg->lease_ttl = TL_DEFAULT_LEASE_TTL;
 	cfg->metrics_interval = TL_DEFAULT_METRICS_INTERVAL;
 	cfg->export_remember = TL_DEFAULT_EXPORT_REMEMBER;
+	cfg->lock_waiters = LOCKWAIT_DEFAULT_TOTAL;
+	cfg->lock_waiters_per_user = LOCKWAIT_DEFAULT_PER_USER;
 	if (!cfg->lock_store_s || !cfg->lock_strategy_s || !cfg->lock_scope_s || !cfg->owner ||
 	    !cfg->passthrough_s)
 		return -ENOMEM;
@@ -808,6 +813,9 @@ int config_validate(struct tl_config *cfg)
 	else
 		config_error(cfg, "invalid passthrough '%s': expected auto, on or off",
 			     cfg->passthrough_s);
+	config_parse_uint(cfg, "lock_waiters", cfg->lock_waiters_s, 0, 65536, &cfg->lock_waiters);
+	config_parse_uint(cfg, "lock_waiters_per_user", cfg->lock_waiters_per_user_s, 0, 65536,
+			  &cfg->lock_waiters_per_user);
 	/* every backend checks the syntax of its options, the selected one
 	 * also what it needs */
 	for (i = 0; i < TL_STORE_COUNT; i++)
@@ -903,6 +911,9 @@ static const char help_mount[] =
 	"                             through the daemon (FUSE passthrough; default auto:\n"
 	"                             where the kernel accepts it; on: refuse to mount\n"
 	"                             without it)\n"
+	"    --lock_waiters=N         blocked flock()/F_SETLKW waits of the mount (default 1024);\n"
+	"                             one more fails with ENOLCK\n"
+	"    --lock_waiters_per_user=N  ... of one user (default 256)\n"
 	"    --allow_other            let other users in; turns on default_permissions,\n"
 	"                             each request then acts as its user\n"
 	"    -f                       stay in the foreground, log to stderr\n"
@@ -935,6 +946,7 @@ void config_free(struct tl_config *cfg)
 		&cfg->backing,          &cfg->errors,             &cfg->hold_log,
 		&cfg->metrics_file,     &cfg->metrics_interval_s,
 		&cfg->export_remember_s,
+		&cfg->lock_waiters_s,   &cfg->lock_waiters_per_user_s,
 	};
 	size_t i;
 

@@ -88,6 +88,8 @@ struct tl_config {
 	char *export_remember_s;
 	int export_support;    /* mount: file handles that outlive the kernel's inodes */
 	int noatime;           /* mount: reads leave BACKING's atime alone (O_NOATIME) */
+	char *lock_waiters_s;
+	char *lock_waiters_per_user_s;
 	int allow_other;
 	int show_help;
 	int show_version;
@@ -108,6 +110,8 @@ struct tl_config {
 	int log_level;
 	double lease_ttl;        /* seconds */
 	unsigned int export_remember; /* forgotten inodes kept findable by handle */
+	unsigned int lock_waiters;          /* blocked flock/fcntl waits of the mount */
+	unsigned int lock_waiters_per_user; /* ... of one uid */
 
 	/* each backend's own options, by enum tl_store_kind (NULL: none) */
 	void *store_opts[TL_STORE_COUNT];

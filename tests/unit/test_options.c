@@ -135,6 +135,32 @@ START_TEST(test_options__passthrough)
 }
 END_TEST
 
+START_TEST(test_options__lock_waiters)
+{
+	const char *argv[] = {"-o", "lock_waiters=5", "--lock_waiters_per_user=0", "/b", "/m",
+			      NULL};
+	const char *bad[] = {"-o", "lock_waiters=-1,lock_waiters_per_user=65537", "/b", "/m",
+			     NULL};
+
+	parse(false, argv + 4);
+	ck_assert_int_eq(config_validate(&cfg), 0);
+	ck_assert_uint_eq(cfg.lock_waiters, 1024);
+	ck_assert_uint_eq(cfg.lock_waiters_per_user, 256);
+	teardown();
+	setup();
+	parse(false, argv);
+	ck_assert_int_eq(config_validate(&cfg), 0);
+	ck_assert_uint_eq(cfg.lock_waiters, 5);
+	ck_assert_uint_eq(cfg.lock_waiters_per_user, 0);
+	teardown();
+	setup();
+	parse(false, bad);
+	ck_assert_int_eq(config_validate(&cfg), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "invalid lock_waiters '-1'"));
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "invalid lock_waiters_per_user '65537'"));
+}
+END_TEST
+
 START_TEST(test_options__all_errors_at_once)
 {
 	const char *argv[] = {"-o", "lock_store=nope,lock_timeout=-1,lock_strategy=x",
@@ -421,6 +447,7 @@ Suite *make_suite_options(void)
 	tcase_add_test(tc, test_options__both_spellings);
 	tcase_add_test(tc, test_options__passthrough);
 	tcase_add_test(tc, test_options__all_errors_at_once);
+	tcase_add_test(tc, test_options__lock_waiters);
 	tcase_add_test(tc, test_options__file_then_command_line);
 	tcase_add_test(tc, test_options__file_via_o_and_unknown_key);
 	tcase_add_test(tc, test_options__bad_file_lines_named_for_the_mount);

@@ -67,6 +67,7 @@ int main(void)
 	srunner_add_suite(sr, make_suite_log());
 	srunner_add_suite(sr, make_suite_metrics());
 	srunner_add_suite(sr, make_suite_mountchain());
+	srunner_add_suite(sr, make_suite_lockwait());
 	srunner_add_suite(sr, make_suite_es_docs());
 	srunner_add_suite(sr, make_suite_httpc());
 	srunner_add_suite(sr, make_suite_lockstore_es());

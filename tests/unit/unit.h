@@ -33,5 +33,6 @@ Suite *make_suite_buf(void);
 Suite *make_suite_log(void);
 Suite *make_suite_metrics(void);
 Suite *make_suite_mountchain(void);
+Suite *make_suite_lockwait(void);
 
 #endif /* TREELOCKFS_UNIT_H */
