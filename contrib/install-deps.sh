@@ -5,7 +5,11 @@
 # (tests/engines: real OpenSearch and Elasticsearch nodes; Maven fetches
 # their jars on the first run); s3fs is for the object-store test tier
 # (tests/objstore, which also needs Go 1.24 or later, not from Debian 12);
-# faketime is for the clock skew of tests/multihost.
+# faketime is for the clock skew of tests/multihost. meson, ninja-build,
+# dpkg-dev and debian-archive-keyring are for contrib/build-libfuse.sh,
+# run last: where the system's libfuse lacks FUSE passthrough (Debian 12's
+# 3.14), it builds Debian 13's libfuse 3.17.2 into deps/libfuse, which
+# configure then uses (the system's libfuse stays as it is).
 set -eu
 SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
@@ -16,4 +20,6 @@ $SUDO apt-get install -y -q --no-install-recommends \
 	libfuse3-dev fuse3 libcurl4-openssl-dev libcjson-dev check \
 	python3 python3-pytest python3-elasticsearch \
 	curl openssl iproute2 attr util-linux procps fio bindfs faketime \
-	default-jdk-headless maven s3fs
+	default-jdk-headless maven s3fs \
+	meson ninja-build dpkg-dev debian-archive-keyring
+sh "$(dirname "$0")/build-libfuse.sh"
