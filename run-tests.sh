@@ -52,8 +52,9 @@ if grep -q '^#define TL_LIBFUSE_BUNDLED 1' config.h 2>/dev/null; then
 	syssuite=$sysbuild/tests/integration/run.sh
 	rm -rf "$sysbuild"
 	if make -s distdir distdir="$sysbuild" >/dev/null &&
-		(cd "$sysbuild" && ./configure -q --enable-tests --with-libfuse=system \
-			${PYTHON:+PYTHON=$PYTHON} && make -s -j"$(nproc 2>/dev/null || echo 2)"); then
+		(cd "$sysbuild" && ./configure --enable-tests --with-libfuse=system \
+			${PYTHON:+PYTHON=$PYTHON} && make -j"$(nproc 2>/dev/null || echo 2)") \
+			>"$sysbuild/build.log" 2>&1; then
 		"$sysbuild/src/treelockfs" --version
 		(cd "$sysbuild" && env TREELOCKFS_BIN="$sysbuild/src/treelockfs" \
 			TREELOCKCTL_BIN="$sysbuild/src/treelockctl" TREELOCKFS_SRCDIR="$sysbuild" \
@@ -66,6 +67,7 @@ if grep -q '^#define TL_LIBFUSE_BUNDLED 1' config.h 2>/dev/null; then
 		esac
 		echo ":test-result: $result" >"$sysbuild/tests/integration/run.trs"
 	else
+		[ -f "$sysbuild/build.log" ] && tail -n 30 "$sysbuild/build.log"
 		echo "the build against the system's libfuse failed"
 		status=1
 	fi
