@@ -41,7 +41,9 @@ die() {
 
 force=no
 [ "${1:-}" = --force ] && force=yes
-if [ $force = no ] && [ -f "$stamp" ] && [ -f "$prefix/lib/pkgconfig/fuse3.pc" ]; then
+# a build made before the checkout moved names the old prefix: rebuilt
+if [ $force = no ] && [ -f "$stamp" ] &&
+	grep -qxF "prefix=$prefix" "$prefix/lib/pkgconfig/fuse3.pc" 2>/dev/null; then
 	log "libfuse $(cat "$stamp") is built already in deps/libfuse"
 	exit 0
 fi
