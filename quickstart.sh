@@ -10,7 +10,9 @@ SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
 sh ./contrib/install-deps.sh
 [ -x configure ] || autoreconf -fi
-[ -f Makefile ] || ./configure --enable-tests
+if [ ! -f Makefile ] || [ deps/libfuse/.built-from -nt Makefile ]; then
+	./configure --enable-tests
+fi
 make -j"$(nproc 2>/dev/null || echo 2)"
 mkdir -p demo/backing/clinton/projects/elasticsearch demo/mnt
 [ -e demo/backing/clinton/projects/elasticsearch/README.txt ] ||

@@ -7,7 +7,9 @@
 #   tests against a real OpenSearch cluster, where go and s3fs are
 #   installed, the object-store tests (two s3fs mounts of one bucket), and
 #   the multi-host run (hosts in network namespaces under a nemesis, judged
-#   by a checker).
+#   by a checker). When the build links the bundled libfuse (deps/libfuse,
+#   with FUSE passthrough), the integration tests run once more on a second
+#   build against the system's libfuse.
 # The last line is the sum over all of them: "N passed, N failed[, N skipped]".
 # Exit status 0 only when nothing failed. Needs the packages that
 # quickstart.sh installs; integration tests need root and /dev/fuse (they
@@ -24,7 +26,8 @@ if [ ! -x configure ] || [ configure.ac -nt configure ] || [ Makefile.am -nt Mak
 	log "autoreconf"
 	autoreconf -fi || exit 1
 fi
-if [ ! -f Makefile ] || [ configure -nt Makefile ]; then
+# a libfuse built into deps/libfuse since the last configure is taken up
+if [ ! -f Makefile ] || [ configure -nt Makefile ] || [ deps/libfuse/.built-from -nt Makefile ]; then
 	log "configure"
 	./configure --enable-tests ${PYTHON:+PYTHON=$PYTHON} || exit 1
 fi
@@ -35,6 +38,44 @@ log "make check"
 rm -f tests/esemu/run.xml tests/difftest/run.xml tests/integration/run.xml tests/engines/run.xml \
 	tests/objstore/run.xml tests/multihost/run.xml
 make check || status=1
+
+# When the main build links the bundled libfuse (contrib/build-libfuse.sh),
+# the integration tier runs once more on a second build against the
+# system's libfuse (no FUSE passthrough on Debian 12): a copy of the
+# distributed sources in build-system-libfuse/, configured with
+# --with-libfuse=system.
+sysbuild=$top/build-system-libfuse
+rm -f "$sysbuild/tests/integration/run.xml"
+syssuite=
+if grep -q '^#define TL_LIBFUSE_BUNDLED 1' config.h 2>/dev/null; then
+	log "integration tests on a build against the system's libfuse"
+	syssuite=$sysbuild/tests/integration/run.sh
+	rm -rf "$sysbuild"
+	if make -s distdir distdir="$sysbuild" >/dev/null &&
+		(cd "$sysbuild" && ./configure --enable-tests --with-libfuse=system \
+			${PYTHON:+PYTHON=$PYTHON} && make -j"$(nproc 2>/dev/null || echo 2)") \
+			>"$sysbuild/build.log" 2>&1; then
+		"$sysbuild/src/treelockfs" --version
+		# The lock store's tests on real engines do not depend on libfuse
+		# and ran above: here the es lock store runs on the emulator only,
+		# unless TREELOCKFS_BACKENDS says otherwise.
+		echo "lock store backends: ${TREELOCKFS_BACKENDS:-emulator}"
+		(cd "$sysbuild" && env TREELOCKFS_BIN="$sysbuild/src/treelockfs" \
+			TREELOCKCTL_BIN="$sysbuild/src/treelockctl" TREELOCKFS_SRCDIR="$sysbuild" \
+			TREELOCKFS_BACKENDS="${TREELOCKFS_BACKENDS:-emulator}" sh tests/integration/run.sh)
+		# the result as make check's driver would write it, for the count below
+		case $? in
+		0) result=PASS ;;
+		77) result=SKIP ;;
+		*) result=FAIL status=1 ;;
+		esac
+		echo ":test-result: $result" >"$sysbuild/tests/integration/run.trs"
+	else
+		[ -f "$sysbuild/build.log" ] && tail -n 30 "$sysbuild/build.log"
+		echo "the build against the system's libfuse failed"
+		status=1
+	fi
+fi
 
 # Count every test: TAP results of the unit binaries (.trs files), and the
 # JUnit XML of the Python suites.
@@ -50,7 +91,7 @@ passed=$1 failed=$2 skipped=$3
 # The pytest suites write JUnit XML (run.xml beside run.sh); a suite that
 # left none either was skipped as a whole (exit 77: no pytest) or crashed.
 for suite in tests/esemu/run.sh tests/difftest/run.sh tests/integration/run.sh tests/engines/run.sh \
-	tests/objstore/run.sh tests/multihost/run.sh; do
+	tests/objstore/run.sh tests/multihost/run.sh $syssuite; do
 	xml=${suite%.sh}.xml
 	trs=${suite%.sh}.trs
 	if [ -f "$trs" ] && grep -q '^:test-result: SKIP' "$trs"; then

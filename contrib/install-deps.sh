@@ -8,7 +8,11 @@
 # faketime is for the clock skew of tests/multihost; prometheus,
 # prometheus-node-exporter and python3-jsonschema check the metrics and
 # treelockctl's JSON with the real tools; python3-matplotlib draws
-# bench/run's picture (bench/plot).
+# bench/run's picture (bench/plot). meson, ninja-build, dpkg-dev and
+# debian-archive-keyring are for contrib/build-libfuse.sh, run last: where
+# the system's libfuse lacks FUSE passthrough (Debian 12's 3.14), it builds
+# Debian 13's libfuse 3.17.2 into deps/libfuse, which configure then uses
+# (the system's libfuse stays as it is).
 set -eu
 SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
@@ -20,4 +24,6 @@ $SUDO apt-get install -y -q --no-install-recommends \
 	python3 python3-pytest python3-elasticsearch \
 	curl openssl iproute2 attr util-linux procps fio bindfs faketime \
 	default-jdk-headless maven s3fs python3-matplotlib \
-	prometheus prometheus-node-exporter python3-jsonschema
+	prometheus prometheus-node-exporter python3-jsonschema \
+	meson ninja-build dpkg-dev debian-archive-keyring
+sh "$(dirname "$0")/build-libfuse.sh"

@@ -34,6 +34,13 @@
 #include "remount.h"
 #include "mountchain.h"
 
+/* configure found FUSE passthrough in the libfuse it links */
+#ifdef HAVE_FUSE_PASSTHROUGH
+#define TL_HAVE_PASSTHROUGH 1
+#else
+#define TL_HAVE_PASSTHROUGH 0
+#endif
+
 static void usage(const char *prog)
 {
 	printf("usage: %s [options] BACKING MOUNTPOINT\n\n"
@@ -381,7 +388,10 @@ int main(int argc, char *argv[])
 		return 1;
 	}
 	if (cfg.show_version) {
-		printf("treelockfs %s (libfuse %s)\n", PACKAGE_VERSION, fuse_pkgversion());
+		/* the libfuse running (a shared one may differ from the headers'),
+		 * where the build took it from, and whether it has passthrough */
+		printf("treelockfs %s (libfuse %s, %s; FUSE passthrough: %s)\n", PACKAGE_VERSION,
+		       fuse_pkgversion(), TL_LIBFUSE_ORIGIN, TL_HAVE_PASSTHROUGH ? "yes" : "no");
 		ret = 0;
 		goto out_free_cfg;
 	}

@@ -1,6 +1,7 @@
 """Options: both spellings, config files, and every problem reported at once."""
 import errno
 import os
+import re
 import subprocess
 import time
 
@@ -46,6 +47,25 @@ def test_options__help_and_version(dirs):
     assert "treelockfs" in r.stdout
     r = run(["-V"])
     assert r.returncode == 0
+
+
+def test_options__version_names_libfuse_and_passthrough():
+    """--version says which libfuse runs, where the build took it from and
+    whether it has FUSE passthrough (libfuse 3.16 and later); the bundled
+    build carries its libfuse (static), the system build loads the
+    system's shared libfuse3."""
+    r = run(["--version"])
+    assert r.returncode == 0
+    m = re.search(r"\(libfuse (\d+)\.(\d+)\.\d+, (bundled|system|prefix); "
+                  r"FUSE passthrough: (yes|no)\)", r.stdout)
+    assert m, r.stdout
+    major, minor, origin, passthrough = int(m[1]), int(m[2]), m[3], m[4]
+    assert passthrough == ("yes" if (major, minor) >= (3, 16) else "no"), r.stdout
+    linked = subprocess.run(["ldd", BIN], capture_output=True, text=True).stdout
+    if origin == "bundled":
+        assert "libfuse3.so" not in linked, linked
+    elif origin == "system":
+        assert "libfuse3.so" in linked, linked
 
 
 def test_options__missing_or_bad_backing(dirs, tmp_path):
