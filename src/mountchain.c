@@ -165,13 +165,14 @@ bool mountchain_has_dev(const char *chain, dev_t dev)
 	return false;
 }
 
-bool mountchain_below(const char *chain, unsigned first, const char *path)
+/* Whether directory PATH lies strictly below one of IDS[0..N): walks up
+ * the ".." of PATH comparing device and inode numbers. */
+static bool path_below_ids(const char *path, const struct dirid *ids, size_t n)
 {
-	struct dirid ids[MOUNTCHAIN_MAX];
-	size_t n = chain_parse(chain, first, ids, MOUNTCHAIN_MAX), i;
 	struct stat cur, up;
 	bool below = false;
 	int fd, upfd, steps;
+	size_t i;
 
 	if (n == 0)
 		return false;
@@ -191,6 +192,21 @@ bool mountchain_below(const char *chain, unsigned first, const char *path)
 	if (fd != -1)
 		close(fd);
 	return below;
+}
+
+bool mountchain_below(const char *chain, unsigned first, const char *path)
+{
+	struct dirid ids[MOUNTCHAIN_MAX];
+	size_t n = chain_parse(chain, first, ids, MOUNTCHAIN_MAX);
+
+	return path_below_ids(path, ids, n);
+}
+
+bool mountchain_path_below_dir(const char *path, const struct stat *dir)
+{
+	struct dirid id = {.dev = dir->st_dev, .ino = dir->st_ino};
+
+	return path_below_ids(path, &id, 1);
 }
 
 /* Whether FIELD (a mount point as mountinfo escapes it: \ooo for space,

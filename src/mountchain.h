@@ -24,6 +24,8 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+struct stat;
+
 /* The most lines a chain has (deeper stacks are cut there). */
 #define MOUNTCHAIN_MAX 32
 
@@ -47,6 +49,10 @@ bool mountchain_has_dev(const char *chain, dev_t dev);
  * the ".." of PATH, so bind mounts and symbolic links are seen through).
  * This function can't fail: what cannot be checked is not below. */
 bool mountchain_below(const char *chain, unsigned first, const char *path);
+
+/* Whether directory PATH lies strictly below directory DIR (its stat), by
+ * the same walk. This function can't fail. */
+bool mountchain_path_below_dir(const char *path, const struct stat *dir);
 
 /* The device of the mount at MOUNTPOINT (as /proc/self/mountinfo names
  * it: the last mount there), read without touching the mount itself.

@@ -85,10 +85,9 @@ static int add_mount_options(struct tl_config *cfg, struct fuse_args *args)
  * cannot be checked is left to the mount to report. */
 static bool mountpoint_below_backing(const char *backing, const char *mnt)
 {
-	struct stat b, cur, up;
+	struct stat b;
 	char *rb = realpath(backing, NULL);
 	bool below = false;
-	int fd, upfd;
 
 	if (rb) {
 		size_t n = strcmp(rb, "/") == 0 ? 0 : strlen(rb);
@@ -98,22 +97,7 @@ static bool mountpoint_below_backing(const char *backing, const char *mnt)
 	}
 	if (below || stat(backing, &b) != 0)
 		return below;
-	fd = open(mnt, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	while (fd != -1 && fstat(fd, &cur) == 0) {
-		upfd = openat(fd, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
-		close(fd);
-		fd = upfd;
-		if (fd == -1 || fstat(fd, &up) != 0 ||
-		    (up.st_dev == cur.st_dev && up.st_ino == cur.st_ino))
-			break; /* the root */
-		if (up.st_dev == b.st_dev && up.st_ino == b.st_ino) {
-			below = true;
-			break;
-		}
-	}
-	if (fd != -1)
-		close(fd);
-	return below;
+	return mountchain_path_below_dir(mnt, &b);
 }
 
 /* Notes in FS the chain of BACKING (mountchain.h) and refuses MNT when
