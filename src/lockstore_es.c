@@ -392,9 +392,11 @@ out_rollback:
 		es_docs_release(&b, r->ids[i], r->hkey, r->stored);
 	for (i = 0; i < n; i++)
 		es_docs_mark(&b, r, i);
-	if (es_send_idempotent(es, &b) == 0)
-		((struct es_hold *)h->priv)->marked = true;
-	else
+	/* marked from now on, whatever the answer: a bulk that timed out may
+	 * have been applied, and one kept is sent again by the heartbeat, so
+	 * abandon() must unmark (idempotent: a noop where no mark landed) */
+	((struct es_hold *)h->priv)->marked = true;
+	if (es_send_idempotent(es, &b) != 0)
 		err = -ENOLCK;
 out:
 	es_strv_free(owners, nown);
