@@ -120,6 +120,18 @@ def read(m, rel):
         return f.read()
 
 
+# A suite started in the background ignores SIGINT, one under nohup SIGHUP,
+# and a daemon inherits that (libfuse leaves an ignored signal ignored):
+# then the mounts start through a shim that gives them the dispositions a
+# shell or systemd would (the same pid: it execs).
+STOP_SIGNALS_SHIM = [] if all(
+    signal.getsignal(s) != signal.SIG_IGN for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)
+) else [sys.executable, "-c", "import os, signal, sys\n"
+        "for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):\n"
+        "    signal.signal(s, signal.SIG_DFL)\n"
+        "os.execv(sys.argv[1], sys.argv[1:])"]
+
+
 class Mount:
     """One treelockfs process. `opts` are -o options, e.g. ["lock_timeout=2"]."""
 
@@ -136,7 +148,7 @@ class Mount:
         cmd = [BIN, self.backing, self.mnt, "-f"]
         if self.opts:
             cmd += ["-o", ",".join(self.opts)]
-        return cmd + self.args
+        return STOP_SIGNALS_SHIM + cmd + self.args
 
     def start(self, timeout=10):
         require_built(BIN)
