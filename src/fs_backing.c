@@ -167,6 +167,14 @@ void backing_init(struct tlfs *fs, struct fuse_conn_info *conn)
 	fs->pt = PT_OFF;
 	if (fs->cfg->passthrough == TL_PASSTHROUGH_OFF)
 		return;
+	/* the kernel opens its backing file with the flags of the caller's
+	 * open: O_NOATIME, which noatime puts on the daemon's files, would
+	 * not be on it (passthrough=on with noatime is refused at start) */
+	if (fs->cfg->noatime) {
+		tl_log(LOG_NOTICE, "passthrough not used: with noatime the kernel's reads of the "
+				   "backing files would update their access times");
+		return;
+	}
 	if (!(conn->capable & FUSE_CAP_PASSTHROUGH)) {
 		if (fs->cfg->passthrough == TL_PASSTHROUGH_ON) {
 			tl_log(LOG_ERR, "cannot mount with passthrough=on: %s",
@@ -196,7 +204,10 @@ static enum pt_why pt_choose(struct tlfs *fs, fuse_req_t req, int fd)
 		return PT_WHY_ROOT;
 	if (fstat(fd, &st) == -1)
 		return PT_WHY_REFUSED;
-	if ((st.st_mode & S_ISUID) || (st.st_mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP))
+	/* also set-group-ID without group execute: a write by a user outside
+	 * the group clears it on the backing file, which the daemon must see
+	 * to tell the kernel (inode_mode_check()) */
+	if (st.st_mode & (S_ISUID | S_ISGID))
 		return PT_WHY_SETID;
 	return PT_USED;
 }

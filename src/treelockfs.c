@@ -422,6 +422,9 @@ int main(int argc, char *argv[])
 
 		if (why)
 			config_error(&cfg, "%s", why);
+		else if (cfg.noatime)
+			config_error(&cfg, "passthrough=on cannot keep noatime: the kernel's reads of "
+					   "the backing files would update their access times");
 	}
 	if (!cfg.errors) {
 		/* also reports libfuse options it does not know, on stderr */

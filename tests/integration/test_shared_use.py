@@ -181,10 +181,23 @@ def test_shared_use__o_direct_as_other_user(shared):
     for root in (native, m.mnt):
         os.mkdir(os.path.join(root, "pub"))
         os.chmod(os.path.join(root, "pub"), 0o777)
+    # With FUSE passthrough a user's file is read and written by the
+    # kernel on a backing file opened with the flags of the open: O_DIRECT
+    # turned on later by fcntl does not reach it, so an unaligned write
+    # then succeeds (buffered) where the disk refuses it. That difference
+    # is documented (treelockfs(1), BUGS) and asserted below instead.
+    passthrough = m.stats().get("passthrough") == "in_use"
     steps = [(n, lambda r, f=f: f(os.path.join(r, "pub"))) for n, f in _direct_steps()
-             if "1048576" not in n]
+             if "1048576" not in n and not (passthrough and n.startswith("O_DIRECT by fcntl"))]
     res = compare(native, m.mnt, steps, user=(USER, GROUP, [GROUP]))
     assert res["write 65536 at 0"] == ("ok", 65536)
+    if passthrough:
+        later = dict((n, f) for n, f in _direct_steps())["O_DIRECT by fcntl 100 at 0"]
+        got = run_as(USER, GROUP, lambda: outcome(lambda: later(os.path.join(m.mnt, "pub"))),
+                     groups=[GROUP])
+        assert got == ("ok", (100, 100)), got
+        with open(os.path.join(m.bpath("pub"), "v0"), "rb") as f:
+            assert f.read() == b"L" * 100
 
 
 # ---- default ACLs --------------------------------------------------------------------------
