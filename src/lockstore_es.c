@@ -319,6 +319,7 @@ static int on_refusal(struct es_store *es, struct es_req *r, const struct tl_hol
 	bool *dead = NULL, described = false;
 	cJSON *root = NULL, *d;
 	struct buf b = BUF_INIT;
+	size_t rollback_len;
 	int err = -EAGAIN;
 
 	if (!ref || !refids) {
@@ -390,14 +391,25 @@ out_rollback:
 	r->stored = es_client_scripts_stored(&es->cl);
 	for (i = r->sent; i-- > 0;)
 		es_docs_release(&b, r->ids[i], r->hkey, r->stored);
+	rollback_len = b.len;
+	/* The marks go with the rollback in one request, and are never kept
+	 * for a resend: a mark applied late, after this holder gave up and
+	 * unmarked, would stand in the way of later renames until it
+	 * expires; a lost one costs only this waiter its place. Marked from
+	 * now on, whatever the answer (a request that timed out may have been
+	 * applied), so that abandon() unmarks (a noop where none landed). */
 	for (i = 0; i < n; i++)
 		es_docs_mark(&b, r, i);
-	/* marked from now on, whatever the answer: a bulk that timed out may
-	 * have been applied, and one kept is sent again by the heartbeat, so
-	 * abandon() must unmark (idempotent: a noop where no mark landed) */
 	((struct es_hold *)h->priv)->marked = true;
-	if (es_send_idempotent(es, &b) != 0)
-		err = -ENOLCK;
+	cJSON_Delete(root);
+	root = NULL;
+	if (es_bulk_send(&es->cl, &b, &root) != 0 && rollback_len) {
+		/* the rollback alone, kept for the heartbeat if need be */
+		b.len = rollback_len;
+		b.data[rollback_len] = '\0';
+		if (es_send_idempotent(es, &b) != 0)
+			err = -ENOLCK;
+	}
 out:
 	es_strv_free(owners, nown);
 	free(dead);
