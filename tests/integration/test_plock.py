@@ -479,8 +479,19 @@ def ofd_steps(root):
     r, w = os.pipe()
 
     def hold():
+        # the probes before closed their files just now: through FUSE the
+        # kernel sends those releases in the background, so their locks
+        # may still be there for a moment; the holder takes it once free
         fd = os.open(f, os.O_RDWR)
-        ofd(fd, fcntl.F_OFD_SETLK, fcntl.F_WRLCK)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                ofd(fd, fcntl.F_OFD_SETLK, fcntl.F_WRLCK)
+                break
+            except OSError as e:
+                if e.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
         os.read(r, 1)
     hpid = spawn(hold)
     wait_for(lambda: try_take("ofd", f) != "locked", 30, "the holder's lock")
