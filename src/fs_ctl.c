@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "escape.h"
 #include "fs.h"
 #include "lockplan.h"
 #include "metrics.h"
@@ -52,28 +53,6 @@ struct ctl_buf {
 	char *data;
 	size_t len;
 };
-
-/* Writes KEY with backslashes, control bytes and invalid UTF-8 escaped, so
- * one lock is one line of valid text. */
-static void ctl_put_key(FILE *f, const char *key)
-{
-	const unsigned char *s = (const unsigned char *)key;
-
-	while (*s) {
-		size_t n = path_utf8_len(s, strnlen((const char *)s, 4));
-
-		if (*s == '\\') {
-			fputs("\\\\", f);
-			s++;
-		} else if (n == 0 || *s < 0x20 || *s == 0x7f) {
-			fprintf(f, "\\x%02x", *s);
-			s++;
-		} else {
-			fwrite(s, 1, n, f);
-			s += n;
-		}
-	}
-}
 
 /* True when the caller (whose credentials this thread has) may learn
  * KEY: it may list every directory from the backing root to KEY's parent
@@ -193,7 +172,8 @@ static int ctl_render(struct tlfs *fs, fuse_req_t req, enum ctl_kind kind,
 					v[i].mode == TL_EXCLUSIVE ? "exclusive" : "shared",
 					v[i].count, v[i].age_ms, v[i].waiters,
 					v[i].holders ? v[i].holders : "-");
-				ctl_put_key(f, v[i].key);
+				/* one lock, one line of text */
+				escape_fputs(v[i].key, f);
 				fputc('\n', f);
 			}
 		}

@@ -8,8 +8,8 @@
 #include <string.h>
 #include <syslog.h>
 
+#include "escape.h"
 #include "log.h"
-#include "path.h"
 
 int tl_log_level = LOG_NOTICE;
 static const char *log_progname = "treelockfs";
@@ -67,48 +67,6 @@ const char *tl_log_level_name(int level)
 	return level_names[level];
 }
 
-/* Length of the valid UTF-8 sequence at S that is not a control
- * character (C1 controls U+0080..U+009F included), or 0. */
-static size_t utf8_printable_len(const unsigned char *s)
-{
-	if (s[0] < 0x20 || s[0] == 0x7f || (s[0] == 0xc2 && s[1] < 0xa0))
-		return 0;
-	return path_utf8_len(s, strnlen((const char *)s, 4));
-}
-
-size_t tl_log_escape(char *out, size_t size, const char *in)
-{
-	const unsigned char *s = (const unsigned char *)in;
-	size_t o = 0;
-
-	if (size == 0)
-		return 0;
-	while (*s) {
-		size_t n = utf8_printable_len(s);
-		char esc[5];
-		const char *w = (const char *)s;
-		size_t wn = n;
-
-		if (*s == '\\') {
-			w = "\\\\";
-			wn = 2;
-			n = 1;
-		} else if (n == 0) {
-			snprintf(esc, sizeof(esc), "\\x%02x", *s);
-			w = esc;
-			wn = 4;
-			n = 1;
-		}
-		if (o + wn >= size)
-			break;
-		memcpy(out + o, w, wn);
-		o += wn;
-		s += n;
-	}
-	out[o] = '\0';
-	return o;
-}
-
 void tl_log_write(int level, const char *fmt, ...)
 {
 	char buf[2048], esc[4 * sizeof(buf)];
@@ -117,8 +75,9 @@ void tl_log_write(int level, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
-	/* names and keys come from users: one message stays one line of text */
-	tl_log_escape(esc, sizeof(esc), buf);
+	/* names and keys come from users: one message stays one line of text
+	 * (escape.h) */
+	escape_text(esc, sizeof(esc), buf);
 	if (log_syslog) {
 		syslog(level, "%s", esc);
 		return;

@@ -40,15 +40,8 @@ int tl_log_parse_level(const char *name);
 /* Name of a level for messages ("debug" for LOG_DEBUG). */
 const char *tl_log_level_name(int level);
 
-/* Copies IN to OUT (SIZE bytes, always NUL-terminated when SIZE > 0) with
- * every backslash doubled and every control byte (C0, DEL, C1) and byte of
- * invalid UTF-8 written as \xNN, so that text from users (file names,
- * lock keys, URLs) can neither break a log line nor pass for another one,
- * and escapes stay unambiguous. Stops before an escape that would not fit.
- * Returns the length written. tl_log() applies it to every message: pass
- * names raw, never pre-escaped. This function can't fail. */
-size_t tl_log_escape(char *out, size_t size, const char *in);
-
+/* Formats and writes one message; user text in it is escaped (escape.h):
+ * pass names raw, never pre-escaped. Call it through tl_log(). */
 void tl_log_write(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define tl_log(level, ...)                                                                         \

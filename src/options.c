@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "escape.h"
 #include "lockstore_es.h"
 #include "lockwait.h"
 #include "log.h"
@@ -101,7 +102,7 @@ struct parse_ctx {
 
 static __thread struct parse_ctx *cur;
 
-/* Appends LINE, escaped (tl_log_escape: values from a config file or
+/* Appends LINE, escaped (escape.h: values from a config file or
  * the command line may hold any byte), as one line of cfg->errors. */
 static void config_error_add(struct tl_config *cfg, const char *line)
 {
@@ -109,7 +110,7 @@ static void config_error_add(struct tl_config *cfg, const char *line)
 	size_t old = cfg->errors ? strlen(cfg->errors) : 0, add;
 	char *e;
 
-	add = tl_log_escape(esc, sizeof(esc), line);
+	add = escape_text(esc, sizeof(esc), line);
 	e = realloc(cfg->errors, old + add + 2);
 	if (!e)
 		return;

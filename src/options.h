@@ -165,7 +165,7 @@ bool config_parse_uint(struct tl_config *cfg, const char *name, const char *s, u
 char *config_read_secret(struct tl_config *cfg, const char *what, const char *file);
 
 /* Appends one formatted problem to cfg->errors, as one line with bytes
- * that could garble a terminal or log escaped as tl_log_escape() does. */
+ * that could garble a terminal or log escaped (escape.h). */
 void config_error(struct tl_config *cfg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* config_error() for a bad VALUE of option NAME: when the config file set

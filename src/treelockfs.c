@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "escape.h"
 #include "options.h"
 #include "fs.h"
 #include "lockstore.h"
@@ -181,8 +182,8 @@ out_close:
 }
 
 /* libfuse's own messages (an unknown option of the command line, its
- * debug lines) go where libfuse would print them, stderr, but escaped as
- * tl_log_escape() does: they quote bytes a user typed or a config file
+ * debug lines) go where libfuse would print them, stderr, but escaped
+ * (escape.h): they quote bytes a user typed or a config file
  * held, which must not reach a terminal or a log raw. libfuse prints some
  * messages in pieces, so only a piece's final newline is kept as is. */
 static void fuse_log_escaped(enum fuse_log_level level, const char *fmt, va_list ap)
@@ -197,7 +198,7 @@ static void fuse_log_escaped(enum fuse_log_level level, const char *fmt, va_list
 	nl = n > 0 && msg[n - 1] == '\n';
 	if (nl)
 		msg[n - 1] = '\0';
-	tl_log_escape(esc, sizeof(esc), msg);
+	escape_text(esc, sizeof(esc), msg);
 	fprintf(stderr, "%s%s", esc, nl ? "\n" : "");
 }
 

@@ -64,7 +64,7 @@ int main(void)
 	srunner_add_suite(sr, make_suite_lockstore_mem());
 	srunner_add_suite(sr, make_suite_options());
 	srunner_add_suite(sr, make_suite_buf());
-	srunner_add_suite(sr, make_suite_log());
+	srunner_add_suite(sr, make_suite_escape());
 	srunner_add_suite(sr, make_suite_metrics());
 	srunner_add_suite(sr, make_suite_mountchain());
 	srunner_add_suite(sr, make_suite_lockwait());

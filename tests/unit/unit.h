@@ -30,7 +30,7 @@ Suite *make_suite_httpc(void);
 Suite *make_suite_lockstore_es(void);
 Suite *make_suite_es_docs(void);
 Suite *make_suite_buf(void);
-Suite *make_suite_log(void);
+Suite *make_suite_escape(void);
 Suite *make_suite_metrics(void);
 Suite *make_suite_mountchain(void);
 Suite *make_suite_lockwait(void);

@@ -1,0 +1,97 @@
+/* escape.c - the one escaper for text from users, see escape.h */
+#include <config.h>
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "buf.h"
+#include "escape.h"
+#include "path.h"
+
+/* Longest piece one input character becomes: "\xHH" or 4 UTF-8 bytes. */
+#define PIECE_MAX 4
+
+/* The piece the character at S (not NUL) is written as: points *OUT at
+ * it (inside S or PIECE) and returns its length; *USED receives the input
+ * bytes it stands for. */
+static size_t escape_piece(const unsigned char *s, char piece[PIECE_MAX], const char **out,
+			   size_t *used)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t n = 0;
+
+	/* C0, DEL and C1 (U+0080..U+009F: 0xc2 0x80..0x9f) are controls */
+	if (s[0] >= 0x20 && s[0] != 0x7f && s[0] != '\\' && !(s[0] == 0xc2 && s[1] < 0xa0))
+		n = path_utf8_len(s, strnlen((const char *)s, PIECE_MAX));
+	if (n) {
+		*out = (const char *)s;
+		*used = n;
+		return n;
+	}
+	*used = 1;
+	*out = piece;
+	piece[0] = '\\';
+	if (s[0] == '\\') {
+		piece[1] = '\\';
+		return 2;
+	}
+	piece[1] = 'x';
+	piece[2] = hex[s[0] >> 4];
+	piece[3] = hex[s[0] & 15];
+	return 4;
+}
+
+size_t escape_text(char *out, size_t size, const char *in)
+{
+	const unsigned char *s = (const unsigned char *)in;
+	char piece[PIECE_MAX];
+	const char *p;
+	size_t o = 0, n, used;
+
+	if (size == 0)
+		return 0;
+	while (*s) {
+		n = escape_piece(s, piece, &p, &used);
+		if (o + n >= size)
+			break;
+		memcpy(out + o, p, n);
+		o += n;
+		s += used;
+	}
+	out[o] = '\0';
+	return o;
+}
+
+int escape_fputs(const char *in, FILE *f)
+{
+	const unsigned char *s = (const unsigned char *)in;
+	char piece[PIECE_MAX];
+	const char *p;
+	size_t n, used;
+
+	while (*s) {
+		n = escape_piece(s, piece, &p, &used);
+		if (fwrite(p, 1, n, f) != n)
+			return -EIO;
+		s += used;
+	}
+	return 0;
+}
+
+int escape_buf(struct buf *b, const char *in)
+{
+	const unsigned char *s = (const unsigned char *)in;
+	char piece[PIECE_MAX];
+	const char *p;
+	size_t n, used;
+
+	while (*s) {
+		n = escape_piece(s, piece, &p, &used);
+		if (buf_add(b, p, n) != 0)
+			return b->err;
+		s += used;
+	}
+	return 0;
+}
