@@ -141,6 +141,8 @@ static void es_opts_validate(void *p, struct tl_config *cfg, bool selected)
 	}
 	if (!selected)
 		return;
+	if (o->cacert)
+		config_path_absolute(cfg, "es_cacert", &o->cacert);
 	if (!o->url || !*o->url) {
 		config_error(cfg, "lock_store=es needs es_url=URL[,URL...]");
 	} else {
@@ -221,7 +223,6 @@ static void es_opts_free(void *p)
 }
 
 const struct tl_store_options lockstore_es_options = {
-	.name = "es",
 	.size = sizeof(struct es_options),
 	.opts = es_opts,
 	.help = es_help,

@@ -129,8 +129,8 @@ struct tlfs {
 				  * -1: lock keys then come from /proc (fs_rename.c) */
 	bool cwd_stays;          /* a request thread's working directory may stay
 				  * where a key put it: nothing in a request
-				  * thread resolves a relative path (the mem
-				  * store; the es store's TLS files may) */
+				  * thread resolves a relative path (path
+				  * options are absolute once validated) */
 	uint64_t rename_gen;     /* atomic: renames done through this mount;
 				  * written under recent_mutex */
 	/* atomic: st_dev + 1 of a backing filesystem that refused

@@ -177,7 +177,7 @@ static int ctl_render(struct tlfs *fs, fuse_req_t req, enum ctl_kind kind,
 				fputc('\n', f);
 			}
 		}
-		lockstore_free_list(v, n);
+		lockmgr_free_list(v, n);
 	}
 	fclose(f);
 	*out = b;

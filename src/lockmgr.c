@@ -248,14 +248,9 @@ void lockmgr_shutdown(struct lockmgr *m, int64_t end_ms)
 		m->store->ops->shutdown(m->store, end_ms);
 }
 
-bool lockmgr_lease_fresh(struct lockmgr *m)
-{
-	return !m->store->ops->lease_fresh || m->store->ops->lease_fresh(m->store);
-}
-
 int lockmgr_check_lease(struct lockmgr *m)
 {
-	if (lockmgr_lease_fresh(m))
+	if (!m->store->ops->lease_fresh || m->store->ops->lease_fresh(m->store))
 		return 0;
 	stats_add(&m->stats.fenced, 1);
 	return lockstore_errno(-ESTALE);
@@ -284,6 +279,11 @@ int lockmgr_list(struct lockmgr *m, const char *prefix, struct tl_lock_info **ou
 	*out = NULL;
 	*n = 0;
 	return m->store->ops->list(m->store, prefix, out, n);
+}
+
+void lockmgr_free_list(struct tl_lock_info *list, size_t n)
+{
+	lockstore_free_list(list, n);
 }
 
 void lockmgr_count_unlocked(struct lockmgr *m, bool rename)

@@ -55,9 +55,6 @@ int lockmgr_release(struct lockmgr *m, const struct tl_plan *plan, struct tl_hol
  * (monotonic ms; its shutdown op). Any thread; the first call counts. */
 void lockmgr_shutdown(struct lockmgr *m, int64_t end_ms);
 
-/* True while the store says our lease is fresh (fencing). */
-bool lockmgr_lease_fresh(struct lockmgr *m);
-
 /* Fencing before acting on held locks: returns 0 while our lease is
  * fresh, else counts the refusal and returns -ENOLCK. */
 int lockmgr_check_lease(struct lockmgr *m);
@@ -87,8 +84,11 @@ const char *lockmgr_store_name(const struct lockmgr *m);
 int lockmgr_start(struct lockmgr *m);
 
 /* Lists the store's locks under PREFIX ("/" for all) into a new array *OUT
- * of *N rows (free with lockstore_free_list()). Returns 0 or -errno. */
+ * of *N rows (free with lockmgr_free_list()). Returns 0 or -errno. */
 int lockmgr_list(struct lockmgr *m, const char *prefix, struct tl_lock_info **out, size_t *n);
+
+/* Frees LIST of N rows from lockmgr_list(); accepts NULL. */
+void lockmgr_free_list(struct tl_lock_info *list, size_t n);
 
 /* Counts a rename (RENAME) or entry operation done without a plan
  * (lock_strategy=none). This function can't fail. */

@@ -1,4 +1,5 @@
-/* lockstore.c - store selection and the one errno mapping, see lockstore.h */
+/* lockstore.c - the registry of backends, store selection and the one
+ * errno mapping, see lockstore.h */
 #include <config.h>
 
 #include <errno.h>
@@ -6,20 +7,20 @@
 
 #include "options.h"
 #include "lockstore.h"
+#include "lockstore_es.h"
 #include "lockstore_i.h"
+
+const struct lockstore_backend lockstore_backends[TL_STORE_COUNT] = {
+	[TL_STORE_MEM] = {.name = "mem", .options = NULL, .open = lockstore_mem_open},
+	[TL_STORE_ES] = {.name = "es", .options = &lockstore_es_options, .open = lockstore_es_open},
+};
 
 int lockstore_open(const struct tl_config *cfg, struct lockstore **out)
 {
 	*out = NULL;
-	switch (cfg->lock_store) {
-	case TL_STORE_MEM:
-		return lockstore_mem_open(cfg, out);
-	case TL_STORE_ES:
-		return lockstore_es_open(cfg, out);
-	case TL_STORE_COUNT:
-		break;
-	}
-	return -EINVAL;
+	if (cfg->lock_store >= TL_STORE_COUNT)
+		return -EINVAL;
+	return lockstore_backends[cfg->lock_store].open(cfg, out);
 }
 
 void lockstore_close(struct lockstore *st)

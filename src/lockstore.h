@@ -41,6 +41,7 @@
 #include "stats.h"
 
 struct tl_config;
+struct tl_store_options;
 struct lockstore;
 
 /* One rename (or entry op) as a lock holder. Filled by lockmgr before the
@@ -171,6 +172,20 @@ struct lockstore {
 	const struct lockstore_ops *ops;
 	const struct tl_config *cfg;
 };
+
+/* One backend, as lock_store=NAME selects it: its name, its own options
+ * (parsed, checked and freed by options.c through them) and its
+ * constructor (lockstore_open()). A new backend is one more file and one
+ * more row of lockstore_backends. */
+struct lockstore_backend {
+	const char *name;                       /* lock_store=NAME */
+	const struct tl_store_options *options; /* options.h; NULL: none */
+	int (*open)(const struct tl_config *cfg, struct lockstore **out);
+};
+
+/* The one registry of backends: TL_STORE_COUNT rows, by enum
+ * tl_store_kind (options.h). */
+extern const struct lockstore_backend lockstore_backends[];
 
 /* Opens the store named by cfg->lock_store. For es this checks the cluster
  * and bootstraps the index (no threads yet: start() comes later). Returns 0,

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "escape.h"
-#include "lockstore_es.h"
+#include "lockstore.h"
 #include "lockwait.h"
 #include "log.h"
 #include "options.h"
@@ -43,10 +43,11 @@ enum {
 
 #define OPT_STR(name, field) TL_OPT_STR(name, struct tl_config, field)
 
-/* The backends with options of their own, by enum tl_store_kind. */
-static const struct tl_store_options *const store_options[TL_STORE_COUNT] = {
-	[TL_STORE_ES] = &lockstore_es_options,
-};
+/* The options of backend I (lockstore_backends), or NULL: none. */
+static const struct tl_store_options *store_options(size_t i)
+{
+	return lockstore_backends[i].options;
+}
 
 static const struct fuse_opt tl_opts[] = {
 	OPT_STR("lock_store", lock_store_s),
@@ -193,7 +194,7 @@ int config_init(struct tl_config *cfg)
 	    !cfg->passthrough_s)
 		return -ENOMEM;
 	for (i = 0; i < TL_STORE_COUNT; i++) {
-		const struct tl_store_options *so = store_options[i];
+		const struct tl_store_options *so = store_options(i);
 
 		if (!so)
 			continue;
@@ -215,8 +216,8 @@ static int parse_all(struct fuse_args *args, struct tl_config *cfg)
 	size_t i;
 
 	for (i = 0; i < TL_STORE_COUNT; i++)
-		if (store_options[i] &&
-		    fuse_opt_parse(args, cfg->store_opts[i], store_options[i]->opts, NULL) == -1)
+		if (store_options(i) &&
+		    fuse_opt_parse(args, cfg->store_opts[i], store_options(i)->opts, NULL) == -1)
 			return -1;
 	return fuse_opt_parse(args, cfg, tl_opts, opt_proc);
 }
@@ -429,7 +430,7 @@ static bool ours_match(const char *opt)
 	size_t i;
 
 	for (i = 0; i < TL_STORE_COUNT; i++)
-		if (store_options[i] && fuse_opt_match(store_options[i]->opts, opt))
+		if (store_options(i) && fuse_opt_match(store_options(i)->opts, opt))
 			return true;
 	return fuse_opt_match(tl_opts, opt);
 }
@@ -721,12 +722,36 @@ bool config_parse_uint(struct tl_config *cfg, const char *name, const char *s, u
 	return true;
 }
 
+bool config_path_absolute(struct tl_config *cfg, const char *name, char **path)
+{
+	char *cwd, *abs = NULL;
+
+	if ((*path)[0] == '/')
+		return true;
+	cwd = getcwd(NULL, 0);
+	if (!cwd) {
+		config_error(cfg, "cannot use %s '%s': the working directory: %s", name, *path,
+			     strerror(errno));
+		return false;
+	}
+	if (asprintf(&abs, "%s/%s", cwd, *path) < 0)
+		abs = NULL;
+	free(cwd);
+	if (!abs) {
+		config_error(cfg, "cannot use %s '%s': out of memory", name, *path);
+		return false;
+	}
+	free(*path);
+	*path = abs;
+	return true;
+}
+
 /* metrics_file=: made absolute (the daemon leaves its working directory
  * when it goes to the background); its directory must exist, as the
  * temporary file of each write is made there. */
 static void validate_metrics_file(struct tl_config *cfg)
 {
-	char *dir, *abs = NULL, *slash;
+	char *dir, *slash;
 	struct stat st;
 
 	if (!cfg->metrics_file[0] || cfg->metrics_file[strlen(cfg->metrics_file) - 1] == '/') {
@@ -734,20 +759,8 @@ static void validate_metrics_file(struct tl_config *cfg)
 			     cfg->metrics_file);
 		return;
 	}
-	if (cfg->metrics_file[0] != '/') {
-		char *cwd = getcwd(NULL, 0);
-
-		if (!cwd || asprintf(&abs, "%s/%s", cwd, cfg->metrics_file) < 0)
-			abs = NULL;
-		free(cwd);
-		if (!abs) {
-			config_error(cfg, "cannot use metrics_file '%s': out of memory",
-				     cfg->metrics_file);
-			return;
-		}
-		free(cfg->metrics_file);
-		cfg->metrics_file = abs;
-	}
+	if (!config_path_absolute(cfg, "metrics_file", &cfg->metrics_file))
+		return;
 	dir = strdup(cfg->metrics_file);
 	if (!dir)
 		return;
@@ -765,18 +778,31 @@ static void validate_metrics_file(struct tl_config *cfg)
 	free(dir);
 }
 
+/* lock_store=: one of lockstore_backends' names. */
+static void validate_lock_store(struct tl_config *cfg)
+{
+	char names[128] = "";
+	size_t i, o = 0;
+
+	for (i = 0; i < TL_STORE_COUNT; i++) {
+		if (strcmp(cfg->lock_store_s, lockstore_backends[i].name) == 0) {
+			cfg->lock_store = (enum tl_store_kind)i;
+			return;
+		}
+		o += (size_t)snprintf(names + o, o < sizeof(names) ? sizeof(names) - o : 0, "%s%s",
+				      i == 0 ? "" : i + 1 == TL_STORE_COUNT ? " or " : ", ",
+				      lockstore_backends[i].name);
+	}
+	config_value_error(cfg, "lock_store", cfg->lock_store_s,
+			   "invalid lock_store '%s': expected %s", cfg->lock_store_s, names);
+}
+
 int config_validate(struct tl_config *cfg)
 {
 	size_t i;
 	int lvl;
 
-	if (strcmp(cfg->lock_store_s, "mem") == 0)
-		cfg->lock_store = TL_STORE_MEM;
-	else if (strcmp(cfg->lock_store_s, "es") == 0)
-		cfg->lock_store = TL_STORE_ES;
-	else
-		config_value_error(cfg, "lock_store", cfg->lock_store_s,
-				   "invalid lock_store '%s': expected mem or es", cfg->lock_store_s);
+	validate_lock_store(cfg);
 	if (lockplan_strategy_parse(cfg->lock_strategy_s, &cfg->lock_strategy) != 0)
 		config_value_error(cfg, "lock_strategy", cfg->lock_strategy_s,
 				   "invalid lock_strategy '%s': expected tree, global, document or none",
@@ -820,8 +846,8 @@ int config_validate(struct tl_config *cfg)
 	/* every backend checks the syntax of its options, the selected one
 	 * also what it needs */
 	for (i = 0; i < TL_STORE_COUNT; i++)
-		if (store_options[i])
-			store_options[i]->validate(cfg->store_opts[i], cfg,
+		if (store_options(i))
+			store_options(i)->validate(cfg->store_opts[i], cfg,
 						   cfg->lock_store == (enum tl_store_kind)i);
 	config_parse_seconds(cfg, "lease_ttl", cfg->lease_ttl_s, 1, 3600, &cfg->lease_ttl);
 	if (cfg->log_level_s) {
@@ -872,7 +898,7 @@ char *config_read_secret(struct tl_config *cfg, const char *what, const char *fi
 int config_load_secrets(struct tl_config *cfg)
 {
 	const struct tl_store_options *so =
-		cfg->lock_store < TL_STORE_COUNT ? store_options[cfg->lock_store] : NULL;
+		cfg->lock_store < TL_STORE_COUNT ? store_options(cfg->lock_store) : NULL;
 
 	if (so && so->load_secrets)
 		so->load_secrets(cfg->store_opts[cfg->lock_store], cfg);
@@ -931,8 +957,8 @@ void config_print_help(bool for_ctl)
 		fputs(help_mount, stdout);
 	fputs(help_common, stdout);
 	for (i = 0; i < TL_STORE_COUNT; i++)
-		if (store_options[i])
-			fputs(store_options[i]->help, stdout);
+		if (store_options(i))
+			fputs(store_options(i)->help, stdout);
 	fputs(help_shared_store, stdout);
 }
 
@@ -965,8 +991,8 @@ void config_free(struct tl_config *cfg)
 	free(cfg->origin_file);
 	cfg->origin_file = NULL;
 	for (i = 0; i < TL_STORE_COUNT; i++) {
-		if (store_options[i] && cfg->store_opts[i])
-			store_options[i]->free(cfg->store_opts[i]);
+		if (store_options(i) && cfg->store_opts[i])
+			store_options(i)->free(cfg->store_opts[i]);
 		free(cfg->store_opts[i]);
 		cfg->store_opts[i] = NULL;
 	}

@@ -28,10 +28,9 @@ struct fuse_opt;
 
 /* A backend's own options (sshfs cache_parse_options style): its fuse_opt
  * table (offsets into its own struct of SIZE bytes) runs over the same
- * arguments and config file as the shared table, before it. A new backend
- * is one more file and one line in options.c's list. */
+ * arguments and config file as the shared table, before it. The backends
+ * and their options are listed once, in lockstore_backends (lockstore.h). */
 struct tl_store_options {
-	const char *name;                 /* lock_store=NAME */
 	size_t size;                      /* of the backend's option struct */
 	const struct fuse_opt *opts;      /* its fuse_opt table */
 	const char *help;                 /* its --help lines */
@@ -158,6 +157,14 @@ bool config_parse_seconds(struct tl_config *cfg, const char *name, const char *s
 			  double max, double *out);
 bool config_parse_uint(struct tl_config *cfg, const char *name, const char *s, unsigned long min,
 		       unsigned long max, unsigned int *out);
+
+/* For backends' validate hooks: makes the file name *PATH of option NAME
+ * absolute, relative to the working directory of the caller, as the user
+ * meant it: a file the store opens later (libcurl reads es_cacert when it
+ * connects, from whichever thread, after the daemon left its working
+ * directory) must not depend on where the process then is. Returns
+ * whether *PATH is usable (a problem is appended otherwise). */
+bool config_path_absolute(struct tl_config *cfg, const char *name, char **path);
 
 /* Reads the first line of secret file FILE (WHAT names it in problems),
  * refusing a file that group or others may access. Returns a new string

@@ -401,8 +401,7 @@ int main(int argc, char *argv[])
 		else if (!S_ISDIR(st.st_mode))
 			config_error(&cfg, "cannot use BACKING '%s': not a directory", cfg.backing);
 	}
-	if (cfg.lock_store == TL_STORE_ES)
-		config_load_secrets(&cfg);
+	config_load_secrets(&cfg);
 	/* after a fuse_opt_parse() failure ARGS is still main's argv: leave it */
 	if (cfg.backing && args.allocated && add_mount_options(&cfg, &args) != 0)
 		config_error(&cfg, "out of memory");
@@ -494,7 +493,9 @@ int main(int argc, char *argv[])
 		goto out_unmount;
 	/* where threads that compute lock keys by getcwd() come back to */
 	fs.cwd_fd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
-	fs.cwd_stays = strcmp(lockmgr_store_name(&fs.mgr), "mem") == 0;
+	/* no relative path is resolved on a request thread: a store's files
+	 * were made absolute when the options were validated */
+	fs.cwd_stays = true;
 	if (!opts.foreground)
 		tl_log_use_syslog();
 	if (fuse_set_signal_handlers(se) != 0)

@@ -5,11 +5,12 @@ import errno
 import os
 import statistics
 import subprocess
+import threading
 import time
 
 import pytest
 
-from conftest import makedirs, write
+from conftest import BIN, detach, is_mounted, makedirs, write
 from es_helpers import (ES8_AND_ENGINES, INDEX, Op, ctl, docs, emu, emu_module,  # noqa: F401
                         es_mounts, es_opts, es_request, forget_mount, held_by, intent_docs,
                         lock_docs, quote_id, start_emulator, start_op, wait_for)
@@ -328,6 +329,93 @@ def test_es__tls_with_private_ca(tmp_path_factory, mount_factory, tmp_path):
         ok.stop()
     finally:
         emu.stop()
+
+
+def _daemons_of(mnt):
+    """PIDs of the treelockfs processes whose argv names MNT (ours)."""
+    pids = []
+    for name in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/cmdline" % name, "rb") as f:
+                argv = f.read().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if argv and os.path.basename(argv[0]) == b"treelockfs" and mnt.encode() in argv:
+            pids.append(int(name))
+    return pids
+
+
+def _alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return not f.read().rsplit(") ", 1)[1].startswith("Z")
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.emulator_only("TLS with a private CA is the emulator's option")
+def test_es__relative_cacert_serves_once_daemonised(tmp_path_factory, tmp_path, monkeypatch):
+    """es_cacert=cert.pem named from the caller's directory: the daemon
+    leaves that directory when it goes to the background and its request
+    threads move through the backing tree, yet every TLS connection made
+    after that (renames from several threads, the lease's heartbeat)
+    still finds the file."""
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+                    "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    emu = start_emulator(tmp_path_factory, "es8", ["--tls-cert", str(cert), "--tls-key", str(key)])
+    backing, mnt = tmp_path / "backing", tmp_path / "mnt"
+    backing.mkdir()
+    mnt.mkdir()
+    pids = []
+    try:
+        monkeypatch.chdir(tmp_path)
+        r = subprocess.run([BIN, str(backing), str(mnt), "-o",
+                            ",".join(es_opts(emu, "A", "es_cacert=cert.pem", "max_threads=8"))],
+                           capture_output=True, text=True, timeout=120)
+        pids = _daemons_of(str(mnt))
+        assert r.returncode == 0, r.stderr
+        assert is_mounted(str(mnt))
+        monkeypatch.undo()
+        for d in ("a/b/c", "x/y", "p"):
+            os.makedirs(os.path.join(str(mnt), d))
+
+        # renames from several threads at once
+        errors = []
+
+        def worker(top):
+            try:
+                src = os.path.join(str(mnt), top)
+                for i in range(5):
+                    dst = os.path.join(str(mnt), "%s-%d" % (top.replace("/", "_"), i))
+                    os.rename(src, dst)
+                    src = dst
+                os.rename(src, os.path.join(str(mnt), top))
+            except OSError as e:
+                errors.append((top, e))
+
+        tops = ["a/b/c", "x/y", "p"]
+        ths = [threading.Thread(target=worker, args=(t,)) for t in tops]
+        for t in ths:
+            t.start()
+        for t in ths:
+            t.join(120)
+        assert not errors, errors
+        # past lease_ttl: the heartbeat renewed the lease over TLS too,
+        # or this rename would be refused as fenced
+        time.sleep(3)
+        os.rename(os.path.join(str(mnt), "p"), os.path.join(str(mnt), "q"))
+        assert os.path.isdir(os.path.join(str(mnt), "q"))
+    finally:
+        detach(str(mnt))
+        deadline = time.monotonic() + 30
+        while pids and time.monotonic() < deadline:
+            pids = [p for p in pids if _alive(p)]
+            time.sleep(0.05)
+        emu.stop()
+    assert not pids, "treelockfs did not exit after the unmount"
 
 
 @ES8_AND_ENGINES

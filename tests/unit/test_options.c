@@ -353,6 +353,43 @@ START_TEST(test_options__es_inflight)
 }
 END_TEST
 
+START_TEST(test_options__es_cacert_made_absolute)
+{
+	const char *rel[] = {"-o", "lock_store=es,es_url=https://x:9200,es_cacert=ca/root.pem",
+			     "/b", "/m", NULL};
+	const char *abs[] = {"-o", "lock_store=es,es_url=https://x:9200,es_cacert=/etc/ca.pem",
+			     "/b", "/m", NULL};
+	char *cwd = getcwd(NULL, 0), *want;
+
+	/* the store's TLS client reads the file when it connects, long after
+	 * the daemon left the working directory it was named from */
+	ck_assert_ptr_nonnull(cwd);
+	ck_assert_int_ge(asprintf(&want, "%s/ca/root.pem", strcmp(cwd, "/") ? cwd : ""), 0);
+	parse(false, rel);
+	ck_assert_int_eq(config_validate(&cfg), 0);
+	ck_assert_str_eq(es_opts(&cfg)->cacert, want);
+	reparse(abs);
+	ck_assert_int_eq(config_validate(&cfg), 0);
+	ck_assert_str_eq(es_opts(&cfg)->cacert, "/etc/ca.pem");
+	free(want);
+	free(cwd);
+}
+END_TEST
+
+START_TEST(test_options__lock_store_names_the_backends)
+{
+	const char *bad[] = {"-o", "lock_store=etcd", "/b", "/m", NULL};
+	const char *es[] = {"-o", "lock_store=es,es_url=http://x:9200", "/b", "/m", NULL};
+
+	parse(false, bad);
+	ck_assert_int_eq(config_validate(&cfg), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "invalid lock_store 'etcd': expected mem or es\n"));
+	reparse(es);
+	ck_assert_int_eq(config_validate(&cfg), 0);
+	ck_assert_int_eq(cfg.lock_store, TL_STORE_ES);
+}
+END_TEST
+
 START_TEST(test_options__secret_file_permissions)
 {
 	char *loose = write_file("pw1", "sekrit\n", 0644);
@@ -460,6 +497,8 @@ Suite *make_suite_options(void)
 	tcase_add_test(tc, test_options__atime_and_export_support);
 	tcase_add_test(tc, test_options__atime_that_cannot_be_honoured);
 	tcase_add_test(tc, test_options__noatime_from_a_config_file);
+	tcase_add_test(tc, test_options__es_cacert_made_absolute);
+	tcase_add_test(tc, test_options__lock_store_names_the_backends);
 	suite_add_tcase(s, tc);
 	return s;
 }
