@@ -34,15 +34,6 @@
 #include "log.h"
 #include "path.h"
 
-static struct ll_inode ctl_inodes[] = {
-	[CTL_DIR] = {.fd = -1, .type = S_IFDIR, .ctl = CTL_DIR},
-	[CTL_STATS] = {.fd = -1, .type = S_IFREG, .ctl = CTL_STATS},
-	[CTL_LOCKS] = {.fd = -1, .type = S_IFREG, .ctl = CTL_LOCKS},
-	[CTL_METRICS] = {.fd = -1, .type = S_IFREG, .ctl = CTL_METRICS},
-	[CTL_OPTIONS] = {.fd = -1, .type = S_IFREG, .ctl = CTL_OPTIONS},
-	[CTL_BACKING] = {.fd = -1, .type = S_IFREG, .ctl = CTL_BACKING},
-};
-
 /* fs->given_options; a leaf lock, never held across a syscall */
 static pthread_mutex_t options_mutex = PTHREAD_MUTEX_INITIALIZER;
 
@@ -114,14 +105,126 @@ int ctl_render_metrics(void *arg, FILE *f)
 	return metrics_format(f, &src);
 }
 
-/* Renders control file KIND into a new buffer. The locks file lists only
- * the keys the requesting user may look up (ctl_key_visible(), checked
- * with REQ's credentials); the store is asked as the daemon. */
-static int ctl_render(struct tlfs *fs, fuse_req_t req, enum ctl_kind kind,
-		      struct ctl_buf **out)
+static int ctl_render_stats(struct tlfs *fs, fuse_req_t req, FILE *f)
+{
+	char buf[2048];
+
+	(void)req;
+	fprintf(f, "lock_store %s\nlock_strategy %s\n", lockmgr_store_name(&fs->mgr),
+		lockplan_strategy_name(fs->cfg->lock_strategy));
+	lockmgr_format_stats(&fs->mgr, buf, sizeof(buf));
+	fputs(buf, f);
+	fprintf(f,
+		"passthrough %s\npassthrough_opens %" PRIu64 "\npassthrough_fallbacks %" PRIu64
+		"\npassthrough_backing_ids %" PRIu64 "\n",
+		fs->pt == PT_IN_USE ? "in_use" : fs->pt == PT_UNAVAILABLE ? "unavailable" : "off",
+		stats_get(&fs->pt_opens), stats_get(&fs->pt_fallbacks), stats_get(&fs->pt_ids));
+	/* forwarded flock()/fcntl() locks that wait now (fs_plock.c) */
+	fprintf(f, "file_lock_waits %u\n", lockwait_count(&fs->waits));
+	return 0;
+}
+
+static int ctl_render_metrics_file(struct tlfs *fs, fuse_req_t req, FILE *f)
+{
+	(void)req;
+	return ctl_render_metrics(fs, f);
+}
+
+static int ctl_render_options(struct tlfs *fs, fuse_req_t req, FILE *f)
+{
+	(void)req;
+	pthread_mutex_lock(&options_mutex);
+	fputs(fs->given_options ? fs->given_options : "", f);
+	pthread_mutex_unlock(&options_mutex);
+	return 0;
+}
+
+static int ctl_render_backing(struct tlfs *fs, fuse_req_t req, FILE *f)
+{
+	(void)req;
+	fputs(fs->backing_chain ? fs->backing_chain : "", f);
+	return 0;
+}
+
+/* Only the keys the requesting user may look up (ctl_key_visible(),
+ * checked with REQ's credentials); the store is asked as the daemon. */
+static int ctl_render_locks(struct tlfs *fs, fuse_req_t req, FILE *f)
+{
+	struct tl_lock_info *v = NULL;
+	size_t n = 0, i;
+	int err;
+
+	creds_daemon(fs);
+	err = lockmgr_list(&fs->mgr, "/", &v, &n);
+	if (!err)
+		err = creds_enter(fs, req);
+	if (err) {
+		fprintf(f, "error %s\n", strerror(-err));
+		goto out_free_list;
+	}
+	fputs("# mode count age_ms waiters holder key\n", f);
+	for (i = 0; i < n; i++) {
+		if (!ctl_key_visible(fs, v[i].key))
+			continue;
+		fprintf(f, "%s %u %" PRId64 " %u %s ", v[i].mode == TL_EXCLUSIVE ? "exclusive" : "shared",
+			v[i].count, v[i].age_ms, v[i].waiters, v[i].holders ? v[i].holders : "-");
+		/* one lock, one line of text */
+		escape_fputs(v[i].key, f);
+		fputc('\n', f);
+	}
+out_free_list:
+	lockmgr_free_list(v, n);
+	return 0;
+}
+
+static void ctl_write_options(struct tlfs *fs, fuse_req_t req, struct fuse_bufvec *buf);
+
+/* What a control file lets do, in ctl_files[].flags. */
+enum {
+	/* root and the daemon's user may write it (ctl_files[].write) */
+	CTL_F_WRITABLE = 1u << 0,
+	/* shows what the caller may see, judged with the caller's
+	 * credentials: a non-root daemon cannot judge other users', so only
+	 * its own user and root may read it */
+	CTL_F_PER_CALLER = 1u << 1,
+};
+
+/* The control entry: one row per inode, by enum ctl_kind, for every place
+ * that needs them (lookup, attributes, readdir, open, write). The inodes
+ * are static, without fd; the kernel knows them by their address. */
+static struct ctl_file {
+	const char *name;
+	struct ll_inode inode;
+	unsigned int flags;       /* CTL_F_* */
+	/* writes the file's text to F when it is opened. Returns 0 or -errno */
+	int (*render)(struct tlfs *fs, fuse_req_t req, FILE *f);
+	/* takes a write (CTL_F_WRITABLE only) and replies to REQ */
+	void (*write)(struct tlfs *fs, fuse_req_t req, struct fuse_bufvec *buf);
+} ctl_files[] = {
+	[CTL_DIR] = {TLFS_CTL_NAME, {.fd = -1, .type = S_IFDIR, .ctl = CTL_DIR}, 0, NULL, NULL},
+	[CTL_STATS] = {"stats", {.fd = -1, .type = S_IFREG, .ctl = CTL_STATS}, 0,
+		       ctl_render_stats, NULL},
+	[CTL_LOCKS] = {"locks", {.fd = -1, .type = S_IFREG, .ctl = CTL_LOCKS}, CTL_F_PER_CALLER,
+		       ctl_render_locks, NULL},
+	[CTL_METRICS] = {"metrics", {.fd = -1, .type = S_IFREG, .ctl = CTL_METRICS}, 0,
+			 ctl_render_metrics_file, NULL},
+	[CTL_OPTIONS] = {"options", {.fd = -1, .type = S_IFREG, .ctl = CTL_OPTIONS},
+			 CTL_F_WRITABLE, ctl_render_options, ctl_write_options},
+	[CTL_BACKING] = {"backing", {.fd = -1, .type = S_IFREG, .ctl = CTL_BACKING}, 0,
+			 ctl_render_backing, NULL},
+};
+
+#define CTL_NFILES (sizeof(ctl_files) / sizeof(ctl_files[0]))
+
+/* The files of the directory: ctl_files[CTL_FIRST_FILE .. CTL_NFILES - 1]. */
+#define CTL_FIRST_FILE (CTL_DIR + 1)
+
+/* Renders control file K into a new buffer. */
+static int ctl_render(struct tlfs *fs, fuse_req_t req, enum ctl_kind k, struct ctl_buf **out)
 {
 	struct ctl_buf *b = calloc(1, sizeof(*b));
 	FILE *f;
+	int err;
 
 	if (!b)
 		return -ENOMEM;
@@ -130,56 +233,14 @@ static int ctl_render(struct tlfs *fs, fuse_req_t req, enum ctl_kind kind,
 		free(b);
 		return -ENOMEM;
 	}
-	if (kind == CTL_STATS) {
-		char buf[2048];
-
-		fprintf(f, "lock_store %s\nlock_strategy %s\n", lockmgr_store_name(&fs->mgr),
-			lockplan_strategy_name(fs->cfg->lock_strategy));
-		lockmgr_format_stats(&fs->mgr, buf, sizeof(buf));
-		fputs(buf, f);
-		fprintf(f,
-			"passthrough %s\npassthrough_opens %" PRIu64
-			"\npassthrough_fallbacks %" PRIu64 "\npassthrough_backing_ids %" PRIu64 "\n",
-			fs->pt == PT_IN_USE ? "in_use" : fs->pt == PT_UNAVAILABLE ? "unavailable" : "off",
-			stats_get(&fs->pt_opens), stats_get(&fs->pt_fallbacks), stats_get(&fs->pt_ids));
-		/* forwarded flock()/fcntl() locks that wait now (fs_plock.c) */
-		fprintf(f, "file_lock_waits %u\n", lockwait_count(&fs->waits));
-	} else if (kind == CTL_METRICS) {
-		ctl_render_metrics(fs, f);
-	} else if (kind == CTL_OPTIONS) {
-		pthread_mutex_lock(&options_mutex);
-		fputs(fs->given_options ? fs->given_options : "", f);
-		pthread_mutex_unlock(&options_mutex);
-	} else if (kind == CTL_BACKING) {
-		fputs(fs->backing_chain ? fs->backing_chain : "", f);
-	} else {
-		struct tl_lock_info *v = NULL;
-		size_t n = 0, i;
-		int err;
-
-		creds_daemon(fs);
-		err = lockmgr_list(&fs->mgr, "/", &v, &n);
-		if (!err)
-			err = creds_enter(fs, req);
-		if (err) {
-			fprintf(f, "error %s\n", strerror(-err));
-		} else {
-			fputs("# mode count age_ms waiters holder key\n", f);
-			for (i = 0; i < n; i++) {
-				if (!ctl_key_visible(fs, v[i].key))
-					continue;
-				fprintf(f, "%s %u %" PRId64 " %u %s ",
-					v[i].mode == TL_EXCLUSIVE ? "exclusive" : "shared",
-					v[i].count, v[i].age_ms, v[i].waiters,
-					v[i].holders ? v[i].holders : "-");
-				/* one lock, one line of text */
-				escape_fputs(v[i].key, f);
-				fputc('\n', f);
-			}
-		}
-		lockmgr_free_list(v, n);
+	err = ctl_files[k].render(fs, req, f);
+	if (fclose(f) != 0 && !err)
+		err = -ENOMEM;
+	if (err) {
+		free(b->data);
+		free(b);
+		return err;
 	}
-	fclose(f);
 	*out = b;
 	return 0;
 }
@@ -199,7 +260,7 @@ void ctl_stat(enum ctl_kind kind, struct stat *st)
 		st->st_mode = S_IFDIR | 0555;
 		st->st_nlink = 2;
 	} else {
-		st->st_mode = S_IFREG | (kind == CTL_OPTIONS ? 0644 : 0444);
+		st->st_mode = S_IFREG | (ctl_files[kind].flags & CTL_F_WRITABLE ? 0644 : 0444);
 		st->st_nlink = 1;
 	}
 }
@@ -219,48 +280,44 @@ int ctl_create_err(struct tlfs *fs, struct ll_inode *parent, const char *name)
 int ctl_lookup(struct tlfs *fs, struct ll_inode *parent, const char *name,
 	       struct fuse_entry_param *e)
 {
-	enum ctl_kind k;
+	size_t k = CTL_DIR;
 
 	memset(e, 0, sizeof(*e));
-	if (!parent->ctl) {
-		ctl_stat(CTL_DIR, &e->attr);
-		e->ino = (fuse_ino_t)(uintptr_t)&ctl_inodes[CTL_DIR];
+	if (parent->ctl) {
+		if (parent->ctl != CTL_DIR)
+			return -ENOENT;
+		for (k = CTL_FIRST_FILE; k < CTL_NFILES; k++)
+			if (strcmp(name, ctl_files[k].name) == 0)
+				break;
+		if (k == CTL_NFILES)
+			return -ENOENT;
+	} else {
 		e->attr_timeout = fs->cfg->attr_timeout;
 		e->entry_timeout = fs->cfg->entry_timeout;
-		return 0;
 	}
-	k = strcmp(name, "stats") == 0	   ? CTL_STATS
-	    : strcmp(name, "locks") == 0   ? CTL_LOCKS
-	    : strcmp(name, "metrics") == 0 ? CTL_METRICS
-	    : strcmp(name, "options") == 0 ? CTL_OPTIONS
-	    : strcmp(name, "backing") == 0 ? CTL_BACKING
-					   : CTL_NONE;
-	if (parent->ctl != CTL_DIR || k == CTL_NONE)
-		return -ENOENT;
-	ctl_stat(k, &e->attr);
-	e->ino = (fuse_ino_t)(uintptr_t)&ctl_inodes[k];
+	ctl_stat((enum ctl_kind)k, &e->attr);
+	e->ino = (fuse_ino_t)(uintptr_t)&ctl_files[k].inode;
 	return 0;
 }
 
 void ctl_open(struct tlfs *fs, fuse_req_t req, struct ll_inode *in, struct fuse_file_info *fi)
 {
+	const struct ctl_file *file = &ctl_files[in->ctl];
 	struct ctl_buf *b;
+	bool own;
 	int res;
 
 	if (in->ctl == CTL_DIR) {
 		fuse_reply_err(req, EISDIR);
 		return;
 	}
-	if ((fi->flags & O_ACCMODE) != O_RDONLY &&
-	    (in->ctl != CTL_OPTIONS ||
-	     (fuse_req_ctx(req)->uid != 0 && fuse_req_ctx(req)->uid != geteuid()))) {
+	own = fuse_req_ctx(req)->uid == 0 || fuse_req_ctx(req)->uid == geteuid();
+	if ((fi->flags & O_ACCMODE) != O_RDONLY && (!(file->flags & CTL_F_WRITABLE) || !own)) {
 		fuse_reply_err(req, EACCES);
 		return;
 	}
-	/* a non-root daemon cannot check other users' permissions: its
-	 * locks file is for itself and root only */
-	if (in->ctl == CTL_LOCKS && !fs->switch_creds && fuse_req_ctx(req)->uid != 0 &&
-	    fuse_req_ctx(req)->uid != geteuid()) {
+	/* a non-root daemon cannot check other users' permissions */
+	if ((file->flags & CTL_F_PER_CALLER) && !fs->switch_creds && !own) {
 		fuse_reply_err(req, EACCES);
 		return;
 	}
@@ -377,6 +434,17 @@ static int ctl_parse_change(struct tlfs *fs, const char *line, size_t len, doubl
 
 void ctl_write(struct tlfs *fs, fuse_req_t req, struct ll_inode *in, struct fuse_bufvec *buf)
 {
+	if (!ctl_files[in->ctl].write) {
+		fuse_reply_err(req, EBADF);
+		return;
+	}
+	ctl_files[in->ctl].write(fs, req, buf);
+}
+
+/* options: "name=value" lines change lock_timeout or log_level, all or
+ * none (fs.h, ctl_write()). */
+static void ctl_write_options(struct tlfs *fs, fuse_req_t req, struct fuse_bufvec *buf)
+{
 	size_t size = fuse_buf_size(buf);
 	struct fuse_bufvec mem = FUSE_BUFVEC_INIT(size);
 	double timeout = -1;
@@ -385,10 +453,6 @@ void ctl_write(struct tlfs *fs, fuse_req_t req, struct ll_inode *in, struct fuse
 	bool changed = false;
 	ssize_t got;
 
-	if (in->ctl != CTL_OPTIONS) {
-		fuse_reply_err(req, EBADF);
-		return;
-	}
 	if (size > CTL_WRITE_MAX) {
 		fuse_reply_err(req, EFBIG);
 		return;
@@ -462,19 +526,19 @@ void ctl_release(struct fuse_file_info *fi)
 
 size_t ctl_readdir(fuse_req_t req, char *buf, size_t rem, off_t offset)
 {
-	static const char *const names[] = {".",     "..",	"stats",  "locks",
-					    "metrics", "options", "backing"};
-	static const enum ctl_kind kinds[] = {CTL_DIR,	   CTL_DIR,	CTL_STATS,  CTL_LOCKS,
-					      CTL_METRICS, CTL_OPTIONS, CTL_BACKING};
 	size_t used = 0;
 	off_t i;
 
-	for (i = offset; i < (off_t)(sizeof(names) / sizeof(names[0])); i++) {
+	/* ".", "..", then the files, in ctl_files[] order; offset i + 1
+	 * follows entry i */
+	for (i = offset; i < (off_t)(2 + CTL_NFILES - CTL_FIRST_FILE); i++) {
+		size_t k = i < 2 ? CTL_DIR : CTL_FIRST_FILE + (size_t)(i - 2);
 		struct stat st;
 		size_t n;
 
-		ctl_stat(kinds[i], &st);
-		n = fuse_add_direntry(req, buf + used, rem - used, names[i], &st, i + 1);
+		ctl_stat((enum ctl_kind)k, &st);
+		n = fuse_add_direntry(req, buf + used, rem - used,
+				      i == 0 ? "." : i == 1 ? ".." : ctl_files[k].name, &st, i + 1);
 		if (n > rem - used)
 			break;
 		used += n;
