@@ -64,6 +64,33 @@ static bool lookup_loops(struct tlfs *fs, struct ll_inode *parent, const char *n
 	return loops;
 }
 
+/* The tail every new entry shares: stats the O_PATH descriptor FD into
+ * E->attr, takes a lookup reference to its inode and sets E->ino. FD is
+ * taken over (kept by the inode or closed, also on failure). With SAME,
+ * FD must still be that file (st_dev and st_ino), else -ESTALE. Returns
+ * 0, -ENOMEM (no inode could be made) or -errno of the stat. */
+static int entry_ref_fd(struct tlfs *fs, int fd, const struct stat *same,
+			struct fuse_entry_param *e)
+{
+	struct ll_inode *in;
+	int err;
+
+	err = -ESTALE;
+	if (fstatat(fd, "", &e->attr, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == -1)
+		err = -errno;
+	else if (!same || (e->attr.st_dev == same->st_dev && e->attr.st_ino == same->st_ino))
+		err = 0;
+	if (err) {
+		close(fd);
+		return err;
+	}
+	in = inode_ref(fs, fd, &e->attr);
+	if (!in)
+		return -ENOMEM;
+	e->ino = ino_id(fs, in);
+	return 0;
+}
+
 /* Looks NAME up in PARENT (as the caller's credentials allow) and fills E
  * with a new lookup reference. Returns 0 or -errno. */
 static int do_lookup(struct tlfs *fs, struct ll_inode *parent, const char *name,
@@ -97,17 +124,7 @@ static int do_lookup(struct tlfs *fs, struct ll_inode *parent, const char *name,
 	fd = openat(parent->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 	if (fd == -1)
 		return -fd_errno(errno);
-	if (fstatat(fd, "", &e->attr, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == -1) {
-		int err = -errno;
-
-		close(fd);
-		return err;
-	}
-	in = inode_ref(fs, fd, &e->attr);
-	if (!in)
-		return -ENOMEM;
-	e->ino = ino_id(fs, in);
-	return 0;
+	return entry_ref_fd(fs, fd, NULL, e);
 }
 
 /* Replies entry E (holding a lookup reference, if E->ino); when the reply
@@ -553,7 +570,6 @@ static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
  * -errno. */
 static int entry_of_fd(struct tlfs *fs, int fd, struct fuse_entry_param *e)
 {
-	struct ll_inode *in;
 	char proc[64];
 	int pfd;
 
@@ -564,17 +580,7 @@ static int entry_of_fd(struct tlfs *fs, int fd, struct fuse_entry_param *e)
 	pfd = open(proc, O_PATH | O_CLOEXEC);
 	if (pfd == -1)
 		return -fd_errno(errno);
-	if (fstat(pfd, &e->attr) == -1) {
-		int err = -errno;
-
-		close(pfd);
-		return err;
-	}
-	in = inode_ref(fs, pfd, &e->attr);
-	if (!in)
-		return -ENOMEM;
-	e->ino = ino_id(fs, in);
-	return 0;
+	return entry_ref_fd(fs, pfd, NULL, e);
 }
 
 /* Fills E with a new lookup reference to the file just created as FD under
@@ -584,9 +590,8 @@ static int entry_of_fd(struct tlfs *fs, int fd, struct fuse_entry_param *e)
 static int entry_of_created(struct tlfs *fs, struct ll_inode *p, const char *name, int fd,
 			    struct fuse_entry_param *e)
 {
-	struct ll_inode *in;
 	struct stat st;
-	int pfd;
+	int pfd, err;
 
 	if (fstat(fd, &st) == -1)
 		return -errno;
@@ -594,18 +599,12 @@ static int entry_of_created(struct tlfs *fs, struct ll_inode *p, const char *nam
 	if (pfd == -1)
 		return entry_of_fd(fs, fd, e);
 	memset(e, 0, sizeof(*e));
-	if (fstatat(pfd, "", &e->attr, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == -1 ||
-	    e->attr.st_dev != st.st_dev || e->attr.st_ino != st.st_ino) {
-		close(pfd); /* replaced meanwhile */
-		return entry_of_fd(fs, fd, e);
-	}
 	e->attr_timeout = fs->cfg->attr_timeout;
 	e->entry_timeout = fs->cfg->entry_timeout;
-	in = inode_ref(fs, pfd, &e->attr);
-	if (!in)
-		return -ENOMEM;
-	e->ino = ino_id(fs, in);
-	return 0;
+	err = entry_ref_fd(fs, pfd, &st, e);
+	if (err && err != -ENOMEM)
+		return entry_of_fd(fs, fd, e); /* replaced meanwhile */
+	return err;
 }
 
 /* Opens NAME in P for a create request with the caller's open FLAGS.
