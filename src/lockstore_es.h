@@ -19,7 +19,7 @@
 struct tl_config;
 struct tl_store_options;
 
-/* The es backend's options (es_url, es_index, ...), for options.c. */
+/* The es backend's options (es_url, es_index, ...), for lockstore_backends. */
 extern const struct tl_store_options lockstore_es_options;
 
 enum es_owner_state {

@@ -149,7 +149,7 @@ def _read_locks_bytes(m):
 def test_names__lock_listing_escapes_keys(mount_factory):
     m = mount_factory(opts=["rename_delay_ms=800"])
     src_name = b"a\nb\\c\xff%2F d"
-    dst_name = "\u00e9t\u00e9\t2".encode()
+    dst_name = "\u00e9t\u00e9\t2\u009b".encode()  # U+009B: CSI, a C1 control
     os.mkdir(m.bpath("dir"))
     with open(os.path.join(os.fsencode(m.bpath("dir")), src_name), "wb") as f:
         f.write(b"content")
@@ -167,7 +167,7 @@ def test_names__lock_listing_escapes_keys(mount_factory):
     assert p.wait(timeout=10) == 0
     assert len(lines) == 3, lines
     text = [l.decode("utf-8") for l in lines]  # valid UTF-8: invalid bytes escaped
-    for key in ("/dir", "/dir/a\\x0ab\\\\c\\xff%2F d", "/dir/\u00e9t\u00e9\\x092"):
+    for key in ("/dir", "/dir/a\\x0ab\\\\c\\xff%2F d", "/dir/\u00e9t\u00e9\\x092\\xc2\\x9b"):
         assert len([t for t in text if t.endswith(" " + key)]) == 1, (key, text)
     modes = sorted(t.split(" ", 1)[0] for t in text)
     assert modes == ["exclusive", "exclusive", "shared"]
