@@ -2,7 +2,6 @@
 #include <config.h>
 
 #include <cjson/cJSON.h>
-#include <curl/curl.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -50,17 +49,6 @@ unsigned int es_request_timeout(const struct es_client *c)
 	return left < ES_GRACE_MS ? ES_GRACE_MS : (unsigned int)left;
 }
 
-/* Percent-encodes S as one path segment (new string, free()), or NULL. */
-static char *escape(const char *s)
-{
-	/* the handle argument is unused by libcurl's escaping */
-	char *e = curl_easy_escape(NULL, s, 0);
-	char *out = e ? strdup(e) : NULL;
-
-	curl_free(e);
-	return out;
-}
-
 int es_client_open(struct es_client *c, const struct httpc_config *hc, const char *index,
 		   unsigned int max_inflight)
 {
@@ -82,7 +70,7 @@ int es_client_open(struct es_client *c, const struct httpc_config *hc, const cha
 	c->index = strdup(index);
 	if (!c->index)
 		goto out_close;
-	c->index_esc = escape(index);
+	c->index_esc = httpc_escape(index);
 	if (!c->index_esc)
 		goto out_close;
 	c->timeout_ms = hc->timeout_ms ? hc->timeout_ms : 5000;
@@ -146,7 +134,7 @@ char *es_path(const struct es_client *c, const char *api, const char *id, const 
 	buf_add(&b, "/", 1);
 	buf_adds(&b, api);
 	if (id) {
-		e = escape(id);
+		e = httpc_escape(id);
 		if (!e)
 			b.err = -ENOMEM;
 		buf_add(&b, "/", 1);

@@ -124,8 +124,7 @@ void es_client_close(struct es_client *c);
 
 /* "/<index>/<api>[/<escaped id>][?query]" as a new string (caller frees),
  * or NULL when out of memory. ID is percent-encoded as one path segment
- * (libcurl's escaping: RFC 3986 unreserved bytes are kept); QUERY is
- * appended as given. */
+ * (httpc_escape()); QUERY is appended as given. */
 char *es_path(const struct es_client *c, const char *api, const char *id, const char *query);
 
 /* Sends one request (CTYPE NULL: JSON). Returns the class; *R holds the

@@ -12,6 +12,7 @@
 #include "es_client.h"
 #include "es_docs.h"
 #include "es_index.h"
+#include "es_scripts.h" /* ES_SCRIPTS_VERSION */
 #include "httpc.h"
 #include "lockplan.h"
 #include "log.h"

@@ -683,28 +683,30 @@ out_unlock:
 	return dead;
 }
 
-int64_t es_obs_seq(struct es_store *es, const char *owner)
+/* A copy of what was seen of OWNER (its id NULL), or of a never seen one
+ * (seq_no INT64_MIN, nothing else set). Takes es->mutex. */
+static struct es_observed obs_get(struct es_store *es, const char *owner)
 {
-	struct es_observed *o;
-	int64_t seq;
+	struct es_observed copy = {.seq_no = INT64_MIN}, *o;
 
 	pthread_mutex_lock(&es->mutex);
 	o = obs_find_locked(es, owner, false);
-	seq = o ? o->seq_no : INT64_MIN;
+	if (o) {
+		copy = *o;
+		copy.id = NULL;
+	}
 	pthread_mutex_unlock(&es->mutex);
-	return seq;
+	return copy;
+}
+
+int64_t es_obs_seq(struct es_store *es, const char *owner)
+{
+	return obs_get(es, owner).seq_no;
 }
 
 bool es_obs_reaped(struct es_store *es, const char *owner)
 {
-	struct es_observed *o;
-	bool reaped;
-
-	pthread_mutex_lock(&es->mutex);
-	o = obs_find_locked(es, owner, false);
-	reaped = o && o->reaped;
-	pthread_mutex_unlock(&es->mutex);
-	return reaped;
+	return obs_get(es, owner).reaped;
 }
 
 void es_strv_free(char **v, size_t n)

@@ -165,7 +165,7 @@
 
 /* Per-holder scratch (tl_holder.priv). */
 struct es_hold {
-	char key[ES_ID_MAX + 24]; /* "<owner id>#<ticket>" of the last attempt */
+	char holder[ES_ID_MAX + 24]; /* holder id "<owner id>#<ticket>" of the last attempt */
 	unsigned int epoch;
 	bool held;
 	bool marked; /* waiter marks left in the index */
@@ -350,7 +350,7 @@ static int on_refusal(struct es_store *es, struct es_req *r, const struct tl_hol
 			st[i] = ES_ITEM_RETRY; /* released since: try again at once */
 			continue;
 		}
-		if (cJSON_GetObjectItemCaseSensitive(hs, r->hkey)) {
+		if (cJSON_GetObjectItemCaseSensitive(hs, r->holder)) {
 			st[i] = ES_ITEM_OK; /* our own earlier, ambiguous success */
 			continue;
 		}
@@ -390,7 +390,7 @@ out_rollback:
 	 * intent stays while we wait, so a reap finds our marks too */
 	r->stored = es_client_scripts_stored(&es->cl);
 	for (i = r->sent; i-- > 0;)
-		es_docs_release(&b, r->ids[i], r->hkey, r->stored);
+		es_docs_release(&b, r->ids[i], r->holder, r->stored);
 	rollback_len = b.len;
 	/* The marks go with the rollback in one request, and are never kept
 	 * for a resend: a mark applied late, after this holder gave up and
@@ -420,16 +420,30 @@ out:
 	return err;
 }
 
+/* An item builder of es_docs.h that drops HOLDER from document ID. */
+typedef void es_holder_item_fn(struct buf *b, const char *id, const char *holder, bool stored);
+
+/* Appends to B what lets HOLDER go of the documents IDS[0..N): ITEM for
+ * each (longest key first with REVERSE, as a plan is released), then the
+ * deletion of its intent; the scripts travel as the client sends them
+ * now. The shared opening of release, rollback and abandon. */
+static void holder_items(struct es_store *es, struct buf *b, char *const *ids, size_t n,
+			 const char *holder, es_holder_item_fn *item, bool reverse)
+{
+	bool stored = es_client_scripts_stored(&es->cl);
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		item(b, ids[reverse ? n - 1 - i : i], holder, stored);
+	es_docs_intent_delete(b, holder);
+}
+
 /* Rolls back everything of request R (after a failure). */
 static void rollback(struct es_store *es, const struct es_req *r)
 {
 	struct buf b = BUF_INIT;
-	bool stored = es_client_scripts_stored(&es->cl);
-	size_t i;
 
-	for (i = r->sent; i-- > 0;)
-		es_docs_release(&b, r->ids[i], r->hkey, stored);
-	es_docs_intent_delete(&b, r->hkey);
+	holder_items(es, &b, r->ids, r->sent, r->holder, es_docs_release, true);
 	es_send_idempotent(es, &b);
 	buf_free(&b);
 }
@@ -467,9 +481,9 @@ static int try_acquire(struct lockstore *st, const struct tl_plan *plan, struct 
 		return -EACCES; /* logged by the heartbeat; ENOLCK at once */
 	if (!fresh)
 		return -ENOLCK;
-	snprintf(hold->key, sizeof(hold->key), "%s#%" PRIu64, owner, h->ticket);
+	snprintf(hold->holder, sizeof(hold->holder), "%s#%" PRIu64, owner, h->ticket);
 	r.owner = owner;
-	r.hkey = hold->key;
+	r.holder = hold->holder;
 	r.marked = hold->marked;
 	r.tmo_ms = es->tmo_ms;
 	err = ids_make(plan, &ids);
@@ -630,30 +644,36 @@ static void hold_done(struct es_store *es, struct tl_holder *h)
 	h->priv = NULL;
 }
 
+/* Builds into B the items that let holder H go of PLAN's documents
+ * (holder_items()). Returns 0, -ENOMEM. */
+static int plan_items(struct es_store *es, struct buf *b, const struct tl_plan *plan,
+		      const struct es_hold *hold, es_holder_item_fn *item, bool reverse)
+{
+	char **ids = NULL;
+	int err = ids_make(plan, &ids);
+
+	if (err)
+		return err;
+	holder_items(es, b, ids, plan->n, hold->holder, item, reverse);
+	ids_free(ids, plan->n);
+	return 0;
+}
+
 static int release(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h)
 {
 	struct es_store *es = es_of(st);
 	struct es_hold *hold = h->priv;
 	struct buf b = BUF_INIT;
-	bool stored = es_client_scripts_stored(&es->cl);
-	char **ids = NULL;
-	size_t i;
 	int err;
 
 	if (!hold)
 		return 0;
-	err = ids_make(plan, &ids);
-	if (err)
-		goto out;
-	for (i = plan->n; i-- > 0;)
-		es_docs_release(&b, ids[i], hold->key, stored);
-	es_docs_intent_delete(&b, hold->key);
-	err = es_send_release(es, &b);
+	err = plan_items(es, &b, plan, hold, es_docs_release, true);
+	if (!err)
+		err = es_send_release(es, &b);
 	if (err == -EINPROGRESS)
 		err = 0; /* kept, resent soon (logged): the store's to finish */
-out:
 	buf_free(&b);
-	ids_free(ids, plan->n);
 	hold_done(es, h);
 	return err;
 }
@@ -663,18 +683,10 @@ static void abandon(struct lockstore *st, const struct tl_plan *plan, struct tl_
 	struct es_store *es = es_of(st);
 	struct es_hold *hold = h->priv;
 	struct buf b = BUF_INIT;
-	bool stored = es_client_scripts_stored(&es->cl);
-	char **ids = NULL;
-	size_t i;
 
-	if (hold && hold->marked && ids_make(plan, &ids) == 0) {
-		for (i = 0; i < plan->n; i++)
-			es_docs_unmark(&b, ids[i], hold->key, stored);
-		es_docs_intent_delete(&b, hold->key);
+	if (hold && hold->marked && plan_items(es, &b, plan, hold, es_docs_unmark, false) == 0)
 		es_send_idempotent(es, &b);
-	}
 	buf_free(&b);
-	ids_free(ids, plan->n);
 	if (hold)
 		hold->held = false;
 	hold_done(es, h);

@@ -18,6 +18,7 @@
 #include "es_docs.h"
 #include "es_i.h"
 #include "es_index.h"
+#include "es_scripts.h"
 #include "options.h"
 #include "lockplan.h"
 #include "lockstore.h"
