@@ -825,12 +825,12 @@ static void jobs_init(struct job *jobs, size_t n, struct lockstore *st, const ch
 
 static unsigned int queued(struct fixture *fx)
 {
-	struct es_client *c = &es_store_of(fx->st)->cl;
+	struct es_batch *c = &es_store_of(fx->st)->batch;
 	unsigned int n;
 
-	pthread_mutex_lock(&c->batch_mutex);
+	pthread_mutex_lock(&c->mutex);
 	n = c->queued;
-	pthread_mutex_unlock(&c->batch_mutex);
+	pthread_mutex_unlock(&c->mutex);
 	return n;
 }
 
@@ -852,13 +852,13 @@ static void await_bulks(struct fixture *fx, int want)
  * the jobs that filled the slots. */
 static size_t jobs_run(struct fixture *fx, struct job *jobs, size_t n, int hold_ms)
 {
-	struct es_client *c = &es_store_of(fx->st)->cl;
+	struct es_batch *c = &es_store_of(fx->st)->batch;
 	int base = count(fx, "POST", "/locks/_bulk");
 	size_t i = 0, k, slot;
 
-	pthread_mutex_lock(&c->batch_mutex);
-	c->batch_age_ms = 60000; /* the gate alone opens slots here */
-	pthread_mutex_unlock(&c->batch_mutex);
+	pthread_mutex_lock(&c->mutex);
+	c->age_ms = 60000; /* the gate alone opens slots here */
+	pthread_mutex_unlock(&c->mutex);
 	pthread_mutex_lock(&fx->r.mu);
 	fx->f.hold_bulks = (int)c->max_inflight;
 	fx->f.hold_bulk_ms = hold_ms;
@@ -886,9 +886,9 @@ static size_t jobs_run(struct fixture *fx, struct job *jobs, size_t n, int hold_
 		ck_assert_int_eq(pthread_create(&jobs[k].th, NULL, job_main, &jobs[k]), 0);
 	for (k = 0; k < n; k++)
 		pthread_join(jobs[k].th, NULL);
-	pthread_mutex_lock(&c->batch_mutex);
-	c->batch_age_ms = ES_BATCH_AGE_MS;
-	pthread_mutex_unlock(&c->batch_mutex);
+	pthread_mutex_lock(&c->mutex);
+	c->age_ms = ES_BATCH_AGE_MS;
+	pthread_mutex_unlock(&c->mutex);
 	return i;
 }
 
@@ -930,7 +930,7 @@ static void fx_open_concurrent_n(struct fixture *fx, size_t slots)
 	fx->r.concurrent = true;
 	ck_assert_int_eq(lockstore_es_open(&fx->cfg, &fx->st), 0);
 	ck_assert_int_eq(fx->st->ops->start(fx->st), 0);
-	ck_assert_uint_eq(es_store_of(fx->st)->cl.max_inflight, slots ? slots : SLOTS);
+	ck_assert_uint_eq(es_store_of(fx->st)->batch.max_inflight, slots ? slots : SLOTS);
 }
 
 static void fx_open_concurrent(struct fixture *fx)
@@ -994,7 +994,7 @@ START_TEST(test_lockstore_es__concurrent_renames_share_bulks)
 		else
 			ck_assert_int_lt(jobs[i].took_ms, 500);
 	}
-	es_client_drain(&es_store_of(fx.st)->cl);
+	es_batch_drain(&es_store_of(fx.st)->batch);
 	ck_assert_int_eq(count(&fx, "POST", "/locks/_bulk") - before, SLOTS + 1);
 	ck_assert_int_eq(bulks_with_all(&fx, "update", "g", OPENERS, n), 1);
 	/* alone again: one request each, sent at once */
@@ -1197,7 +1197,7 @@ START_TEST(test_lockstore_es__handed_off_release_kept_when_it_fails)
 	pthread_mutex_unlock(&fx.r.mu);
 	release_handed_off(&jobs[0], 200);
 	pthread_join(jobs[1].th, NULL);
-	es_client_drain(&es->cl);
+	es_batch_drain(&es->batch);
 	pthread_mutex_lock(&es->mutex);
 	ck_assert_ptr_nonnull(es->pending);
 	pthread_mutex_unlock(&es->mutex);
@@ -1214,7 +1214,7 @@ START_TEST(test_lockstore_es__handed_off_releases_open_no_slot)
 {
 	struct fixture fx;
 	struct job jobs[1 + 8];
-	struct es_client *c;
+	struct es_batch *c;
 	size_t n = 1 + 8, i;
 	int before;
 
@@ -1222,16 +1222,16 @@ START_TEST(test_lockstore_es__handed_off_releases_open_no_slot)
 	 * they do not open the second slot (acquires that many would); they
 	 * leave together once the first request is answered */
 	fx_open_concurrent(&fx);
-	c = &es_store_of(fx.st)->cl;
+	c = &es_store_of(fx.st)->batch;
 	jobs_init(jobs, n, fx.st, "h");
 	for (i = 1; i < n; i++) {
 		job_main(&jobs[i]);
 		ck_assert_int_eq(jobs[i].err, 0);
 		jobs[i].release = true;
 	}
-	pthread_mutex_lock(&c->batch_mutex);
-	c->batch_age_ms = 60000; /* only the count could open it */
-	pthread_mutex_unlock(&c->batch_mutex);
+	pthread_mutex_lock(&c->mutex);
+	c->age_ms = 60000; /* only the count could open it */
+	pthread_mutex_unlock(&c->mutex);
 	before = start_held(&fx, &jobs[0], 1, 600);
 	for (i = 1; i < n; i++) {
 		job_main(&jobs[i]);
@@ -1242,12 +1242,12 @@ START_TEST(test_lockstore_es__handed_off_releases_open_no_slot)
 	usleep(200000);
 	ck_assert_int_eq(count(&fx, "POST", "/locks/_bulk"), before + 1);
 	pthread_join(jobs[0].th, NULL);
-	es_client_drain(c);
+	es_batch_drain(c);
 	ck_assert_int_eq(count(&fx, "POST", "/locks/_bulk"), before + 2);
 	ck_assert_int_eq(bulks_with_all(&fx, "update", "h", 1, n), 1);
-	pthread_mutex_lock(&c->batch_mutex);
-	c->batch_age_ms = ES_BATCH_AGE_MS;
-	pthread_mutex_unlock(&c->batch_mutex);
+	pthread_mutex_lock(&c->mutex);
+	c->age_ms = ES_BATCH_AGE_MS;
+	pthread_mutex_unlock(&c->mutex);
 	jobs_done(&fx, jobs, n);
 }
 END_TEST
