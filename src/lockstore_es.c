@@ -133,9 +133,9 @@
  * Errors: conflict -> -EAGAIN; 429, 5xx, timeouts and unreachable nodes
  * are retried here (only the items that failed, three times, 100 and
  * 200 ms apart: level 2 of es_retry.h's chart) and then -ENOLCK (lockmgr
- * retries on its deadline); after an ambiguous
- * failure the documents are re-read (_mget) and compared with our holder
- * id before anything is decided; 401/403 and a 400 to our own request are
+ * retries on its deadline); after an ambiguous failure the documents are
+ * re-read (_mget) and compared with our holder id before anything is
+ * decided; 401/403 and a 400 to our own request are
  * -EACCES, logged with the status (and the body for a 400). A release that
  * cannot be sent is kept and resent by the heartbeat thread (es_kept.h).
  *

@@ -2,7 +2,7 @@
  * lockstore_es.h
  *
  * An observer, never an owner: nothing here starts a lease. Owners are
- * told alive or dead the way a mount tells them (es_lease.c): by watching
+ * told alive or dead the way a mount tells them (es_owners.c): by watching
  * their lease documents on our own monotonic clock.
  */
 #include <config.h>

@@ -18,6 +18,7 @@
 #include "es_docs.h"
 #include "es_i.h"
 #include "es_index.h"
+#include "es_retry.h"
 #include "es_scripts.h"
 #include "options.h"
 #include "lockplan.h"
@@ -1363,6 +1364,44 @@ START_TEST(test_lockstore_es__bulk_count)
 }
 END_TEST
 
+START_TEST(test_lockstore_es__request_timeout_from_deadline)
+{
+	struct httpc_config hc = {.urls = "http://127.0.0.1:9", .timeout_ms = 5000};
+	struct es_client c;
+	unsigned int t;
+
+	ck_assert_int_eq(es_client_open(&c, &hc, "locks"), 0);
+	/* no deadline, or one further than the client's timeout: the
+	 * client's own */
+	ck_assert_uint_eq(es_request_timeout(&c, 0), 0);
+	ck_assert_uint_eq(es_request_timeout(&c, tl_mono_ms() + 60000), 0);
+	/* what is left of a nearer one */
+	t = es_request_timeout(&c, tl_mono_ms() + 2000);
+	ck_assert_uint_le(t, 2000);
+	ck_assert_uint_ge(t, ES_GRACE_MS);
+	/* a deadline that passed still leaves the grace */
+	ck_assert_uint_eq(es_request_timeout(&c, tl_mono_ms() - 1000), ES_GRACE_MS);
+	es_client_close(&c);
+}
+END_TEST
+
+START_TEST(test_lockstore_es__retry_pause_within_deadline)
+{
+	int64_t t0;
+
+	/* a pause that would end past the deadline is not taken */
+	ck_assert(!es_retry_pause(tl_mono_ms() + ES_RETRY_BASE_MS, 1));
+	ck_assert(!es_retry_pause(tl_mono_ms() - 1, 1));
+	/* otherwise the pause of the attempt, doubling */
+	t0 = tl_mono_ms();
+	ck_assert(es_retry_pause(0, 1));
+	ck_assert_int_ge(tl_mono_ms() - t0, 2 * ES_RETRY_BASE_MS);
+	t0 = tl_mono_ms();
+	ck_assert(es_retry_pause(tl_mono_ms() + 60000, 2));
+	ck_assert_int_ge(tl_mono_ms() - t0, 4 * ES_RETRY_BASE_MS);
+}
+END_TEST
+
 Suite *make_suite_lockstore_es(void)
 {
 	Suite *s = suite_create("lockstore_es");
@@ -1391,6 +1430,8 @@ Suite *make_suite_lockstore_es(void)
 	tcase_add_test(tc, test_lockstore_es__handed_off_releases_open_no_slot);
 	tcase_add_test(tc, test_lockstore_es__slow_request_holds_up_nobody);
 	tcase_add_test(tc, test_lockstore_es__bulk_count);
+	tcase_add_test(tc, test_lockstore_es__request_timeout_from_deadline);
+	tcase_add_test(tc, test_lockstore_es__retry_pause_within_deadline);
 	suite_add_tcase(s, tc);
 	return s;
 }
