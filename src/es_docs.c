@@ -160,10 +160,10 @@ static cJSON *exclusive_source(const struct es_req *r, size_t i)
 	cJSON_AddStringToObject(s, "lock_type", "exclusive");
 	add_path(s, r, i);
 	cJSON_AddStringToObject(s, "owner", r->owner);
-	cJSON_AddStringToObject(s, "holder", r->hkey);
-	cJSON_AddStringToObject(s, "process_id", r->hkey);
+	cJSON_AddStringToObject(s, "holder", r->holder);
+	cJSON_AddStringToObject(s, "process_id", r->holder);
 	hs = cJSON_AddObjectToObject(s, "holders");
-	cJSON_AddNumberToObject(hs, r->hkey, 1);
+	cJSON_AddNumberToObject(hs, r->holder, 1);
 	cJSON_AddNumberToObject(s, "since", (double)r->now_ms);
 	cJSON_AddNumberToObject(s, "pid", r->pid);
 	return s;
@@ -187,7 +187,7 @@ static cJSON *acquire_params(const struct es_req *r, size_t i)
 	cJSON *p = cJSON_CreateObject();
 	bool x = r->plan->items[i].mode == TL_EXCLUSIVE;
 
-	cJSON_AddStringToObject(p, "h", r->hkey);
+	cJSON_AddStringToObject(p, "h", r->holder);
 	if (x)
 		cJSON_AddStringToObject(p, "o", r->owner);
 	cJSON_AddNumberToObject(p, "age", (double)r->start_ms);
@@ -223,7 +223,7 @@ void es_docs_mark(struct buf *b, const struct es_req *r, size_t i)
 	cJSON *p = cJSON_CreateObject();
 	const char *mode = r->plan->items[i].mode == TL_EXCLUSIVE ? "exclusive" : "shared";
 
-	cJSON_AddStringToObject(p, "h", r->hkey);
+	cJSON_AddStringToObject(p, "h", r->holder);
 	cJSON_AddStringToObject(p, "o", r->owner);
 	cJSON_AddStringToObject(p, "mode", mode);
 	cJSON_AddNumberToObject(p, "age", (double)r->start_ms);
@@ -233,25 +233,25 @@ void es_docs_mark(struct buf *b, const struct es_req *r, size_t i)
 	es_docs_line(b, script_body(r->stored, SCRIPT_MARK_ID, SCRIPT_MARK, p, true));
 }
 
-/* A scripted update of ID with PARAMS {"h": HKEY}. */
+/* A scripted update of ID with PARAMS {"h": HOLDER}. */
 static void holder_script(struct buf *b, const char *id, const char *sid, const char *source,
-			  const char *hkey, bool stored)
+			  const char *holder, bool stored)
 {
 	cJSON *p = cJSON_CreateObject();
 
-	cJSON_AddStringToObject(p, "h", hkey);
+	cJSON_AddStringToObject(p, "h", holder);
 	es_docs_line(b, update_action(id));
 	es_docs_line(b, script_body(stored, sid, source, p, false));
 }
 
-void es_docs_release(struct buf *b, const char *id, const char *hkey, bool stored)
+void es_docs_release(struct buf *b, const char *id, const char *holder, bool stored)
 {
-	holder_script(b, id, SCRIPT_RELEASE_ID, SCRIPT_RELEASE, hkey, stored);
+	holder_script(b, id, SCRIPT_RELEASE_ID, SCRIPT_RELEASE, holder, stored);
 }
 
-void es_docs_unmark(struct buf *b, const char *id, const char *hkey, bool stored)
+void es_docs_unmark(struct buf *b, const char *id, const char *holder, bool stored)
 {
-	holder_script(b, id, SCRIPT_UNMARK_ID, SCRIPT_UNMARK, hkey, stored);
+	holder_script(b, id, SCRIPT_UNMARK_ID, SCRIPT_UNMARK, holder, stored);
 }
 
 void es_docs_evict(struct buf *b, const char *id, const char *owner, bool stored)
@@ -288,7 +288,7 @@ static bool keys_derivable(const struct tl_plan *p)
 
 void es_docs_intent(struct buf *b, const struct es_req *r, const char *name)
 {
-	char *id = es_docs_intent_id(r->hkey);
+	char *id = es_docs_intent_id(r->holder);
 	cJSON *s = cJSON_CreateObject(), *keys;
 	size_t i;
 
@@ -368,9 +368,9 @@ int es_docs_intent_keys(const cJSON *src, enum tl_strategy s, char ***out, size_
 	return 0;
 }
 
-void es_docs_intent_delete(struct buf *b, const char *hkey)
+void es_docs_intent_delete(struct buf *b, const char *holder)
 {
-	char *id = es_docs_intent_id(hkey);
+	char *id = es_docs_intent_id(holder);
 
 	es_docs_line(b, id ? action("delete", id) : NULL);
 	free(id);
@@ -470,9 +470,9 @@ char *es_docs_owner_id(const char *owner)
 	return concat(ES_OWNER_PREFIX, owner);
 }
 
-char *es_docs_intent_id(const char *hkey)
+char *es_docs_intent_id(const char *holder)
 {
-	return concat(ES_INTENT_PREFIX, hkey);
+	return concat(ES_INTENT_PREFIX, holder);
 }
 
 bool es_docs_is_lock_id(const char *id)

@@ -32,9 +32,6 @@
 #define ES_INTENT_PREFIX "intent:"
 #define ES_META_NAME "treelockfs"
 #define ES_FORMAT_VERSION 1
-/* The version in the stored scripts' ids ("treelockfs-rel-v1"): bumped
- * whenever a script's source changes (es_scripts.h). */
-#define ES_SCRIPTS_VERSION "v1"
 /* The language of every script: a stored script of another is not ours. */
 #define ES_SCRIPT_LANG "painless"
 /* retry_on_conflict of scripted updates: concurrent shared updates of one
@@ -45,7 +42,7 @@
 struct es_req {
 	const struct tl_plan *plan;
 	char *const *ids;      /* lock document ids, plan order (path_lock_id) */
-	const char *hkey;      /* holder id "<owner id>#<ticket>" */
+	const char *holder;    /* holder id "<owner id>#<ticket>" */
 	const char *owner;     /* owner id */
 	int64_t start_ms;      /* wall clock of the holder's first attempt: its age */
 	uint32_t pid;          /* requesting process, 0 if unknown */
@@ -91,13 +88,13 @@ void es_docs_acquire(struct buf *b, const struct es_req *r, size_t i);
 /* The waiter mark of plan key I of R (scripted update, scripted upsert). */
 void es_docs_mark(struct buf *b, const struct es_req *r, size_t i);
 
-/* Drops holder HKEY's share of document ID (deleted when nothing is left).
+/* Drops HOLDER's share of document ID (deleted when nothing is left).
  * Here and below, STORED: the script by id (stored in the cluster), else
  * inline. */
-void es_docs_release(struct buf *b, const char *id, const char *hkey, bool stored);
+void es_docs_release(struct buf *b, const char *id, const char *holder, bool stored);
 
-/* Drops holder HKEY's waiter mark from document ID. */
-void es_docs_unmark(struct buf *b, const char *id, const char *hkey, bool stored);
+/* Drops HOLDER's waiter mark from document ID. */
+void es_docs_unmark(struct buf *b, const char *id, const char *holder, bool stored);
 
 /* Removes every share and mark of owner OWNER from document ID. */
 void es_docs_evict(struct buf *b, const char *id, const char *owner, bool stored);
@@ -114,8 +111,8 @@ void es_docs_intent(struct buf *b, const struct es_req *r, const char *name);
  * (maybe none) or -ENOMEM. */
 int es_docs_intent_keys(const cJSON *src, enum tl_strategy s, char ***out, size_t *n);
 
-/* Deletes the intent document of holder HKEY. */
-void es_docs_intent_delete(struct buf *b, const char *hkey);
+/* Deletes the intent document of HOLDER. */
+void es_docs_intent_delete(struct buf *b, const char *holder);
 
 /* Deletes document ID. */
 void es_docs_delete(struct buf *b, const char *id);
@@ -137,9 +134,9 @@ cJSON *es_docs_ids(const char *prefix, char *const *ids, size_t n);
  * QUERY (taken over; NULL: match_all). Returns a new object or NULL. */
 cJSON *es_docs_search(cJSON *query);
 
-/* "owner:<OWNER>", "intent:<HKEY>": new strings (caller frees) or NULL. */
+/* "owner:<OWNER>", "intent:<HOLDER>": new strings (caller frees) or NULL. */
 char *es_docs_owner_id(const char *owner);
-char *es_docs_intent_id(const char *hkey);
+char *es_docs_intent_id(const char *holder);
 
 /* True when document id ID is a lock (not an owner or intent document). */
 bool es_docs_is_lock_id(const char *id);

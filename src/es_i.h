@@ -1,5 +1,32 @@
-/* es_i.h - the es store's state, shared by lockstore_es.c, es_lease.c,
- * es_options.c and lockstore_es_admin.c only
+/* es_i.h - the es store's state, shared by the files of the es store
+ *
+ * The files, one meaning each, and who calls whom (no circle; drawn from
+ * the objects' symbols):
+ *
+ *   lockstore_es.c       the vtable: acquire, refusal, release, abandon,
+ *                        list, open, close
+ *   lockstore_es_admin.c treelockctl: owners, intents, reap, check
+ *   es_lease.c           this mount's lease and its heartbeat thread
+ *   es_owners.c          other owners: observer table, take-over, reap
+ *   es_kept.c            release-like bulks that must arrive; kept ones
+ *   es_retry.c           who retries what (the chart), start retries
+ *   es_batch.c           group commit of _bulk requests, sender thread
+ *   es_index.c           cluster check, index bootstrap, stored scripts
+ *   es_client.c          one request: paths, statuses, _bulk, _mget, ...
+ *   es_docs.c            documents and bulk items (pure); es_scripts.h
+ *   es_options.c         the backend's options
+ *
+ *   lockstore_es_admin -> lockstore_es, es_owners, es_index, es_retry,
+ *                         es_options
+ *   lockstore_es -> es_lease, es_owners, es_kept, es_batch, es_index,
+ *                   es_retry, es_options
+ *   es_lease   -> es_kept, es_index, es_retry
+ *   es_owners  -> es_kept, es_batch
+ *   es_kept    -> es_batch, es_retry
+ *   es_batch   -> es_client            es_retry -> es_client
+ *   es_index   -> es_client            es_client -> httpc
+ *   (besides, most files call es_client and es_docs; es_docs calls
+ *   nothing of the store; es_scripts.h includes nothing)
  *
  * Lock order: es_store.mutex is a leaf; it is never held across a request.
  */
@@ -10,6 +37,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "es_batch.h"
 #include "es_client.h"
 #include "lockplan.h"
 #include "lockstore.h"
@@ -17,19 +45,10 @@
 /* Longest owner= name: an owner id "<name>:<pid>:<nonce>" fits ES_ID_MAX. */
 #define ES_NAME_MAX 63
 #define ES_ID_MAX 160
-/* Item retries within one store call and their first backoff step. */
-#define ES_ITEM_RETRIES 3
-#define ES_RETRY_BASE_MS 50
-/* The first resend of a kept release, then doubling up to the heartbeat's
- * period. */
-#define ES_PENDING_FIRST_MS 100
 #define ES_DEFAULT_INDEX "treelockfs-locks"
 #define ES_DEFAULT_TIMEOUT_MS 5000
 /* How long a mount retries a store that fails at start (seconds). */
 #define ES_DEFAULT_START_TIMEOUT 30
-/* Backoff between start attempts: first and largest step. */
-#define ES_START_BACKOFF_MS 100
-#define ES_START_BACKOFF_MAX_MS 2000
 #define ES_PASSWORD_ENV "TREELOCKFS_ES_PASSWORD"
 
 /* Lease documents of our own former owner ids kept for deletion. */
@@ -85,6 +104,7 @@ struct es_pending {
 struct es_store {
 	struct lockstore base;
 	struct es_client cl;
+	struct es_batch batch;   /* every _bulk goes through it */
 	char name[ES_NAME_MAX + 1]; /* owner= name */
 	int64_t ttl_ms;
 	int64_t tmo_ms;        /* lock_timeout + ttl: how long a waiter mark lives */
@@ -142,11 +162,11 @@ int es_store_open(const struct tl_config *cfg, struct lockstore **out, bool for_
 /* ST as an es store, or NULL when it is another backend. */
 struct es_store *es_store_of(struct lockstore *st);
 
-void es_sleep_ms(int64_t ms);
-
-/* Retries STEP(ES, ARG) while it returns -EAGAIN, for up to
- * es_start_timeout (lockstore_es.c; logs each failure and the last). */
-int es_start_retry(struct es_store *es, const char *what, int (*step)(struct es_store *, bool),
-		   bool arg);
+/* How often the heartbeat renews the lease: lease_ttl/3, at least 50 ms
+ * (es_lease.c's thread; es_kept.c backs off up to it). */
+static inline int64_t es_heartbeat_period(const struct es_store *es)
+{
+	return es->ttl_ms / 3 > 50 ? es->ttl_ms / 3 : 50;
+}
 
 #endif /* TREELOCKFS_ES_I_H */

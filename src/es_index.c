@@ -12,11 +12,13 @@
 #include "es_client.h"
 #include "es_docs.h"
 #include "es_index.h"
+#include "es_scripts.h" /* ES_SCRIPTS_VERSION */
 #include "httpc.h"
 #include "lockplan.h"
 #include "log.h"
 
-int es_index_read_mapping(struct es_client *c, char **strategy, bool *keyword_path)
+int es_index_read_mapping(struct es_client *c, char **strategy, bool *keyword_path,
+			  int64_t deadline)
 {
 	struct httpc_response r;
 	enum es_call_class cc;
@@ -30,7 +32,7 @@ int es_index_read_mapping(struct es_client *c, char **strategy, bool *keyword_pa
 	path = es_path(c, "_mapping", NULL, NULL);
 	if (!path)
 		return -ENOMEM;
-	cc = es_call(c, "GET", path, NULL, NULL, 0, &r, true);
+	cc = es_call(c, "GET", path, NULL, NULL, 0, deadline, &r, true);
 	if (cc != ES_CALL_OK) {
 		int err = r.status == 404 ? -ENOENT : cc == ES_CALL_RETRY ? -EAGAIN : -EACCES;
 
@@ -63,7 +65,7 @@ int es_index_read_mapping(struct es_client *c, char **strategy, bool *keyword_pa
 /* PUT /<index> with our mapping. Returns 0 (created, or created by
  * another client meanwhile), -EAGAIN (try again), -ENOLCK (refused,
  * logged), -ENOMEM. */
-static int create_index(struct es_client *c, enum tl_strategy s)
+static int create_index(struct es_client *c, enum tl_strategy s, int64_t deadline)
 {
 	struct httpc_response r;
 	char type[96] = "", *body, *path = NULL;
@@ -77,7 +79,7 @@ static int create_index(struct es_client *c, enum tl_strategy s)
 		free(body);
 		return -ENOMEM;
 	}
-	cc = es_call(c, "PUT", path, HTTPC_JSON, body, strlen(body), &r, false);
+	cc = es_call(c, "PUT", path, HTTPC_JSON, body, strlen(body), deadline, &r, false);
 	root = es_parse(&r);
 	es_docs_error_type(root, type, sizeof(type));
 	cJSON_Delete(root);
@@ -101,21 +103,21 @@ static int create_index(struct es_client *c, enum tl_strategy s)
 	return err;
 }
 
-int es_index_verify(struct es_client *c, enum tl_strategy s, char **have)
+int es_index_verify(struct es_client *c, enum tl_strategy s, char **have, int64_t deadline)
 {
 	const char *want = lockplan_strategy_name(s);
 	bool kw = false;
 	int err;
 
 	*have = NULL;
-	err = es_index_read_mapping(c, have, &kw);
+	err = es_index_read_mapping(c, have, &kw, deadline);
 	if (err == -ENOENT) {
-		err = create_index(c, s);
+		err = create_index(c, s, deadline);
 		if (err)
 			return err;
 		tl_log(LOG_WARNING, "lock index '%s' was missing (lost by the store?): re-created "
 		       "it for lock_strategy=%s", c->index, want);
-		err = es_index_read_mapping(c, have, &kw);
+		err = es_index_read_mapping(c, have, &kw, deadline);
 	}
 	if (err)
 		return err == -EACCES ? -ENOLCK : err;
@@ -124,7 +126,7 @@ int es_index_verify(struct es_client *c, enum tl_strategy s, char **have)
 	if (strcmp(*have, want) != 0)
 		return -EINVAL;
 	/* every check: a stored script may have been replaced meanwhile */
-	es_index_scripts(c, false);
+	es_index_scripts(c, false, deadline);
 	return 0;
 }
 
@@ -160,7 +162,8 @@ static void retry_note(const struct httpc_response *r, char *why, size_t size)
 /* Reads one script: 1 stored with our source, 0 not usable by id (*WHY
  * says why), -ENOENT (not stored: *WHY says so for treelockctl), -EAGAIN
  * (*WHY), -ENOMEM. */
-static int script_read(struct es_client *c, const struct es_script *sc, char *why, size_t size)
+static int script_read(struct es_client *c, const struct es_script *sc, char *why, size_t size,
+		       int64_t deadline)
 {
 	struct httpc_response r;
 	enum es_call_class cc;
@@ -171,7 +174,7 @@ static int script_read(struct es_client *c, const struct es_script *sc, char *wh
 
 	if (asprintf(&path, "/_scripts/%s", sc->id) < 0)
 		return -ENOMEM;
-	cc = es_call(c, "GET", path, NULL, NULL, 0, &r, true);
+	cc = es_call(c, "GET", path, NULL, NULL, 0, deadline, &r, true);
 	if (cc == ES_CALL_OK) {
 		root = es_parse(&r);
 		script = cJSON_GetObjectItemCaseSensitive(root, "script");
@@ -201,7 +204,8 @@ static int script_read(struct es_client *c, const struct es_script *sc, char *wh
 
 /* Stores one script: 1 stored, 0 refused (*WHY says why), -EAGAIN (*WHY),
  * -ENOMEM. */
-static int script_put(struct es_client *c, const struct es_script *sc, char *why, size_t size)
+static int script_put(struct es_client *c, const struct es_script *sc, char *why, size_t size,
+		      int64_t deadline)
 {
 	struct httpc_response r;
 	enum es_call_class cc;
@@ -216,7 +220,7 @@ static int script_put(struct es_client *c, const struct es_script *sc, char *why
 		free(body);
 		return -ENOMEM;
 	}
-	cc = es_call(c, "PUT", path, HTTPC_JSON, body, strlen(body), &r, true);
+	cc = es_call(c, "PUT", path, HTTPC_JSON, body, strlen(body), deadline, &r, true);
 	free(body);
 	if (cc == ES_CALL_OK) {
 		ret = 1;
@@ -242,14 +246,14 @@ static int script_put(struct es_client *c, const struct es_script *sc, char *why
  * and a replaced acquire script breaks mutual exclusion. Then a mount
  * stores the missing ones in table order; treelockctl only reports. */
 static int scripts_usable(struct es_client *c, const struct es_script *sc, size_t n,
-			  bool for_ctl, char *why, size_t size)
+			  bool for_ctl, char *why, size_t size, int64_t deadline)
 {
 	size_t i, nmissing = 0, first_missing = n;
 	uint64_t missing = 0; /* bit I: sc[I] is not stored */
 	int ret;
 
 	for (i = 0; i < n && i < 64; i++) {
-		ret = script_read(c, &sc[i], why, size);
+		ret = script_read(c, &sc[i], why, size, deadline);
 		if (ret == -ENOENT) {
 			if (!nmissing++)
 				first_missing = i;
@@ -271,14 +275,14 @@ static int scripts_usable(struct es_client *c, const struct es_script *sc, size_
 	for (i = first_missing; i < n && i < 64; i++) {
 		if (!(missing & UINT64_C(1) << i))
 			continue;
-		ret = script_put(c, &sc[i], why, size);
+		ret = script_put(c, &sc[i], why, size, deadline);
 		if (ret != 1)
 			return ret;
 	}
 	return 1;
 }
 
-int es_index_scripts(struct es_client *c, bool for_ctl)
+int es_index_scripts(struct es_client *c, bool for_ctl, int64_t deadline)
 {
 	char why[200] = "", note[sizeof(c->scripts_note)];
 	size_t n;
@@ -286,7 +290,7 @@ int es_index_scripts(struct es_client *c, bool for_ctl)
 	bool was_stored = es_client_scripts_stored(c), foreign;
 	int ret;
 
-	ret = scripts_usable(c, sc, n, for_ctl, why, sizeof(why));
+	ret = scripts_usable(c, sc, n, for_ctl, why, sizeof(why), deadline);
 	if (ret == -ENOMEM)
 		return ret;
 	if (ret == -EAGAIN && !for_ctl && c->scripts_checked)
@@ -318,19 +322,19 @@ int es_index_scripts(struct es_client *c, bool for_ctl)
 	return 0;
 }
 
-int es_index_bootstrap(struct es_client *c, enum tl_strategy s, bool for_ctl)
+int es_index_bootstrap(struct es_client *c, enum tl_strategy s, bool for_ctl, int64_t deadline)
 {
 	const char *want = lockplan_strategy_name(s);
 	char *have = NULL;
 	bool kw = false;
 	int err;
 
-	err = es_index_read_mapping(c, &have, &kw);
+	err = es_index_read_mapping(c, &have, &kw, deadline);
 	if (err == -ENOENT && !for_ctl) {
-		err = create_index(c, s);
+		err = create_index(c, s, deadline);
 		if (err)
 			return err;
-		err = es_index_read_mapping(c, &have, &kw);
+		err = es_index_read_mapping(c, &have, &kw, deadline);
 	}
 	if (err == -ENOENT && for_ctl)
 		return 0;
@@ -357,10 +361,11 @@ int es_index_bootstrap(struct es_client *c, enum tl_strategy s, bool for_ctl)
 		return -EINVAL;
 	}
 	free(have);
-	return es_index_scripts(c, for_ctl);
+	return es_index_scripts(c, for_ctl, deadline);
 }
 
-int es_index_check_cluster(struct es_client *c, char *version, size_t size, bool *opensearch)
+int es_index_check_cluster(struct es_client *c, char *version, size_t size, bool *opensearch,
+			   int64_t deadline)
 {
 	struct httpc_response r;
 	char errbuf[256];
@@ -368,8 +373,8 @@ int es_index_check_cluster(struct es_client *c, char *version, size_t size, bool
 	const char *num, *dist;
 	int err;
 
-	err = httpc_request(c->http, "GET", "/", NULL, NULL, 0, es_request_timeout(c), &r, errbuf,
-			    sizeof(errbuf));
+	err = httpc_request(c->http, "GET", "/", NULL, NULL, 0, es_request_timeout(c, deadline), &r,
+			    errbuf, sizeof(errbuf));
 	if (err) {
 		/* the caller retries, then logs the last error */
 		if (*errbuf)

@@ -6,13 +6,16 @@
  * the mapping's _meta; a mount asking for another strategy is refused, so
  * two strategies never share one index. treelockctl only reads.
  *
- * Thread rules: called while opening the store, from one thread.
+ * Thread rules: called while opening the store, from one thread, and
+ * by the heartbeat thread (es_index_verify()). Every function that sends
+ * takes DEADLINE (monotonic ms, 0: none; es_client.h).
  */
 #ifndef TREELOCKFS_ES_INDEX_H
 #define TREELOCKFS_ES_INDEX_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "es_client.h"
 #include "lockplan.h"
@@ -22,13 +25,15 @@
  * Returns 0, -EAGAIN (unreachable, 429, 5xx: worth retrying; the reason is
  * recorded in C, es_client_last_error()), -ENOLCK (refused, logged),
  * -ENOMEM. */
-int es_index_check_cluster(struct es_client *c, char *version, size_t size, bool *opensearch);
+int es_index_check_cluster(struct es_client *c, char *version, size_t size, bool *opensearch,
+			   int64_t deadline);
 
 /* Reads the index mapping. Returns 0 with *STRATEGY (NULL when the index
  * has no _meta of ours; caller frees) and, when KEYWORD_PATH is not NULL,
  * whether "path" is a keyword; -ENOENT (no index), -EAGAIN (worth
  * retrying), -EACCES (refused, logged). */
-int es_index_read_mapping(struct es_client *c, char **strategy, bool *keyword_path);
+int es_index_read_mapping(struct es_client *c, char **strategy, bool *keyword_path,
+			  int64_t deadline);
 
 /* Creates the index if missing (unless FOR_CTL; two mounts may race:
  * "already exists" is fine) and checks that it records strategy S.
@@ -37,7 +42,7 @@ int es_index_read_mapping(struct es_client *c, char **strategy, bool *keyword_pa
  * Then es_index_scripts().
  * Returns 0, -EINVAL (another strategy or not ours, logged), -EAGAIN (worth
  * retrying), -ENOLCK, -ENOMEM. */
-int es_index_bootstrap(struct es_client *c, enum tl_strategy s, bool for_ctl);
+int es_index_bootstrap(struct es_client *c, enum tl_strategy s, bool for_ctl, int64_t deadline);
 
 /* Makes the lock scripts (es_docs.h) usable by id: reads every one (GET
  * _scripts/<id>) and compares its source and language with ours; a mount
@@ -50,7 +55,7 @@ int es_index_bootstrap(struct es_client *c, enum tl_strategy s, bool for_ctl);
  * are. Sets es_client_scripts_stored() and, unless FOR_CTL, logs which
  * when it changes. Returns 0 or -ENOMEM. Called by es_index_bootstrap()
  * once the index is ours, and by es_index_verify(). */
-int es_index_scripts(struct es_client *c, bool for_ctl);
+int es_index_scripts(struct es_client *c, bool for_ctl, int64_t deadline);
 
 /* How the scripts of C travel, as es_index_scripts() found ("stored in the
  * cluster (...)" or "inline (why)"), for treelockctl check. */
@@ -64,6 +69,6 @@ const char *es_index_scripts_note(const struct es_client *c);
  * re-creation. Then checks the scripts again (es_index_scripts()): a
  * stored one replaced meanwhile sends them inline, one stored again (or
  * a store that recovered) by id. */
-int es_index_verify(struct es_client *c, enum tl_strategy s, char **have);
+int es_index_verify(struct es_client *c, enum tl_strategy s, char **have, int64_t deadline);
 
 #endif /* TREELOCKFS_ES_INDEX_H */

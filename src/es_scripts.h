@@ -2,15 +2,16 @@
  *
  * Fixed sources: every piece of data travels in params, never in the
  * source (no string building, no script injection, and Elasticsearch
- * compiles each script once). Included by es_docs.c only, which puts them
+ * compiles each script once). Used by es_docs.c, which puts them
  * into bulk items: by id when they are stored in the cluster
  * (PUT _scripts/<id> at mount, es_index.c), inline otherwise. The document
  * shapes they act on are described in lockstore_es.c.
  *
  * Each id carries a version: change a source and bump its version (all
- * ids share ES_SCRIPTS_VERSION, es_docs.h), so that mounts of the old and the new
- * release keep working side by side on one cluster, each with its own
- * scripts.
+ * ids share ES_SCRIPTS_VERSION, below), so that mounts of the old and
+ * the new release keep working side by side on one cluster, each with its
+ * own scripts. This header includes nothing: es_docs.c puts the sources
+ * into requests, es_index.c names the version in its notes.
  *
  * The acquire and mark scripts run as scripted upserts: on a missing
  * document ctx._source is empty and the script builds the document itself
@@ -21,7 +22,9 @@
 #ifndef TREELOCKFS_ES_SCRIPTS_H
 #define TREELOCKFS_ES_SCRIPTS_H
 
-#include "es_docs.h" /* ES_SCRIPTS_VERSION */
+/* The version in the stored scripts' ids ("treelockfs-rel-v1"): bumped
+ * whenever a script's source below changes. */
+#define ES_SCRIPTS_VERSION "v1"
 
 #define ES_SCRIPT_ID(name) "treelockfs-" name "-" ES_SCRIPTS_VERSION
 

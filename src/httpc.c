@@ -655,6 +655,16 @@ int httpc_request(struct httpc *c, const char *method, const char *path, const c
 	return err;
 }
 
+char *httpc_escape(const char *s)
+{
+	/* the handle argument is unused by libcurl's escaping */
+	char *e = curl_easy_escape(NULL, s, 0);
+	char *out = e ? strdup(e) : NULL;
+
+	curl_free(e);
+	return out;
+}
+
 void httpc_response_free(struct httpc_response *r)
 {
 	if (!r)

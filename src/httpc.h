@@ -91,6 +91,12 @@ int httpc_request(struct httpc *c, const char *method, const char *path, const c
  * process that stops: no request outlives its budget. Any thread. */
 void httpc_set_end(struct httpc *c, int64_t end_ms);
 
+/* S percent-encoded as one path segment or query value (libcurl's
+ * escaping: the RFC 3986 unreserved bytes A-Z a-z 0-9 - . _ ~ are kept,
+ * every other byte becomes %XX), as a new string (caller frees), or NULL
+ * when out of memory. Any thread. */
+char *httpc_escape(const char *s);
+
 /* Frees what *R owns and empties it; accepts an empty response. */
 void httpc_response_free(struct httpc_response *r);
 

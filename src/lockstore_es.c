@@ -1,10 +1,14 @@
 /* lockstore_es.c - tree locks in an Elasticsearch / OpenSearch index
  *
  * The vtable: try-acquire, the refusal path, release, abandon, list, open,
- * close. Around it: es_docs.c (documents and bulk items, pure),
- * es_client.c (requests), es_lease.c (owners, leases, take-over, reap),
- * es_index.c (cluster check, bootstrap), es_scripts.h (Painless),
- * es_options.c (the backend's options), lockstore_es_admin.c (treelockctl).
+ * close. Around it, one meaning per file (es_i.h draws who calls whom):
+ * es_lease.c (this mount's lease), es_owners.c (other owners: take-over,
+ * reap), es_kept.c (release-like bulks that must arrive, kept ones),
+ * es_retry.h (who retries what: the one chart), es_batch.c (group
+ * commit), es_client.c (one request), es_index.c (cluster check,
+ * bootstrap), es_docs.c (documents and bulk items, pure), es_scripts.h
+ * (Painless), es_options.c (the backend's options), lockstore_es_admin.c
+ * (treelockctl).
  *
  * One index (es_index, default treelockfs-locks) holds three kinds of
  * documents. Ids never collide: lock keys start with '/', or are "global",
@@ -70,9 +74,9 @@
  *
  * So an uncontended rename costs exactly two requests whatever its depth.
  * Renames of one mount that send at the same moment share requests: a
- * _bulk submitted while another is in flight waits in es_client's queue,
+ * _bulk submitted while another is in flight waits in es_batch's queue,
  * and the next free sender takes the whole queue as one _bulk (group
- * commit, es_bulk_send()). Each rename still builds, reads and judges only
+ * commit, es_batch_send()). Each rename still builds, reads and judges only
  * its own items (all-or-nothing, rollback, waiter marks, as above); a
  * failure of the whole request is each of its renames' own failure; the
  * request's timeout is the earliest deadline among them, and a rename
@@ -127,12 +131,19 @@
  * + lease_ttl/3 + one backoff step (200 ms) after the holder died.
  *
  * Errors: conflict -> -EAGAIN; 429, 5xx, timeouts and unreachable nodes
- * are retried here (only the items that failed, three times, 50..200 ms)
- * and then -ENOLCK (lockmgr retries on its deadline); after an ambiguous
- * failure the documents are re-read (_mget) and compared with our holder
- * id before anything is decided; 401/403 and a 400 to our own request are
+ * are retried here (only the items that failed, three times, 100 and
+ * 200 ms apart: level 2 of es_retry.h's chart) and then -ENOLCK (lockmgr
+ * retries on its deadline); after an ambiguous failure the documents are
+ * re-read (_mget) and compared with our holder id before anything is
+ * decided; 401/403 and a 400 to our own request are
  * -EACCES, logged with the status (and the body for a 400). A release that
- * cannot be sent is kept and resent by the heartbeat thread.
+ * cannot be sent is kept and resent by the heartbeat thread (es_kept.h).
+ *
+ * Deadlines: lock_timeout bounds the whole rename: every request made for
+ * a holder (acquire, refusal, take-over, rollback, abandon, release) gets
+ * its deadline (tl_holder.deadline_us) as an argument and is capped by
+ * what is left of it; once it has passed, cleanup requests get
+ * ES_GRACE_MS and what still fails is kept for the heartbeat.
  *
  * Lock order: store->mutex is a leaf; it is never held across a request.
  */
@@ -149,11 +160,15 @@
 #include <unistd.h>
 
 #include "buf.h"
+#include "es_batch.h"
 #include "es_client.h"
 #include "es_docs.h"
 #include "es_i.h"
 #include "es_index.h"
+#include "es_kept.h"
 #include "es_lease.h"
+#include "es_owners.h"
+#include "es_retry.h"
 #include "httpc.h"
 #include "lockplan.h"
 #include "lockstore.h"
@@ -165,21 +180,13 @@
 
 /* Per-holder scratch (tl_holder.priv). */
 struct es_hold {
-	char key[ES_ID_MAX + 24]; /* "<owner id>#<ticket>" of the last attempt */
+	char holder[ES_ID_MAX + 24]; /* holder id "<owner id>#<ticket>" of the last attempt */
 	unsigned int epoch;
 	bool held;
 	bool marked; /* waiter marks left in the index */
 };
 
 static const struct lockstore_ops es_ops;
-
-void es_sleep_ms(int64_t ms)
-{
-	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
-
-	if (ms > 0)
-		nanosleep(&ts, NULL);
-}
 
 static struct es_store *es_of(struct lockstore *st)
 {
@@ -189,6 +196,13 @@ static struct es_store *es_of(struct lockstore *st)
 struct es_store *es_store_of(struct lockstore *st)
 {
 	return st && st->ops == &es_ops ? es_of(st) : NULL;
+}
+
+/* The deadline of holder H in monotonic ms (0: none), passed to every
+ * request made on its behalf. */
+static int64_t hold_deadline(const struct tl_holder *h)
+{
+	return h->deadline_us ? h->deadline_us / 1000 : 0;
 }
 
 /* ---- acquire ------------------------------------------------------------------ */
@@ -313,6 +327,7 @@ static int blockers_of(const cJSON *src, const struct es_req *r, size_t i, char 
 static int on_refusal(struct es_store *es, struct es_req *r, const struct tl_holder *h,
 		      enum es_item_state *st, struct tl_conflict *why)
 {
+	int64_t deadline = hold_deadline(h);
 	size_t n = r->plan->n, nref = 0, i, nown = 0, cap = 0, j;
 	size_t *ref = calloc(n ? n : 1, sizeof(*ref));
 	char **owners = NULL, **refids = calloc(n ? n : 1, sizeof(*refids));
@@ -332,7 +347,7 @@ static int on_refusal(struct es_store *es, struct es_req *r, const struct tl_hol
 			refids[nref] = r->ids[i];
 			ref[nref++] = i;
 		}
-	root = es_mget(&es->cl, NULL, refids, nref);
+	root = es_mget(&es->cl, NULL, refids, nref, deadline);
 	if (!root) {
 		err = -ENOLCK;
 		goto out_rollback;
@@ -350,7 +365,7 @@ static int on_refusal(struct es_store *es, struct es_req *r, const struct tl_hol
 			st[i] = ES_ITEM_RETRY; /* released since: try again at once */
 			continue;
 		}
-		if (cJSON_GetObjectItemCaseSensitive(hs, r->hkey)) {
+		if (cJSON_GetObjectItemCaseSensitive(hs, r->holder)) {
 			st[i] = ES_ITEM_OK; /* our own earlier, ambiguous success */
 			continue;
 		}
@@ -373,12 +388,12 @@ static int on_refusal(struct es_store *es, struct es_req *r, const struct tl_hol
 		/* some were released meanwhile: roll back and retry soon */
 	}
 	dead = calloc(nown ? nown : 1, sizeof(*dead));
-	if (nown && dead && es_judge_owners(es, owners, nown, dead) == 0) {
+	if (nown && dead && es_judge_owners(es, owners, nown, dead, deadline) == 0) {
 		for (i = 0; i < nown; i++) {
 			if (!dead[i])
 				continue;
 			if (!es_obs_reaped(es, owners[i]))
-				es_takeover(es, owners[i], refids, nref);
+				es_takeover(es, owners[i], refids, nref, deadline);
 			else
 				for (j = 0; j < nref; j++)
 					es_docs_evict(&b, refids[j], owners[i], r->stored);
@@ -390,7 +405,7 @@ out_rollback:
 	 * intent stays while we wait, so a reap finds our marks too */
 	r->stored = es_client_scripts_stored(&es->cl);
 	for (i = r->sent; i-- > 0;)
-		es_docs_release(&b, r->ids[i], r->hkey, r->stored);
+		es_docs_release(&b, r->ids[i], r->holder, r->stored);
 	rollback_len = b.len;
 	/* The marks go with the rollback in one request, and are never kept
 	 * for a resend: a mark applied late, after this holder gave up and
@@ -403,11 +418,11 @@ out_rollback:
 	((struct es_hold *)h->priv)->marked = true;
 	cJSON_Delete(root);
 	root = NULL;
-	if (es_bulk_send(&es->cl, &b, &root) != 0 && rollback_len) {
+	if (es_batch_send(&es->batch, &b, deadline, &root) != 0 && rollback_len) {
 		/* the rollback alone, kept for the heartbeat if need be */
 		b.len = rollback_len;
 		b.data[rollback_len] = '\0';
-		if (es_send_idempotent(es, &b) != 0)
+		if (es_send_idempotent(es, &b, deadline) != 0)
 			err = -ENOLCK;
 	}
 out:
@@ -420,24 +435,39 @@ out:
 	return err;
 }
 
-/* Rolls back everything of request R (after a failure). */
-static void rollback(struct es_store *es, const struct es_req *r)
+/* An item builder of es_docs.h that drops HOLDER from document ID. */
+typedef void es_holder_item_fn(struct buf *b, const char *id, const char *holder, bool stored);
+
+/* Appends to B what lets HOLDER go of the documents IDS[0..N): ITEM for
+ * each (longest key first with REVERSE, as a plan is released), then the
+ * deletion of its intent; the scripts travel as the client sends them
+ * now. The shared opening of release, rollback and abandon. */
+static void holder_items(struct es_store *es, struct buf *b, char *const *ids, size_t n,
+			 const char *holder, es_holder_item_fn *item, bool reverse)
 {
-	struct buf b = BUF_INIT;
 	bool stored = es_client_scripts_stored(&es->cl);
 	size_t i;
 
-	for (i = r->sent; i-- > 0;)
-		es_docs_release(&b, r->ids[i], r->hkey, stored);
-	es_docs_intent_delete(&b, r->hkey);
-	es_send_idempotent(es, &b);
+	for (i = 0; i < n; i++)
+		item(b, ids[reverse ? n - 1 - i : i], holder, stored);
+	es_docs_intent_delete(b, holder);
+}
+
+/* Rolls back everything of request R (after a failure). */
+static void rollback(struct es_store *es, const struct es_req *r, int64_t deadline)
+{
+	struct buf b = BUF_INIT;
+
+	holder_items(es, &b, r->ids, r->sent, r->holder, es_docs_release, true);
+	es_send_idempotent(es, &b, deadline);
 	buf_free(&b);
 }
 
-static int try_acquire(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h,
+static int es_try_acquire(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h,
 			  struct tl_conflict *why)
 {
 	struct es_store *es = es_of(st);
+	int64_t deadline = hold_deadline(h);
 	struct es_hold *hold = hold_get(h);
 	enum es_item_state *state = NULL;
 	char owner[ES_ID_MAX], **ids = NULL, **dead = NULL;
@@ -467,9 +497,9 @@ static int try_acquire(struct lockstore *st, const struct tl_plan *plan, struct 
 		return -EACCES; /* logged by the heartbeat; ENOLCK at once */
 	if (!fresh)
 		return -ENOLCK;
-	snprintf(hold->key, sizeof(hold->key), "%s#%" PRIu64, owner, h->ticket);
+	snprintf(hold->holder, sizeof(hold->holder), "%s#%" PRIu64, owner, h->ticket);
 	r.owner = owner;
-	r.hkey = hold->key;
+	r.holder = hold->holder;
 	r.marked = hold->marked;
 	r.tmo_ms = es->tmo_ms;
 	err = ids_make(plan, &ids);
@@ -488,13 +518,9 @@ static int try_acquire(struct lockstore *st, const struct tl_plan *plan, struct 
 		size_t next = 0, first, cnt, k;
 		cJSON *it;
 
-		if (round) {
-			int64_t left = es_deadline_left();
-
-			if (left <= ES_RETRY_BASE_MS << round)
-				break; /* lock_timeout: lockmgr decides */
-			es_sleep_ms(ES_RETRY_BASE_MS << round);
-		}
+		/* level 2 of es_retry.h; near lock_timeout lockmgr decides */
+		if (round && !es_retry_pause(deadline, round))
+			break;
 		es_strv_free(dead, ndead);
 		dead = NULL;
 		ndead = 0;
@@ -524,7 +550,7 @@ static int try_acquire(struct lockstore *st, const struct tl_plan *plan, struct 
 			 * the retry is safe (scripts are idempotent; a create
 			 * that 409s is checked against our holder id in
 			 * on_refusal()) */
-			err = es_bulk_send(&es->cl, &b, &root);
+			err = es_batch_send(&es->batch, &b, deadline, &root);
 			if (err == -ETIMEDOUT)
 				break; /* not sent, and the deadline has passed */
 			sent = true;
@@ -599,7 +625,7 @@ out_rollback:
 	 * deadline, or failed while being built) */
 	if (sent) {
 		r.sent = sent_upto;
-		rollback(es, &r);
+		rollback(es, &r, deadline);
 	}
 	if (err != -EACCES)
 		err = -ENOLCK;
@@ -630,51 +656,49 @@ static void hold_done(struct es_store *es, struct tl_holder *h)
 	h->priv = NULL;
 }
 
-static int release(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h)
+/* Builds into B the items that let holder H go of PLAN's documents
+ * (holder_items()). Returns 0, -ENOMEM. */
+static int plan_items(struct es_store *es, struct buf *b, const struct tl_plan *plan,
+		      const struct es_hold *hold, es_holder_item_fn *item, bool reverse)
+{
+	char **ids = NULL;
+	int err = ids_make(plan, &ids);
+
+	if (err)
+		return err;
+	holder_items(es, b, ids, plan->n, hold->holder, item, reverse);
+	ids_free(ids, plan->n);
+	return 0;
+}
+
+static int es_release(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h)
 {
 	struct es_store *es = es_of(st);
 	struct es_hold *hold = h->priv;
 	struct buf b = BUF_INIT;
-	bool stored = es_client_scripts_stored(&es->cl);
-	char **ids = NULL;
-	size_t i;
 	int err;
 
 	if (!hold)
 		return 0;
-	err = ids_make(plan, &ids);
-	if (err)
-		goto out;
-	for (i = plan->n; i-- > 0;)
-		es_docs_release(&b, ids[i], hold->key, stored);
-	es_docs_intent_delete(&b, hold->key);
-	err = es_send_release(es, &b);
+	err = plan_items(es, &b, plan, hold, es_docs_release, true);
+	if (!err)
+		err = es_send_release(es, &b, hold_deadline(h));
 	if (err == -EINPROGRESS)
 		err = 0; /* kept, resent soon (logged): the store's to finish */
-out:
 	buf_free(&b);
-	ids_free(ids, plan->n);
 	hold_done(es, h);
 	return err;
 }
 
-static void abandon(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h)
+static void es_abandon(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h)
 {
 	struct es_store *es = es_of(st);
 	struct es_hold *hold = h->priv;
 	struct buf b = BUF_INIT;
-	bool stored = es_client_scripts_stored(&es->cl);
-	char **ids = NULL;
-	size_t i;
 
-	if (hold && hold->marked && ids_make(plan, &ids) == 0) {
-		for (i = 0; i < plan->n; i++)
-			es_docs_unmark(&b, ids[i], hold->key, stored);
-		es_docs_intent_delete(&b, hold->key);
-		es_send_idempotent(es, &b);
-	}
+	if (hold && hold->marked && plan_items(es, &b, plan, hold, es_docs_unmark, false) == 0)
+		es_send_idempotent(es, &b, hold_deadline(h));
 	buf_free(&b);
-	ids_free(ids, plan->n);
 	if (hold)
 		hold->held = false;
 	hold_done(es, h);
@@ -738,7 +762,7 @@ static int es_start(struct lockstore *st)
 	/* after the lease: releases handed off before it would have no
 	 * store to go to */
 	if (!err)
-		err = es_client_start_sender(&es_of(st)->cl);
+		err = es_batch_start_sender(&es_of(st)->batch);
 	return err;
 }
 
@@ -770,8 +794,8 @@ static int es_list(struct lockstore *st, const char *prefix, struct tl_lock_info
 		return -ENOMEM;
 	/* the releases of renames that returned are answered first: the list
 	 * shows no lock this mount has let go of */
-	es_client_drain(&es->cl);
-	root = es_search_all(&es->cl, NULL);
+	es_batch_drain(&es->batch);
+	root = es_search_all(&es->cl, NULL, 0);
 	if (!root) {
 		free(ptext);
 		return -ENOLCK;
@@ -832,115 +856,33 @@ static int es_list(struct lockstore *st, const char *prefix, struct tl_lock_info
 	return 0;
 }
 
-/* ---- the rename's deadline -------------------------------------------------------
- *
- * lock_timeout bounds the whole rename: every request made for a holder
- * (acquire, refusal, rollback, abandon, release) is capped by what is left
- * of its deadline (es_deadline_set()); once it has passed, cleanup requests
- * get ES_GRACE_MS and what still fails is kept for the heartbeat. */
-
-static int es_try_acquire(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h,
-			  struct tl_conflict *why)
-{
-	int err;
-
-	es_deadline_set(h->deadline_us ? h->deadline_us / 1000 : 0);
-	err = try_acquire(st, plan, h, why);
-	es_deadline_set(0);
-	return err;
-}
-
-static void es_abandon(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h)
-{
-	es_deadline_set(h->deadline_us ? h->deadline_us / 1000 : 0);
-	abandon(st, plan, h);
-	es_deadline_set(0);
-}
-
-static int es_release(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h)
-{
-	int err;
-
-	es_deadline_set(h->deadline_us ? h->deadline_us / 1000 : 0);
-	err = release(st, plan, h);
-	es_deadline_set(0);
-	return err;
-}
-
 /* ---- open, close ---------------------------------------------------------------- */
 
-/* Runs STEP until it returns anything but -EAGAIN, with a doubling backoff
- * (ES_START_BACKOFF_MS .. ES_START_BACKOFF_MAX_MS, jittered) for up to
- * es_start_timeout seconds: a store that is starting, overloaded or
- * flaky does not fail a mount at once. WHAT names the step in messages.
- * Each failed attempt is logged with its reason; when time runs out the
- * last reason is. Returns what STEP returned, -EAGAIN turned into -ENOLCK.
- * The URLs in messages never carry credentials (httpc_node_name()). */
-int es_start_retry(struct es_store *es, const char *what, int (*step)(struct es_store *, bool),
-		   bool arg)
-{
-	int64_t t0 = tl_mono_ms(), deadline = t0 + (int64_t)es->start_timeout * 1000;
-	int64_t delay = ES_START_BACKOFF_MS, now;
-	char why[256];
-	unsigned int attempts = 0;
-	int err;
-
-	/* every request of the last attempt is capped by what is left, as a
-	 * rename's lock_timeout caps its own (es_start_timeout=0: one attempt,
-	 * each request with the client's timeout) */
-	if (es->start_timeout)
-		es_deadline_set(deadline);
-	for (;;) {
-		attempts++;
-		err = step(es, arg);
-		if (err != -EAGAIN)
-			break;
-		es_client_last_error(&es->cl, why, sizeof(why));
-		now = tl_mono_ms();
-		if (now + delay >= deadline)
-			break;
-		tl_log(LOG_WARNING, "cannot %s yet (attempt %u): %s; retrying in %" PRId64 " ms",
-		       what, attempts, *why ? why : "lock store unavailable", delay);
-		es_sleep_ms(delay - delay / 4 + (int64_t)(random() % (delay / 2 + 1)));
-		delay = delay * 2 > ES_START_BACKOFF_MAX_MS ? ES_START_BACKOFF_MAX_MS : delay * 2;
-	}
-	es_deadline_set(0);
-	if (err == -EAGAIN) {
-		tl_log(LOG_ERR,
-		       "cannot %s at '%s' (es_start_timeout %u s, %u attempts in %.1f s); "
-		       "last error: %s",
-		       what, httpc_node_name(es->cl.http, 0), es->start_timeout, attempts,
-		       (double)(tl_mono_ms() - t0) / 1000, *why ? why : "lock store unavailable");
-		err = -ENOLCK;
-	}
-	return err;
-}
-
 /* Cluster check and index bootstrap: one start attempt. */
-static int open_step(struct es_store *es, bool for_ctl)
+static int open_step(struct es_store *es, bool for_ctl, int64_t deadline)
 {
 	int err;
 
-	err = es_index_check_cluster(&es->cl, es->version, sizeof(es->version), &es->opensearch);
+	err = es_index_check_cluster(&es->cl, es->version, sizeof(es->version), &es->opensearch,
+				     deadline);
 	if (err)
 		return err;
-	return es_index_bootstrap(&es->cl, es->strategy, for_ctl);
+	return es_index_bootstrap(&es->cl, es->strategy, for_ctl, deadline);
 }
 
 static void es_close(struct lockstore *st)
 {
 	struct es_store *es = es_of(st);
-	size_t i;
 
 	if (!es)
 		return;
 	/* releases handed off go first: what fails there is kept, and the
 	 * lease's stop resends what is kept */
-	es_client_stop_sender(&es->cl);
+	es_batch_stop_sender(&es->batch);
 	es_lease_stop(es);
+	es_batch_close(&es->batch);
 	es_client_close(&es->cl);
-	for (i = 0; i < es->nobs; i++)
-		free(es->obs[i].id);
+	es_owners_free(es);
 	pthread_cond_destroy(&es->cond);
 	pthread_mutex_destroy(&es->mutex);
 	free(es);
@@ -995,10 +937,10 @@ int es_store_open(const struct tl_config *cfg, struct lockstore **out, bool for_
 	hc.timeout_ms = es->timeout_ms;
 	hc.opaque_id = es->owner;
 	/* eo->inflight: es_inflight=, or its default (es_options.c) */
-	err = es_client_open(&es->cl, &hc, eo->index && *eo->index ? eo->index : ES_DEFAULT_INDEX,
-			     eo->inflight);
+	err = es_client_open(&es->cl, &hc, eo->index && *eo->index ? eo->index : ES_DEFAULT_INDEX);
 	if (err)
 		goto out_close;
+	es_batch_open(&es->batch, &es->cl, eo->inflight);
 	if (eo->insecure)
 		tl_log(LOG_WARNING, "es_insecure: TLS certificates of the lock store are not verified");
 	es->cleartext_creds = (eo->user || eo->api_key) && es_opts_cleartext(eo);

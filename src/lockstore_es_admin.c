@@ -2,7 +2,7 @@
  * lockstore_es.h
  *
  * An observer, never an owner: nothing here starts a lease. Owners are
- * told alive or dead the way a mount tells them (es_lease.c): by watching
+ * told alive or dead the way a mount tells them (es_owners.c): by watching
  * their lease documents on our own monotonic clock.
  */
 #include <config.h>
@@ -19,7 +19,8 @@
 #include "es_docs.h"
 #include "es_i.h"
 #include "es_index.h"
-#include "es_lease.h"
+#include "es_owners.h"
+#include "es_retry.h"
 #include "httpc.h"
 #include "lockstore_es.h"
 #include "log.h"
@@ -84,7 +85,7 @@ int lockstore_es_check(struct lockstore *st, FILE *out, bool json)
 			fprintf(out, "warning:  credentials travel unencrypted (http://, "
 				     "es_allow_insecure)\n");
 	}
-	err = es_index_read_mapping(&es->cl, &have, &kw);
+	err = es_index_read_mapping(&es->cl, &have, &kw, 0);
 	if (err && err != -ENOENT)
 		return -ENOLCK;
 	if (json) {
@@ -132,7 +133,7 @@ int lockstore_es_owners(struct lockstore *st, unsigned int observe_ms, struct es
 	*n = 0;
 	if (!es)
 		return -EINVAL;
-	root = es_search_all(&es->cl, NULL);
+	root = es_search_all(&es->cl, NULL, 0);
 	if (!root)
 		return -ENOLCK;
 	list = calloc((size_t)cJSON_GetArraySize(es_hits(root)) + 1, sizeof(*list));
@@ -166,7 +167,7 @@ int lockstore_es_owners(struct lockstore *st, unsigned int observe_ms, struct es
 				map[unknown] = i;
 				ids[unknown++] = list[i].id;
 			}
-		if (unknown && es_judge_owners(es, ids, unknown, dead) == 0) {
+		if (unknown && es_judge_owners(es, ids, unknown, dead, 0) == 0) {
 			for (i = 0; i < unknown; i++) {
 				bool moved = es_obs_seq(es, ids[i]) != list[map[i]].seq_no;
 
@@ -223,7 +224,7 @@ int lockstore_es_intents(struct lockstore *st, unsigned int observe_ms,
 	err = lockstore_es_owners(st, observe_ms, &owners, &nown);
 	if (err)
 		return err;
-	root = es_search_all(&es->cl, NULL);
+	root = es_search_all(&es->cl, NULL, 0);
 	if (!root) {
 		lockstore_es_free_owners(owners, nown);
 		return -ENOLCK;
@@ -299,7 +300,7 @@ int lockstore_es_break(struct lockstore *st, const char *key)
 		err = path_lock_id(key, &id);
 	if (err)
 		return err;
-	err = es_delete(&es->cl, id, "refresh=true", false);
+	err = es_delete(&es->cl, id, "refresh=true", false, 0);
 	free(id);
 	if (err == 0)
 		tl_log(LOG_NOTICE, "lock '%s' broken", id);
@@ -313,7 +314,7 @@ int lockstore_es_reap(struct lockstore *st, const char *owner, size_t *nlocks)
 	*nlocks = 0;
 	if (!es)
 		return -EINVAL;
-	return es_reap_owner(es, owner, true, nlocks);
+	return es_reap_owner(es, owner, true, nlocks, 0);
 }
 
 /* Adds owner id O to V (*N entries) unless present. Returns 0 or -ENOMEM. */
@@ -366,7 +367,7 @@ int lockstore_es_orphans(struct lockstore *st, char ***out, size_t *n)
 	*n = 0;
 	if (!es)
 		return -EINVAL;
-	root = es_search_all(&es->cl, NULL);
+	root = es_search_all(&es->cl, NULL, 0);
 	if (!root)
 		return -ENOLCK;
 	cJSON_ArrayForEach(hit, es_hits(root))

@@ -8,6 +8,7 @@
 
 #include "buf.h"
 #include "es_docs.h"
+#include "es_scripts.h"
 #include "lockplan.h"
 #include "unit.h"
 
@@ -27,7 +28,7 @@ static void req_init(struct es_req *r, const struct tl_plan *p, char **ids, char
 	memset(r, 0, sizeof(*r));
 	r->plan = p;
 	r->ids = ids;
-	r->hkey = "h1:7:ab#3";
+	r->holder = "h1:7:ab#3";
 	r->owner = "h1:7:ab";
 	r->start_ms = 1000;
 	r->pid = 42;

@@ -452,6 +452,24 @@ START_TEST(test_httpc__keeps_connection)
 }
 END_TEST
 
+START_TEST(test_httpc__escape_one_segment)
+{
+	char *e;
+
+	/* unreserved bytes stay, everything else (the separators '/', '?',
+	 * '#', '%', a space, UTF-8) becomes %XX: one path segment */
+	e = httpc_escape("Az09-._~");
+	ck_assert_str_eq(e, "Az09-._~");
+	free(e);
+	e = httpc_escape("/a b?c#d%e/\xc3\xa9");
+	ck_assert_str_eq(e, "%2Fa%20b%3Fc%23d%25e%2F%C3%A9");
+	free(e);
+	e = httpc_escape("");
+	ck_assert_str_eq(e, "");
+	free(e);
+}
+END_TEST
+
 Suite *make_suite_httpc(void)
 {
 	Suite *s = suite_create("httpc");
@@ -467,6 +485,7 @@ Suite *make_suite_httpc(void)
 	tcase_add_test(tc, test_httpc__body_cap);
 	tcase_add_test(tc, test_httpc__timeout);
 	tcase_add_test(tc, test_httpc__keeps_connection);
+	tcase_add_test(tc, test_httpc__escape_one_segment);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -18,6 +18,8 @@
 #include "es_docs.h"
 #include "es_i.h"
 #include "es_index.h"
+#include "es_retry.h"
+#include "es_scripts.h"
 #include "options.h"
 #include "lockplan.h"
 #include "lockstore.h"
@@ -824,12 +826,12 @@ static void jobs_init(struct job *jobs, size_t n, struct lockstore *st, const ch
 
 static unsigned int queued(struct fixture *fx)
 {
-	struct es_client *c = &es_store_of(fx->st)->cl;
+	struct es_batch *c = &es_store_of(fx->st)->batch;
 	unsigned int n;
 
-	pthread_mutex_lock(&c->batch_mutex);
+	pthread_mutex_lock(&c->mutex);
 	n = c->queued;
-	pthread_mutex_unlock(&c->batch_mutex);
+	pthread_mutex_unlock(&c->mutex);
 	return n;
 }
 
@@ -851,13 +853,13 @@ static void await_bulks(struct fixture *fx, int want)
  * the jobs that filled the slots. */
 static size_t jobs_run(struct fixture *fx, struct job *jobs, size_t n, int hold_ms)
 {
-	struct es_client *c = &es_store_of(fx->st)->cl;
+	struct es_batch *c = &es_store_of(fx->st)->batch;
 	int base = count(fx, "POST", "/locks/_bulk");
 	size_t i = 0, k, slot;
 
-	pthread_mutex_lock(&c->batch_mutex);
-	c->batch_age_ms = 60000; /* the gate alone opens slots here */
-	pthread_mutex_unlock(&c->batch_mutex);
+	pthread_mutex_lock(&c->mutex);
+	c->age_ms = 60000; /* the gate alone opens slots here */
+	pthread_mutex_unlock(&c->mutex);
 	pthread_mutex_lock(&fx->r.mu);
 	fx->f.hold_bulks = (int)c->max_inflight;
 	fx->f.hold_bulk_ms = hold_ms;
@@ -885,9 +887,9 @@ static size_t jobs_run(struct fixture *fx, struct job *jobs, size_t n, int hold_
 		ck_assert_int_eq(pthread_create(&jobs[k].th, NULL, job_main, &jobs[k]), 0);
 	for (k = 0; k < n; k++)
 		pthread_join(jobs[k].th, NULL);
-	pthread_mutex_lock(&c->batch_mutex);
-	c->batch_age_ms = ES_BATCH_AGE_MS;
-	pthread_mutex_unlock(&c->batch_mutex);
+	pthread_mutex_lock(&c->mutex);
+	c->age_ms = ES_BATCH_AGE_MS;
+	pthread_mutex_unlock(&c->mutex);
 	return i;
 }
 
@@ -929,7 +931,7 @@ static void fx_open_concurrent_n(struct fixture *fx, size_t slots)
 	fx->r.concurrent = true;
 	ck_assert_int_eq(lockstore_es_open(&fx->cfg, &fx->st), 0);
 	ck_assert_int_eq(fx->st->ops->start(fx->st), 0);
-	ck_assert_uint_eq(es_store_of(fx->st)->cl.max_inflight, slots ? slots : SLOTS);
+	ck_assert_uint_eq(es_store_of(fx->st)->batch.max_inflight, slots ? slots : SLOTS);
 }
 
 static void fx_open_concurrent(struct fixture *fx)
@@ -993,7 +995,7 @@ START_TEST(test_lockstore_es__concurrent_renames_share_bulks)
 		else
 			ck_assert_int_lt(jobs[i].took_ms, 500);
 	}
-	es_client_drain(&es_store_of(fx.st)->cl);
+	es_batch_drain(&es_store_of(fx.st)->batch);
 	ck_assert_int_eq(count(&fx, "POST", "/locks/_bulk") - before, SLOTS + 1);
 	ck_assert_int_eq(bulks_with_all(&fx, "update", "g", OPENERS, n), 1);
 	/* alone again: one request each, sent at once */
@@ -1196,7 +1198,7 @@ START_TEST(test_lockstore_es__handed_off_release_kept_when_it_fails)
 	pthread_mutex_unlock(&fx.r.mu);
 	release_handed_off(&jobs[0], 200);
 	pthread_join(jobs[1].th, NULL);
-	es_client_drain(&es->cl);
+	es_batch_drain(&es->batch);
 	pthread_mutex_lock(&es->mutex);
 	ck_assert_ptr_nonnull(es->pending);
 	pthread_mutex_unlock(&es->mutex);
@@ -1213,7 +1215,7 @@ START_TEST(test_lockstore_es__handed_off_releases_open_no_slot)
 {
 	struct fixture fx;
 	struct job jobs[1 + 8];
-	struct es_client *c;
+	struct es_batch *c;
 	size_t n = 1 + 8, i;
 	int before;
 
@@ -1221,16 +1223,16 @@ START_TEST(test_lockstore_es__handed_off_releases_open_no_slot)
 	 * they do not open the second slot (acquires that many would); they
 	 * leave together once the first request is answered */
 	fx_open_concurrent(&fx);
-	c = &es_store_of(fx.st)->cl;
+	c = &es_store_of(fx.st)->batch;
 	jobs_init(jobs, n, fx.st, "h");
 	for (i = 1; i < n; i++) {
 		job_main(&jobs[i]);
 		ck_assert_int_eq(jobs[i].err, 0);
 		jobs[i].release = true;
 	}
-	pthread_mutex_lock(&c->batch_mutex);
-	c->batch_age_ms = 60000; /* only the count could open it */
-	pthread_mutex_unlock(&c->batch_mutex);
+	pthread_mutex_lock(&c->mutex);
+	c->age_ms = 60000; /* only the count could open it */
+	pthread_mutex_unlock(&c->mutex);
 	before = start_held(&fx, &jobs[0], 1, 600);
 	for (i = 1; i < n; i++) {
 		job_main(&jobs[i]);
@@ -1241,12 +1243,12 @@ START_TEST(test_lockstore_es__handed_off_releases_open_no_slot)
 	usleep(200000);
 	ck_assert_int_eq(count(&fx, "POST", "/locks/_bulk"), before + 1);
 	pthread_join(jobs[0].th, NULL);
-	es_client_drain(c);
+	es_batch_drain(c);
 	ck_assert_int_eq(count(&fx, "POST", "/locks/_bulk"), before + 2);
 	ck_assert_int_eq(bulks_with_all(&fx, "update", "h", 1, n), 1);
-	pthread_mutex_lock(&c->batch_mutex);
-	c->batch_age_ms = ES_BATCH_AGE_MS;
-	pthread_mutex_unlock(&c->batch_mutex);
+	pthread_mutex_lock(&c->mutex);
+	c->age_ms = ES_BATCH_AGE_MS;
+	pthread_mutex_unlock(&c->mutex);
 	jobs_done(&fx, jobs, n);
 }
 END_TEST
@@ -1362,6 +1364,44 @@ START_TEST(test_lockstore_es__bulk_count)
 }
 END_TEST
 
+START_TEST(test_lockstore_es__request_timeout_from_deadline)
+{
+	struct httpc_config hc = {.urls = "http://127.0.0.1:9", .timeout_ms = 5000};
+	struct es_client c;
+	unsigned int t;
+
+	ck_assert_int_eq(es_client_open(&c, &hc, "locks"), 0);
+	/* no deadline, or one further than the client's timeout: the
+	 * client's own */
+	ck_assert_uint_eq(es_request_timeout(&c, 0), 0);
+	ck_assert_uint_eq(es_request_timeout(&c, tl_mono_ms() + 60000), 0);
+	/* what is left of a nearer one */
+	t = es_request_timeout(&c, tl_mono_ms() + 2000);
+	ck_assert_uint_le(t, 2000);
+	ck_assert_uint_ge(t, ES_GRACE_MS);
+	/* a deadline that passed still leaves the grace */
+	ck_assert_uint_eq(es_request_timeout(&c, tl_mono_ms() - 1000), ES_GRACE_MS);
+	es_client_close(&c);
+}
+END_TEST
+
+START_TEST(test_lockstore_es__retry_pause_within_deadline)
+{
+	int64_t t0;
+
+	/* a pause that would end past the deadline is not taken */
+	ck_assert(!es_retry_pause(tl_mono_ms() + ES_RETRY_BASE_MS, 1));
+	ck_assert(!es_retry_pause(tl_mono_ms() - 1, 1));
+	/* otherwise the pause of the attempt, doubling */
+	t0 = tl_mono_ms();
+	ck_assert(es_retry_pause(0, 1));
+	ck_assert_int_ge(tl_mono_ms() - t0, 2 * ES_RETRY_BASE_MS);
+	t0 = tl_mono_ms();
+	ck_assert(es_retry_pause(tl_mono_ms() + 60000, 2));
+	ck_assert_int_ge(tl_mono_ms() - t0, 4 * ES_RETRY_BASE_MS);
+}
+END_TEST
+
 Suite *make_suite_lockstore_es(void)
 {
 	Suite *s = suite_create("lockstore_es");
@@ -1390,6 +1430,8 @@ Suite *make_suite_lockstore_es(void)
 	tcase_add_test(tc, test_lockstore_es__handed_off_releases_open_no_slot);
 	tcase_add_test(tc, test_lockstore_es__slow_request_holds_up_nobody);
 	tcase_add_test(tc, test_lockstore_es__bulk_count);
+	tcase_add_test(tc, test_lockstore_es__request_timeout_from_deadline);
+	tcase_add_test(tc, test_lockstore_es__retry_pause_within_deadline);
 	suite_add_tcase(s, tc);
 	return s;
 }
