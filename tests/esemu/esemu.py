@@ -674,7 +674,8 @@ class Emulator(object):
             except EsError as e:
                 item = self.meta(name, doc_id)
                 item.update(status=e.status, error=e.inner())
-                errors = errors or not (op == "delete" and e.status == 404)
+                errors = errors or not (op == "delete" and e.status == 404 and
+                                        e.etype != "index_not_found_exception")
             out.append({op: item})
         forced = False
         for idx in touched.values():
@@ -723,15 +724,18 @@ class Emulator(object):
             raise st.not_supported("mget without a list of ids")
         if not ids:
             raise st.validation_error("no documents to get")
-        idx = self.store.get_index(req.pp["index"])
-        if req.bool("refresh"):
+        name = req.pp["index"]
+        idx = self.store.indices.get(name)
+        if idx is not None and req.bool("refresh"):
             idx.refresh()
-        view = idx.docs if req.bool("realtime", True) else idx.searchable
+        view = {} if idx is None else idx.docs if req.bool("realtime", True) else idx.searchable
         docs = []
         for doc_id in map(str, ids):
-            item = self.meta(idx.name, doc_id)
+            item = self.meta(name, doc_id)
             doc = view.get(doc_id)
-            if doc is None:
+            if idx is None:  # each document answers that the index is missing
+                item["error"] = st.index_not_found(name).body()["error"]
+            elif doc is None:
                 item["found"] = False
             else:
                 item.update(_version=doc.version, _seq_no=doc.seq_no, _primary_term=1, found=True,

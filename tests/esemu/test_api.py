@@ -145,3 +145,14 @@ def test_api__content_type_and_product_header(es, es7):
     assert b["_type"] == "_doc"
     st, _, b = es7.post("/locks/_update/2", {"script": {"source": "ctx.op = 'noop'"}})
     assert b["error"]["reason"] == "[_doc][2]: document missing"
+
+
+def test_api__missing_index(es):
+    st, _, b = es.post("/gone/_mget", {"ids": ["/a"]})
+    assert st == 200 and b["docs"][0]["error"]["type"] == "index_not_found_exception"
+    st, _, b = es.post("/_bulk", ndjson({"delete": {"_index": "gone", "_id": "/a"}}),
+                       ctype="application/x-ndjson")
+    assert st == 200 and b["errors"] is True
+    assert b["items"][0]["delete"]["error"]["type"] == "index_not_found_exception"
+    for path in ("/gone/_search", "/gone/_refresh", "/gone/_mapping"):
+        assert es.request("POST" if "_mapping" not in path else "GET", path)[0] == 404
