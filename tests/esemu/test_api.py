@@ -119,8 +119,8 @@ def test_api__search_sees_the_last_refresh(es):
     ("GET", "/_cat/indices", None, 400, "no handler found for uri [/_cat/indices] and method [GET]"),
     ("DELETE", "/locks/_search", None, 405,
      "Incorrect HTTP method for uri [/locks/_search] and method [DELETE], allowed: [GET, POST]"),
-    ("PUT", "/locks/_doc/1?version_type=external", {"a": 1}, 400,
-     "request [/locks/_doc/1] contains unrecognized parameter: [version_type]"),
+    ("PUT", "/locks/_doc/1?foo=external", {"a": 1}, 400,
+     "request [/locks/_doc/1] contains unrecognized parameter: [foo]"),
     ("PUT", "/locks/_doc/1?refresh=maybe", {"a": 1}, 400, "Unknown value for refresh: [maybe]."),
     ("PUT", "/locks/_doc/1?timeout=-5s", {"a": 1}, 400,
      "failed to parse setting [timeout] with value [-5s] as a time value: negative durations "
