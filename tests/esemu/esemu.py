@@ -156,31 +156,31 @@ def bad_param(reason, cause=None):
 
 
 def check_time(name, v):
-    if v is None:
-        return
-    m = re.match(r"^(-?\d+)(nanos|micros|ms|s|m|h|d)$", v.strip())
-    if not m:
-        if v.strip() not in ("-1", "0"):
-            raise bad_param("failed to parse setting [%s] with value [%s] as a time value: unit is "
-                            "missing or unrecognized" % (name, v))
-    elif int(m.group(1)) < 0 and m.group(1) != "-1":
+    """TimeValue.parseTimeValue's refusals for the parameter NAME."""
+    t = (v or "0").strip().lower()
+    m = re.match(r"^(-?\d+)(nanos|micros|ms|s|m|h|d)$", t)
+    if t not in ("0", "-1") and not m:
+        raise bad_param("failed to parse setting [%s] with value [%s] as a time value: unit is "
+                        "missing or unrecognized" % (name, v))
+    if m and int(m.group(1)) < 0:
         raise bad_param("failed to parse setting [%s] with value [%s] as a time value: negative "
                         "durations are not supported" % (name, v))
 
 
 def check_active_shards(v):
-    if v is None or v.lower() in ("all", "index-setting"):
+    """ActiveShardCount.parseString's refusals."""
+    if v is None or v in ("all", "default"):
         return
     try:
         n = int(v)
     except ValueError:
         raise bad_param("cannot parse ActiveShardCount[%s]" % v,
                         {"type": "number_format_exception", "reason": 'For input string: "%s"' % v})
-    if n < -1 and n != -2 or n == -2:
+    if n < 0:
         raise bad_param("shard count cannot be a negative value")
 
 
-def parse_json(data, what="body"):
+def parse_json(data):
     try:
         return json.loads(data.decode("utf-8") if isinstance(data, bytes) else data)
     except (ValueError, UnicodeDecodeError) as e:

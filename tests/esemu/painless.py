@@ -150,11 +150,10 @@ def is_num(v):
 
 
 def jequals(a, b):
-    if is_num(a) and is_num(b):
-        return a == b
-    if isinstance(a, bool) != isinstance(b, bool):
-        return False
-    return type(a) is type(b) and a == b if not (is_num(a) or is_num(b)) else False
+    """Painless' == on def values: equals(), numbers compared by value."""
+    if is_num(a) or is_num(b):
+        return is_num(a) and is_num(b) and a == b
+    return type(a) is type(b) and a == b
 
 
 def arith(op, a, b, pos):
@@ -708,8 +707,8 @@ class Script(object):
         if kind == "incdec":
             target = n[2]
             old = self.ev(target, env)
-            new = arith("+", old, n[3], pos) if is_num(old) or old is None else \
-                arith("-", old, 0, pos)
+            # numbers only ("-" refuses strings, which "+" would concatenate)
+            new = arith("+" if is_num(old) else "-", old, n[3], pos)
             self.store(target, new, env)
             return new if n[4] else old
         raise rt("illegal_state_exception", "unknown node [%s]" % kind, pos)
