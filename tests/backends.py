@@ -3,7 +3,7 @@
 One interface over two kinds of server:
 
 * ``emulator``: tests/esemu in a subprocess, one flavour each (es7, es8,
-  opensearch1, opensearch2). Its own admin API counts requests and injects
+  opensearch2). Its own admin API counts requests and injects
   every fault the tests know, including the ones only it can give (cut one
   owner by X-Opaque-Id, a failure rate, a restart with --data, TLS, users).
 * ``engine``: a real OpenSearch 2.19.1 or Elasticsearch 7.10.2 node started by

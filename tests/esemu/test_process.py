@@ -53,7 +53,7 @@ def test_data_survives_restart(make_emu, tmp_path):
     threads = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
     [t.start() for t in threads]
     [t.join() for t in threads]
-    c.post("/locks/_update/0-0", {"script": "ctx._source.i += 100"})
+    c.post("/locks/_update/0-0", {"script": {"source": "ctx._source.i += 100"}})
     c.delete("/locks/_doc/1-1")
     emu.restart(kill=True)  # SIGKILL: only what was synced before answering survives
     c = Client(emu.url)
@@ -167,43 +167,6 @@ def test_opensearch_flavor(make_emu):
     assert "_type" not in b and "x-elastic-product" not in h
 
 
-def test_es7_flavor_types_and_guide_requests(make_emu):
-    """The Definitive Guide's typed requests work on 7.x (its Groovy scripts do not)."""
-    emu = make_emu(flavor="es7")
-    c = Client(emu.url)
-    st, _, b = c.put("/fs/lock/global/_create", {})
-    assert st == 201 and b["_type"] == "lock"
-    assert c.put("/fs/lock/global/_create", {})[0] == 409
-    assert c.delete("/fs/lock/global")[0] == 200
-    body = "".join(json.dumps(x) + "\n" for x in [{"create": {"_id": 1}}, {"process_id": 123},
-                                                   {"create": {"_id": 2}}, {"process_id": 123}])
-    st, _, b = c.put("/fs/lock/_bulk", body, ctype="application/x-ndjson")
-    assert st == 200 and b["errors"] is False
-    st, _, b = c.post("/fs/lock/1/_update", {
-        "upsert": {"process_id": 123},
-        "script": "if ( ctx._source.process_id != process_id ) { assert false }; ctx.op = 'noop';",
-        "params": {"process_id": 123}})
-    assert st == 400  # 'params' beside 'script' is not an update field any more
-    st, _, b = c.post("/fs/lock/1/_update", {
-        "upsert": {"process_id": 123},
-        "script": {"source": "if ( ctx._source.process_id != process_id ) { assert false }; ctx.op = 'noop';",
-                   "params": {"process_id": 123}}})
-    assert st == 400 and b["error"]["caused_by"]["reason"] == "compile error"
-    st, _, b = c.post("/fs/lock/%2Fclinton/_update", {
-        "upsert": {"lock_type": "shared", "lock_count": 1},
-        "script": "if (ctx._source.lock_type == 'exclusive') { assert false }; ctx._source.lock_count++"})
-    assert st == 201  # upsert path: the script is not run
-    st, _, b = c.post("/fs/_update/%2Fclinton", {
-        "script": "if (ctx._source.lock_type == 'exclusive') { throw new IllegalStateException('x'); } "
-                  "ctx._source.lock_count++"})
-    assert st == 200 and b["_type"] == "lock"  # the index's single type
-    st, _, b = c.post("/fs/lock/%2Fclinton%2fprojects%2felasticsearch/_update",
-                      {"script": "if (--ctx._source.lock_count == 0) { ctx.op = 'delete' } "})
-    assert st == 404 and b["error"]["reason"] == "[lock][/clinton/projects/elasticsearch]: document missing"
-    st, _, b = c.get("/fs/_mapping?include_type_name=true")
-    assert st == 200
-
-
 def test_es8_refuses_typed_requests(make_emu):
     c = Client(make_emu(flavor="es8").url)
     st, _, b = c.put("/fs/lock/global/_create", {})
@@ -224,22 +187,3 @@ def test_fail_rate_is_deterministic(make_emu):
         return out
     a, b = statuses(), statuses()
     assert a == b and 200 in a and len(set(a)) > 1
-
-
-def test_es7_single_mapping_type(make_emu):
-    c = Client(make_emu(flavor="es7").url)
-    assert c.put("/fs/lock/a/_create", {})[2]["_type"] == "lock"
-    st, _, b = c.get("/fs/_doc/a")
-    assert st == 200 and b["_type"] == "lock"  # typeless APIs show the index's single type
-    st, _, b = c.put("/fs/other/b", {})
-    assert st == 400 and b["error"]["reason"] == ("Rejecting mapping update to [fs] as the final mapping would have "
-                                                  "more than 1 type: [lock, other]")
-    c.put("/typeless", {"mappings": {"properties": {"a": {"type": "keyword"}}}})
-    assert c.put("/typeless/lock/1", {})[0] == 400
-
-
-def test_es7_typed_update_with_doc_type(make_emu):
-    c = Client(make_emu(flavor="es7").url)
-    c.put("/t/_doc/1", {"n": 1})
-    st, _, b = c.post("/t/_doc/1/_update", {"script": "ctx._source.n++"})
-    assert st == 200 and b["result"] == "updated" and b["_type"] == "_doc"

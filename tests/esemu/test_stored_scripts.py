@@ -58,12 +58,9 @@ def test_update_by_id(es):
     assert se["type"] == "script_exception" and se["script"] == "s1" and se["lang"] == "painless"
     assert se["caused_by"] == {"type": "illegal_state_exception", "reason": "boom"}
     assert "^---- HERE" in se["script_stack"][-1]
-    # lang with an id, and id with a source, are refused while parsing
+    # lang with an id is refused while parsing
     st, _, b = es.post("/locks/_update/a", {"script": {"id": "s1", "lang": "painless"}})
     assert st == 400 and b["error"]["caused_by"]["reason"] == "illegally specified <lang> for a stored script"
-    st, _, b = es.post("/locks/_update/a", {"script": {"id": "s1", "source": "x"}})
-    assert st == 400 and b["error"]["caused_by"]["caused_by"]["reason"] == \
-        "must only use one of [source, id] when specifying a script"
 
 
 def test_missing_id(es):
