@@ -290,8 +290,8 @@ static ssize_t dir_getcwd(struct keys *k, const struct keys_dir *dir, char *buf)
  * removed directory, or one really named so: only a lookup tells) sets
  * *SUSPECT. Returns -1 when the kernel cannot name DIR in PATH_MAX bytes
  * (deeper than a page), -2 when DIR is outside the backing tree. */
-static ssize_t dir_path_fast(struct keys *k, const struct keys_dir *dir, char *buf, const char **rel,
-			     bool *suspect)
+static ssize_t dir_path_fast(struct keys *k, const struct keys_dir *dir, char *buf,
+			     const char **rel, bool *suspect)
 {
 	static const char deleted[] = " (deleted)";
 	const size_t dlen = sizeof(deleted) - 1;
@@ -389,15 +389,14 @@ static bool recent_may_move(struct keys *k, uint64_t gen, const char *from, cons
 	return may;
 }
 
-/* With no other writers (the mem store) and a memo_ttl above 0 (the
- * mount's entry_timeout), a directory's path is remembered on its memo
- * once a key found it: while no rename through this mount moved the
- * directory or an ancestor (the renames in k->recent since tell), and for
- * memo_ttl at most, its next key costs neither getcwd() nor fchdir().
- * Only renames through this mount are locked at all (BUGS in
- * treelockfs(1)); one made directly on the backing shows in the keys
- * within memo_ttl, as it shows in the names the kernel caches for the
- * mount. */
+/* With no other writers and a memo_ttl above 0 (the mount's
+ * entry_timeout), a directory's path is remembered on its memo once a key
+ * found it: while no rename through this mount moved the directory or an
+ * ancestor (the renames in k->recent since tell), and for memo_ttl at
+ * most, its next key costs neither getcwd() nor fchdir(). Only renames
+ * through this mount are locked at all (BUGS in treelockfs(1)); one made
+ * directly on the backing shows in the keys within memo_ttl, as it shows
+ * in the names the kernel caches for the mount. */
 static bool dir_path_memo_on(struct keys *k, const struct keys_dir *dir)
 {
 	return dir->memo && !is_root(k, dir) && k->memo_ttl_us > 0 && !k->other_writers;
@@ -432,8 +431,8 @@ static bool dir_path_recall(struct keys *k, const struct keys_dir *dir, size_t e
 
 /* Remembers P (LEN bytes), DIR's path as found after k->gen was GEN:
  * the renames noted since are checked against it when it is recalled. */
-static void dir_path_remember(struct keys *k, const struct keys_dir *dir, uint64_t gen, const char *p,
-			      size_t len)
+static void dir_path_remember(struct keys *k, const struct keys_dir *dir, uint64_t gen,
+			      const char *p, size_t len)
 {
 	char *copy = malloc(len + 1), *old;
 
@@ -666,9 +665,9 @@ int keys_below(struct keys *k, const char *key, struct keys_list *out)
 }
 
 /* True when KEY, the key of an entry of DIR, still names an entry of DIR.
- * When the store reports other writers possible, as the shared storage
- * sees it now: its parent, looked up again from the backing root
- * component by component, is DIR itself. A readlink() of DIR's fd would
+ * With other writers, as the shared storage sees it now: its parent,
+ * looked up again from the backing root component by component, is DIR
+ * itself. A readlink() of DIR's fd would
  * not do: it is this host's cached view, which another host's rename of
  * an ancestor leaves as it was. Without other writers this host's view is
  * the storage's, and one readlink() tells (dir_path_is()). */
