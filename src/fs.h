@@ -16,7 +16,9 @@
  *
  *   fs_passthrough.c  the operations that pass through, the ops table
  *   fs_inode.c        the inode table, caller credentials, tlfs_prepare()
- *   fs_rename.c       lock keys, entry locks, ll_rename()
+ *   fs_rename.c       ll_rename() and entry locks: keys, hold, check,
+ *                     rename (the keys themselves: fs_keys.h; the plan
+ *                     and the hold: lockmgr.h)
  *   fs_plock.c        POSIX record locks and flock()
  *   fs_ctl.c          the .treelockfs control entry
  *   fs_backing.c      FUSE passthrough: backing files the kernel reads and
@@ -39,9 +41,11 @@
 #include <sys/types.h>
 
 #include "options.h"
+#include "fs_keys.h"
 #include "lockmgr.h"
 #include "lockplan.h"
 #include "lockwait.h"
+#include "renameflags.h"
 
 #define TLFS_CTL_NAME ".treelockfs"
 
@@ -66,14 +70,9 @@ struct ll_inode {
 				  * kernel got (inode_mode_sent()) */
 	uint64_t nlookup;        /* protected by fs->itab_mutex */
 	enum ctl_kind ctl;
-	/* a directory's path below the backing root as its last key found it
-	 * (fs_rename.c: dir_path_remember(), dir_path_recall()), right at
-	 * rename_gen key_gen and trusted until key_until_us at most;
-	 * protected by fs->recent_mutex; NULL when none */
-	char *key_path;
-	size_t key_len;
-	uint64_t key_gen;
-	int64_t key_until_us;
+	/* a directory's path as its last key found it (fs_keys.h); protected
+	 * by fs->keys.mutex */
+	struct keys_memo key_memo;
 	/* file handles: (nodeid, gen) names one file for the mount's life */
 	uint32_t gen;
 	struct file_handle *fh;  /* export_support: the backing's handle, or NULL */
@@ -95,18 +94,6 @@ struct plock_owner;
  * (file by file). */
 enum pt_state { PT_OFF = 0, PT_UNAVAILABLE, PT_IN_USE };
 
-/* A rename that succeeded through this mount, kept for the check of the
- * renames that waited meanwhile (fs_rename.c): its keys, or UNKNOWN when
- * they are longer than the buffers. */
-#define TLFS_RECENT 64
-#define TLFS_RECENT_KEY 240
-struct recent_rename {
-	uint64_t gen;            /* the rename_gen it made */
-	bool unknown;
-	char from[TLFS_RECENT_KEY];
-	char to[TLFS_RECENT_KEY];
-};
-
 #define TLFS_ITAB_SIZE 4096
 
 /* One mount: its configuration, its lock manager and its tables (as
@@ -124,23 +111,10 @@ struct tlfs {
 	bool posix_acl;          /* the kernel checks and caches POSIX ACLs
 				  * (FUSE_CAP_POSIX_ACL); set at init */
 	struct ll_inode *root;   /* the backing root's inode */
-	char *root_path;         /* BACKING as the kernel names it ("" for /) */
-	int cwd_fd;              /* the daemon's working directory once serving, or
-				  * -1: lock keys then come from /proc (fs_rename.c) */
-	bool cwd_stays;          /* a request thread's working directory may stay
-				  * where a key put it: nothing in a request
-				  * thread resolves a relative path (path
-				  * options are absolute once validated) */
-	uint64_t rename_gen;     /* atomic: renames done through this mount;
-				  * written under recent_mutex */
-	/* atomic: st_dev + 1 of a backing filesystem that refused
-	 * RENAME_NOREPLACE ([0]) or RENAME_EXCHANGE ([1]) with EINVAL, 0 for
-	 * none; such renames are then refused before taking any lock. A
-	 * refusal is a suspect (a hash of the rename) until the same rename
-	 * without the flag succeeds (fs_rename.c). */
-	uint64_t flag_refused_on[2];
-	uint64_t flag_suspect;
-	int hold_log_fd;         /* hold_log=FILE (O_APPEND), -1 for none */
+	/* lock keys (fs_keys.h): set up by tlfs_prepare(); the home of the
+	 * threads that make keys is set once serving (keys_set_home()) */
+	struct keys keys;
+	struct renameflags rename_flags; /* flags the backing refuses */
 	const char *mountpoint;  /* as given, for the metrics' labels */
 	int64_t start_ms;        /* wall clock when the mount started */
 	char *given_options;     /* the options as given, one per line
@@ -177,11 +151,6 @@ struct tlfs {
 	size_t forgotten_count;
 	uint32_t next_gen;
 	int export_mount_id;     /* BACKING's mount: handles of others are not kept */
-
-	/* the last TLFS_RECENT renames (fs_rename.c), slot gen % TLFS_RECENT;
-	 * recent_mutex is a leaf lock, never held across a syscall */
-	pthread_mutex_t recent_mutex;
-	struct recent_rename recent[TLFS_RECENT]; /* protected by recent_mutex */
 
 	/* the POSIX lock owners (fs_plock.c); plock_mutex is a leaf lock,
 	 * never held across a syscall */
@@ -300,12 +269,11 @@ bool creds_are_root(void);
  * has a default ACL. Call after creds_enter(). This function can't fail. */
 void creds_umask(struct tlfs *fs, fuse_req_t req, struct ll_inode *parent, mode_t *mode);
 
-/* ---- fs_rename.c: keys and locks ---- */
+/* ---- fs_rename.c: rename and entry locks ---- */
 
 /* Locks an entry operation holds (lock_scope=namespace), or none. */
 struct op_lock {
-	struct tl_plan *plan;
-	struct tl_holder holder;
+	struct tl_hold hold;
 };
 
 /* Takes the entry plan of NAME in PARENT when lock_scope=namespace (else

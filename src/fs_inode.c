@@ -307,7 +307,7 @@ static void inode_free(struct ll_inode *in)
 	if (in->fd >= 0)
 		close(in->fd);
 	free(in->fh);
-	free(in->key_path);
+	keys_memo_free(&in->key_memo);
 	free(in);
 }
 
@@ -344,13 +344,8 @@ struct ll_inode *inode_ref(struct tlfs *fs, int fd, const struct stat *st)
 		in->type = st->st_mode & S_IFMT;
 		pthread_mutex_unlock(&fs->itab_mutex);
 		free(drop_fh);
-		if (other_file) {
-			/* the path fs_rename.c remembered was the other file's */
-			pthread_mutex_lock(&fs->recent_mutex);
-			free(in->key_path);
-			in->key_path = NULL;
-			pthread_mutex_unlock(&fs->recent_mutex);
-		}
+		if (other_file) /* the path its last key found was the other file's */
+			keys_memo_forget(&fs->keys, &in->key_memo);
 		inode_mode_sent(in, st);
 		return in;
 	}
@@ -583,15 +578,11 @@ void proc_name(int fd, char buf[64])
 
 int tlfs_prepare(struct tlfs *fs)
 {
-	char proc[64], buf[PATH_MAX + 1];
 	struct stat st;
-	ssize_t n;
 	int err;
 
 	pthread_mutex_init(&fs->itab_mutex, NULL);
 	pthread_mutex_init(&fs->plock_mutex, NULL);
-	pthread_mutex_init(&fs->recent_mutex, NULL);
-	fs->cwd_fd = -1;
 	/* here, in the main thread: the threads made later block its signal */
 	err = lockwait_init(&fs->waits, fs->cfg->lock_waiters_per_user, fs->cfg->lock_waiters);
 	if (err)
@@ -607,15 +598,8 @@ int tlfs_prepare(struct tlfs *fs)
 	fs->root->type = S_IFDIR;
 	fs->root->nlookup = 2;
 	fs->export_mount_id = -1;
-	proc_name(fs->backing_fd, proc);
-	n = readlink(proc, buf, sizeof(buf) - 1);
-	if (n < 0)
-		return -errno;
-	buf[n] = '\0';
-	if (strcmp(buf, "/") == 0)
-		buf[0] = '\0'; /* keys are then the paths themselves */
-	fs->root_path = strdup(buf);
-	return fs->root_path ? 0 : -ENOMEM;
+	return keys_init(&fs->keys, fs->backing_fd, lockmgr_other_writers_possible(&fs->mgr),
+			 fs->cfg->entry_timeout);
 }
 
 void tlfs_release(struct tlfs *fs)
@@ -633,15 +617,10 @@ void tlfs_release(struct tlfs *fs)
 		}
 	}
 	if (fs->root) {
-		/* set by tlfs_prepare(), which made the root */
-		if (fs->cwd_fd >= 0)
-			close(fs->cwd_fd);
-		fs->cwd_fd = -1;
 		if (fs->root->fd >= 0)
 			close(fs->root->fd);
 		free(fs->root);
 		fs->root = NULL;
 	}
-	free(fs->root_path);
-	fs->root_path = NULL;
+	keys_destroy(&fs->keys);
 }

@@ -5,6 +5,9 @@
  *              |  \--ENOLCK (store failed)--> backoff --> try
  *              |  \--EACCES (store refuses us)--> ENOLCK at once
  *              \-- deadline passed --> abandon marks --> EBUSY / ENOLCK
+ *
+ *   hold:     keys --plan (endpoints if the store takes them)--> acquire
+ *             --> hold log "acquire" ... hold log "release" --> release
  */
 #include <config.h>
 
@@ -15,6 +18,9 @@
 #include <string.h>
 #include <time.h>
 
+#include <unistd.h>
+
+#include "buf.h"
 #include "lockmgr.h"
 #include "log.h"
 #include "tlclock.h"
@@ -69,6 +75,12 @@ void lockmgr_init(struct lockmgr *m, struct lockstore *store, double timeout, co
 	m->caps = store->ops->caps;
 	m->timeout = timeout;
 	snprintf(m->owner, sizeof(m->owner), "%s", owner ? owner : "local");
+	m->hold_log_fd = -1;
+}
+
+void lockmgr_set_hold_log(struct lockmgr *m, int fd)
+{
+	m->hold_log_fd = fd;
 }
 
 void lockmgr_set_timeout(struct lockmgr *m, double timeout)
@@ -314,4 +326,133 @@ void lockmgr_store_metrics(struct lockmgr *m, struct tl_store_metrics *out)
 	out->requests = m->store->ops->requests ? m->store->ops->requests(m->store) : 0;
 	if (m->store->ops->metrics)
 		m->store->ops->metrics(m->store, out);
+}
+
+/* Appends S to B for the hold log: bytes below 0x21, 0x7f and '\\' as
+ * \\xHH. */
+static void hold_log_put(struct buf *b, const char *s)
+{
+	static const char hex[] = "0123456789abcdef";
+
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c <= 0x20 || c == 0x7f || c == '\\') {
+			char e[4] = {'\\', 'x', hex[c >> 4], hex[c & 15]};
+
+			buf_add(b, e, 4);
+		} else {
+			buf_add(b, s, 1);
+		}
+	}
+}
+
+/* Writes one line of rename hold H to the hold log (lockmgr_set_hold_log()):
+ * its keys when ACQUIRE, else RES. */
+static void hold_log(struct lockmgr *m, const struct tl_hold *h, bool acquire, int res)
+{
+	const struct tl_plan *plan = h->plan;
+	struct tl_plan *full = NULL;
+	struct timespec ts;
+	struct buf b;
+	char head[160];
+	size_t i;
+
+	if (m->hold_log_fd == -1 || !plan->to)
+		return;
+	if (acquire && !plan->items) {
+		/* an endpoint plan: its keys, written out */
+		if (lockplan_tree_full(plan, &full)) {
+			tl_log(LOG_WARNING, "cannot write hold_log: %s", strerror(ENOMEM));
+			return;
+		}
+		plan = full;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	buf_init(&b, 0);
+	snprintf(head, sizeof(head), "%lld%09ld\t%s\t%d\t", (long long)ts.tv_sec, ts.tv_nsec,
+		 acquire ? "acquire" : "release", (int)getpid());
+	buf_add(&b, head, strlen(head));
+	hold_log_put(&b, h->holder.id);
+	if (acquire) {
+		buf_add(&b, "\t", 1);
+		hold_log_put(&b, plan->from);
+		buf_add(&b, "\t", 1);
+		hold_log_put(&b, plan->to ? plan->to : "");
+		for (i = 0; i < plan->n; i++) {
+			buf_add(&b, plan->items[i].mode == TL_EXCLUSIVE ? "\tX:" : "\tS:", 3);
+			hold_log_put(&b, plan->items[i].key);
+		}
+	} else {
+		snprintf(head, sizeof(head), "\t%d", -res);
+		buf_add(&b, head, strlen(head));
+	}
+	buf_add(&b, "\n", 1);
+	if (!b.err && write(m->hold_log_fd, b.data, b.len) != (ssize_t)b.len)
+		tl_log(LOG_WARNING, "cannot write hold_log: %s", strerror(errno));
+	buf_free(&b);
+	lockplan_free(full);
+}
+
+/* Frees the plan of H (not an endpoint plan, which is H's own). */
+static void hold_free_plan(struct tl_hold *h)
+{
+	if (h->plan != &h->ends)
+		lockplan_free(h->plan);
+	h->plan = NULL;
+}
+
+/* Acquires the plan of *H, made by the caller; frees it on failure. */
+static int hold_acquire(struct lockmgr *m, uint32_t pid, struct tl_hold *h)
+{
+	int err = lockmgr_acquire(m, h->plan, pid, &h->holder);
+
+	if (err) {
+		hold_free_plan(h);
+		return err;
+	}
+	hold_log(m, h, true, 0);
+	return 0;
+}
+
+int lockmgr_hold_rename(struct lockmgr *m, enum tl_strategy s, const char *from, const char *to,
+			unsigned int flags, const char *const *below, size_t nbelow, uint32_t pid,
+			struct tl_hold *out)
+{
+	int err;
+
+	out->plan = NULL;
+	if (s == TL_STRATEGY_TREE && (m->caps & TL_CAP_ENDPOINT_PLANS)) {
+		/* FROM and TO outlive the plan: they are the caller's until
+		 * lockmgr_unhold() */
+		err = lockplan_rename_endpoints(from, to, flags, &out->ends);
+		if (!err)
+			out->plan = &out->ends;
+	} else {
+		err = lockplan_rename(s, from, to, flags, below, nbelow, &out->plan);
+	}
+	if (err)
+		return err;
+	return hold_acquire(m, pid, out);
+}
+
+int lockmgr_hold_entry(struct lockmgr *m, enum tl_strategy s, const char *key, uint32_t pid,
+		       struct tl_hold *out)
+{
+	int err;
+
+	out->plan = NULL;
+	err = lockplan_entry(s, key, &out->plan);
+	if (err)
+		return err;
+	return hold_acquire(m, pid, out);
+}
+
+void lockmgr_unhold(struct lockmgr *m, struct tl_hold *h, int res)
+{
+	if (!h->plan)
+		return;
+	hold_log(m, h, false, res);
+	lockmgr_release(m, h->plan, &h->holder);
+	hold_free_plan(h);
 }

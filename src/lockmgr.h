@@ -10,6 +10,11 @@
  *
  * lockmgr_release() releases in reverse plan order (longest path first).
  *
+ * The FUSE layer holds locks through lockmgr_hold_rename() and
+ * lockmgr_hold_entry(): it gives the keys, the manager chooses the plan's
+ * form (the endpoints alone for a store that takes them, else every key),
+ * takes it and writes the hold log (hold_log=FILE).
+ *
  * Thread rules: one lockmgr serves all FUSE threads; it has no lock of its
  * own (counters are atomic, holder tickets come from an atomic counter).
  */
@@ -19,6 +24,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "lockplan.h"
 #include "lockstore.h"
 #include "stats.h"
 
@@ -29,12 +35,38 @@ struct lockmgr {
 	char owner[64];            /* this mount's owner name, for holder ids */
 	uint64_t next_ticket;      /* atomic */
 	int stopping;              /* atomic: lockmgr_shutdown() was called */
+	int hold_log_fd;           /* lockmgr_set_hold_log(), -1 for none */
 	struct tl_stats stats;
+};
+
+/* The locks one operation holds (lockmgr_hold_rename(),
+ * lockmgr_hold_entry()). PLAN is NULL while it holds nothing; callers may
+ * read PLAN->n (how many keys it locks) and HOLDER; the rest is the
+ * manager's. */
+struct tl_hold {
+	struct tl_plan *plan;
+	struct tl_plan ends;       /* an endpoint plan, when PLAN points here */
+	struct tl_holder holder;
 };
 
 /* Initialises M over STORE. OWNER names this mount in holder ids. This
  * function can't fail. */
 void lockmgr_init(struct lockmgr *m, struct lockstore *store, double timeout, const char *owner);
+
+/* hold_log=FILE: from now on each rename hold is written to FD (open
+ * with O_APPEND, not owned: close it after the last release), one line
+ * per event in one write(2), so lines of concurrent renames do not mix.
+ * Fields are separated by tabs; paths escape bytes below 0x21, 0x7f and
+ * '\\' as \\xHH:
+ *   MONO_NS acquire PID HOLDER FROM TO MODE:KEY...  (MODE S or X), when
+ *           the store granted the plan (every key, whatever its form)
+ *   MONO_NS release PID HOLDER ERRNO   just before the locks are released
+ *           (ERRNO 0: the rename was done)
+ * MONO_NS is CLOCK_MONOTONIC in nanoseconds: one clock for every mount of
+ * the machine, so holds of mounts in other network namespaces compare.
+ * Entry holds (lock_scope=namespace) are not written. A failed write is
+ * logged. This function can't fail. */
+void lockmgr_set_hold_log(struct lockmgr *m, int fd);
 
 /* Sets the lock timeout (seconds) of the acquisitions that start from now
  * on, from any thread. This function can't fail. */
@@ -49,6 +81,27 @@ int lockmgr_acquire(struct lockmgr *m, const struct tl_plan *plan, uint32_t pid,
 /* Releases what lockmgr_acquire() took. Returns 0 or -ENOLCK (logged; the
  * store's leases clean up what could not be released). */
 int lockmgr_release(struct lockmgr *m, const struct tl_plan *plan, struct tl_holder *h);
+
+/* Plans rename(FROM, TO, FLAGS) with strategy S (lockplan_rename(); BELOW:
+ * the keys of every entry below FROM, for the document strategy) in the
+ * form the store takes, acquires it (lockmgr_acquire(), PID: the
+ * requesting process) into *OUT and writes it to the hold log. FROM and TO
+ * are borrowed until lockmgr_unhold(). Returns 0, -EINVAL (a key that is
+ * not normalised), -ENOMEM, -EBUSY, -ENOLCK; nothing is held but on
+ * success. */
+int lockmgr_hold_rename(struct lockmgr *m, enum tl_strategy s, const char *from, const char *to,
+			unsigned int flags, const char *const *below, size_t nbelow, uint32_t pid,
+			struct tl_hold *out);
+
+/* Plans and acquires the entry operation on KEY (lockplan_entry()) into
+ * *OUT. Returns as lockmgr_hold_rename(). */
+int lockmgr_hold_entry(struct lockmgr *m, enum tl_strategy s, const char *key, uint32_t pid,
+		       struct tl_hold *out);
+
+/* Ends hold H (a rename's writes RES, 0 or -errno, to the hold log first):
+ * releases it (lockmgr_release(); a failure is logged) and frees its plan.
+ * Accepts a hold that holds nothing. This function can't fail. */
+void lockmgr_unhold(struct lockmgr *m, struct tl_hold *h, int res);
 
 /* The mount is ending: acquires fail with ENOLCK from their next attempt
  * on (new ones at once), and the store ends every request by END_MS
@@ -66,13 +119,6 @@ int lockmgr_check_lease(struct lockmgr *m);
 static inline bool lockmgr_other_writers_possible(const struct lockmgr *m)
 {
 	return (m->caps & TL_CAP_OTHER_WRITERS) != 0;
-}
-
-/* True when the store takes tree plans by their endpoints alone (its
- * TL_CAP_ENDPOINT_PLANS, see lockplan_rename_endpoints()). */
-static inline bool lockmgr_takes_endpoint_plans(const struct lockmgr *m)
-{
-	return (m->caps & TL_CAP_ENDPOINT_PLANS) != 0;
 }
 
 /* The store's name, for logs and the stats file. */

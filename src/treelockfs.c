@@ -357,7 +357,8 @@ int main(int argc, char *argv[])
 	struct fuse_loop_config *loop_cfg = NULL;
 	struct metrics_writer metrics = {0};
 	struct tl_config cfg;
-	struct tlfs fs = {.backing_fd = -1, .hold_log_fd = -1};
+	struct tlfs fs = {.backing_fd = -1};
+	int hold_log_fd = -1;
 	struct fuse_session *se = NULL;
 	struct stop_watch watch = {0};
 	struct stat st;
@@ -416,7 +417,7 @@ int main(int argc, char *argv[])
 		check_mount_cycle(&cfg, &fs, opts.mountpoint);
 	/* opened before daemonising: a relative name is the caller's */
 	if (cfg.hold_log && !cfg.errors)
-		fs.hold_log_fd = open_hold_log(&cfg, cfg.hold_log);
+		hold_log_fd = open_hold_log(&cfg, cfg.hold_log);
 	if (cfg.passthrough == TL_PASSTHROUGH_ON && cfg.backing) {
 		const char *why = backing_refusal(cfg.backing);
 
@@ -468,6 +469,7 @@ int main(int argc, char *argv[])
 		goto out_close_backing;
 	}
 	lockmgr_init(&fs.mgr, fs.store, cfg.lock_timeout, cfg.owner);
+	lockmgr_set_hold_log(&fs.mgr, hold_log_fd);
 	/* modes arrive with the caller's umask applied; ours must not apply again */
 	umask(0);
 
@@ -492,10 +494,10 @@ int main(int argc, char *argv[])
 	if (fuse_daemonize(opts.foreground) != 0)
 		goto out_unmount;
 	/* where threads that compute lock keys by getcwd() come back to */
-	fs.cwd_fd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
-	/* no relative path is resolved on a request thread: a store's files
-	 * were made absolute when the options were validated */
-	fs.cwd_stays = true;
+	/* no relative path is resolved on a request thread (a store's files
+	 * were made absolute when the options were validated): a thread that
+	 * computes keys may stay where its last key put it */
+	keys_set_home(&fs.keys, open(".", O_PATH | O_DIRECTORY | O_CLOEXEC), true);
 	if (!opts.foreground)
 		tl_log_use_syslog();
 	if (fuse_set_signal_handlers(se) != 0)
@@ -555,8 +557,8 @@ out_close_backing:
 	close(fs.backing_fd);
 	curl_global_cleanup();
 out_destroy:
-	if (fs.hold_log_fd != -1)
-		close(fs.hold_log_fd);
+	if (hold_log_fd != -1)
+		close(hold_log_fd);
 	free(fs.backing_chain);
 	if (se)
 		fuse_session_destroy(se);

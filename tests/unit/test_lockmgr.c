@@ -5,6 +5,7 @@
 #include <check.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -322,6 +323,145 @@ START_TEST(test_lockmgr__stats_quantiles)
 }
 END_TEST
 
+/* The hold log file of a test: its text after the holds, one line each. */
+static char hold_path[64];
+
+static int hold_log_open(void)
+{
+	int fd;
+
+	strcpy(hold_path, "/tmp/tlholdXXXXXX");
+	fd = mkstemp(hold_path);
+	ck_assert_int_ge(fd, 0);
+	return fd;
+}
+
+static char *hold_log_text(int fd)
+{
+	static char text[4096];
+	ssize_t n = pread(fd, text, sizeof(text) - 1, 0);
+
+	ck_assert_int_ge(n, 0);
+	text[n] = '\0';
+	unlink(hold_path);
+	return text;
+}
+
+/* The mem store takes tree plans by their endpoints: the manager gives it
+ * them so, and the hold log still lists every key; the release line
+ * carries the rename's result; keys are escaped */
+START_TEST(test_lockmgr__hold_rename_endpoints_logged_in_full)
+{
+	struct tl_hold hold;
+	int fd = hold_log_open();
+	char *text, *acq, *rel, id[80], want[160];
+
+	lockmgr_set_hold_log(&mgr, fd);
+	ck_assert_int_eq(lockmgr_hold_rename(&mgr, TL_STRATEGY_TREE, "/a/b", "/c/d\nx", 0, NULL, 0,
+					     42, &hold),
+			 0);
+	ck_assert_ptr_null(hold.plan->items); /* the endpoint form */
+	ck_assert_uint_eq(hold.plan->n, 4);
+	ck_assert_uint_eq(nlocks(), 4);
+	lockmgr_unhold(&mgr, &hold, -ENOENT);
+	ck_assert_ptr_null(hold.plan);
+	ck_assert_uint_eq(nlocks(), 0);
+	text = hold_log_text(fd);
+	close(fd);
+	acq = strstr(text, "\tacquire\t");
+	rel = strstr(text, "\trelease\t");
+	ck_assert_ptr_nonnull(acq);
+	ck_assert_ptr_nonnull(rel);
+	ck_assert(acq < rel);
+	ck_assert_int_eq(sscanf(acq, "\tacquire\t%*d\t%79[^\t]", id), 1);
+	snprintf(want, sizeof(want), "\t%s\t/a/b\t/c/d\\x0ax\t", id);
+	ck_assert_ptr_nonnull(strstr(acq, want));
+	ck_assert_ptr_nonnull(strstr(acq, "\tS:/a"));
+	ck_assert_ptr_nonnull(strstr(acq, "\tX:/a/b"));
+	ck_assert_ptr_nonnull(strstr(acq, "\tS:/c"));
+	ck_assert_ptr_nonnull(strstr(acq, "\tX:/c/d\\x0ax\n"));
+	snprintf(want, sizeof(want), "\t%s\t%d\n", id, ENOENT);
+	ck_assert_ptr_nonnull(strstr(rel, want));
+}
+END_TEST
+
+/* A store without TL_CAP_ENDPOINT_PLANS gets every key; the document
+ * strategy's entries below are locked; entry holds are not logged */
+static const struct tl_plan *seen_plan;
+
+static int see_try(struct lockstore *s, const struct tl_plan *p, struct tl_holder *h,
+		   struct tl_conflict *why)
+{
+	seen_plan = p;
+	return 0;
+}
+
+START_TEST(test_lockmgr__hold_plan_form_by_store)
+{
+	static const struct lockstore_ops ops = {
+		.name = "full", .try_acquire = see_try, .release = fail_release};
+	static const char *const below[] = {"/a/b/x", "/a/b/x/y"};
+	struct lockstore fst = {.ops = &ops};
+	struct lockmgr m;
+	struct tl_hold hold;
+	int fd = hold_log_open();
+	char *text;
+
+	lockmgr_init(&m, &fst, 1, "unit");
+	lockmgr_set_hold_log(&m, fd);
+	ck_assert_int_eq(lockmgr_hold_rename(&m, TL_STRATEGY_TREE, "/a/b", "/c", 0, NULL, 0, 1,
+					     &hold),
+			 0);
+	ck_assert_ptr_eq(seen_plan, hold.plan);
+	ck_assert_ptr_nonnull(hold.plan->items);
+	ck_assert_uint_eq(hold.plan->n, 3);
+	lockmgr_unhold(&m, &hold, 0);
+	ck_assert_int_eq(lockmgr_hold_rename(&m, TL_STRATEGY_DOCUMENT, "/a/b", "/c", 0, below, 2, 1,
+					     &hold),
+			 0);
+	ck_assert_uint_eq(hold.plan->n, 4);
+	ck_assert_str_eq(hold.plan->items[3].key, "/a/b/x/y");
+	lockmgr_unhold(&m, &hold, 0);
+	ck_assert_int_eq(lockmgr_hold_entry(&m, TL_STRATEGY_TREE, "/e/f", 1, &hold), 0);
+	ck_assert_uint_eq(hold.plan->n, 2);
+	lockmgr_unhold(&m, &hold, 0);
+	lockmgr_unhold(&m, &hold, 0); /* holds nothing: nothing happens */
+	ck_assert_int_eq(lockmgr_hold_rename(&m, TL_STRATEGY_TREE, "a", "/c", 0, NULL, 0, 1,
+					     &hold),
+			 -EINVAL);
+	ck_assert_ptr_null(hold.plan);
+	text = hold_log_text(fd);
+	close(fd);
+	ck_assert_ptr_nonnull(strstr(text, "\tS:/a\tX:/c\tX:/a/b\n"));
+	ck_assert_ptr_null(strstr(text, "/e/f"));
+	ck_assert_ptr_null(strstr(text, "\tS:/e"));
+}
+END_TEST
+
+/* A refused hold holds nothing and writes nothing */
+START_TEST(test_lockmgr__hold_refused_leaves_nothing)
+{
+	struct tl_hold a, b;
+	int fd = hold_log_open();
+	char *text;
+
+	lockmgr_set_hold_log(&mgr, fd);
+	mgr.timeout = 0.1;
+	ck_assert_int_eq(lockmgr_hold_rename(&mgr, TL_STRATEGY_TREE, "/a", "/b", 0, NULL, 0, 1, &a),
+			 0);
+	ck_assert_int_eq(lockmgr_hold_rename(&mgr, TL_STRATEGY_TREE, "/a", "/z", 0, NULL, 0, 2, &b),
+			 -EBUSY);
+	ck_assert_ptr_null(b.plan);
+	lockmgr_unhold(&mgr, &b, 0);
+	lockmgr_unhold(&mgr, &a, 0);
+	ck_assert_uint_eq(nlocks(), 0);
+	text = hold_log_text(fd);
+	close(fd);
+	ck_assert_ptr_null(strstr(text, "/z"));
+	ck_assert_ptr_nonnull(strstr(text, "\trelease\t"));
+}
+END_TEST
+
 Suite *make_suite_lockmgr(void)
 {
 	Suite *s = suite_create("lockmgr");
@@ -336,6 +476,9 @@ Suite *make_suite_lockmgr(void)
 	tcase_add_test(tc, test_lockmgr__eight_threads_contending);
 	tcase_add_test(tc, test_lockmgr__store_failures);
 	tcase_add_test(tc, test_lockmgr__stats_quantiles);
+	tcase_add_test(tc, test_lockmgr__hold_rename_endpoints_logged_in_full);
+	tcase_add_test(tc, test_lockmgr__hold_plan_form_by_store);
+	tcase_add_test(tc, test_lockmgr__hold_refused_leaves_nothing);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -59,6 +59,8 @@ int main(void)
 	tl_log_init("unit", getenv("TREELOCKFS_TEST_LOG") ? atoi(getenv("TREELOCKFS_TEST_LOG"))
 							  : LOG_CRIT);
 	sr = srunner_create(make_suite_path());
+	srunner_add_suite(sr, make_suite_fs_keys());
+	srunner_add_suite(sr, make_suite_renameflags());
 	srunner_add_suite(sr, make_suite_lockplan());
 	srunner_add_suite(sr, make_suite_lockmgr());
 	srunner_add_suite(sr, make_suite_lockstore_mem());

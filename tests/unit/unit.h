@@ -22,6 +22,8 @@ void unit_es_url(struct tl_config *cfg, const char *url);
 struct lockstore *unit_mem_store(struct tl_config *cfg);
 
 Suite *make_suite_path(void);
+Suite *make_suite_fs_keys(void);
+Suite *make_suite_renameflags(void);
 Suite *make_suite_lockplan(void);
 Suite *make_suite_lockmgr(void);
 Suite *make_suite_lockstore_mem(void);
