@@ -88,6 +88,10 @@ int es_client_open(struct es_client *c, const struct httpc_config *hc, const cha
 	c->timeout_ms = hc->timeout_ms ? hc->timeout_ms : 5000;
 	c->max_inflight = max_inflight;
 	c->extra_min = ES_BATCH_EXTRA_MIN;
+	if (max_inflight == 0) { /* no group commit: every slot opens at once */
+		c->max_inflight = ES_BATCH_INFLIGHT_MAX;
+		c->extra_min = 1;
+	}
 	c->batch_age_ms = ES_BATCH_AGE_MS;
 	atomic_init(&c->scripts_stored, false);
 	snprintf(c->scripts_note, sizeof(c->scripts_note), "inline (not checked)");

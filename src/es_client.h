@@ -114,7 +114,9 @@ enum es_item_state {
 
 /* Opens the HTTP client of HC for index INDEX into C, with at most
  * MAX_INFLIGHT (1..ES_BATCH_INFLIGHT_MAX, es_inflight=) _bulk requests in
- * flight. Returns 0, -EINVAL (no usable URL, logged), -ENOMEM. On failure
+ * flight; MAX_INFLIGHT 0 turns group commit off (no_es_group_commit): each
+ * bulk leaves at once, alone, while fewer than ES_BATCH_INFLIGHT_MAX are
+ * out. Returns 0, -EINVAL (no usable URL, logged), -ENOMEM. On failure
  * C holds nothing. */
 int es_client_open(struct es_client *c, const struct httpc_config *hc, const char *index,
 		   unsigned int max_inflight);

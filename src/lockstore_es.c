@@ -994,9 +994,10 @@ int es_store_open(const struct tl_config *cfg, struct lockstore **out, bool for_
 	hc.insecure = eo->insecure;
 	hc.timeout_ms = es->timeout_ms;
 	hc.opaque_id = es->owner;
-	/* eo->inflight: es_inflight=, or its default (es_options.c) */
+	/* eo->inflight: es_inflight=, or its default (es_options.c); 0: no
+	 * group commit */
 	err = es_client_open(&es->cl, &hc, eo->index && *eo->index ? eo->index : ES_DEFAULT_INDEX,
-			     eo->inflight);
+			     eo->group_commit ? eo->inflight : 0);
 	if (err)
 		goto out_close;
 	if (eo->insecure)
