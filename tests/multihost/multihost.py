@@ -536,7 +536,7 @@ class Host(object):
                              stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, env=e,
                              start_new_session=True)
         logf.close()
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + self.run.mount_timeout
         while not is_mounted(mnt):
             if p.poll() is not None or time.monotonic() > deadline:
                 if p.poll() is None:
@@ -681,6 +681,12 @@ class Run(object):
         # fencing is for (a pause after the check is the known limit,
         # `limit` below)
         self.extra_opts = ["rename_delay_ms=%d" % getattr(args, "delay_ms", 20)]
+        # a cluster's first mount creates the lock index and waits for its
+        # shard to be allocated: on a busy machine, a minute or more
+        self.mount_timeout = 15
+        if self.nodes > 1:
+            self.mount_timeout = 150
+            self.extra_opts.append("es_start_timeout=120")
 
     def note(self, kind, host=None, **kw):
         ev = dict(kw, t=mono_ns(), kind=kind)
