@@ -686,7 +686,9 @@ class Run(object):
         self.mount_timeout = 15
         if self.nodes > 1:
             self.mount_timeout = 150
-            self.extra_opts.append("es_start_timeout=120")
+            # a write waits for two replicas too: more than the second a
+            # single node gets (the later option wins)
+            self.extra_opts += ["es_start_timeout=120", "es_timeout_ms=5000"]
 
     def note(self, kind, host=None, **kw):
         ev = dict(kw, t=mono_ns(), kind=kind)

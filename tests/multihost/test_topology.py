@@ -74,9 +74,9 @@ def test_topology__renames_across_three_hosts_on_a_replicated_cluster(machine, t
     if why:
         pytest.skip("real OpenSearch: " + why)
     seed = int(os.environ.get("MULTIHOST_SEED") or int.from_bytes(os.urandom(3), "big"))
-    a = argparse.Namespace(hosts=3, nodes=3, rtt_ms=RTT_MS, heap="256m", duration=30, runs=1,
-                           seed=None, engine="opensearch", kinds=["kill"], lease_ttl=3,
-                           lock_timeout=8, settle=6, quiet=10, gap=(30.0, 30.0), report=None,
+    a = argparse.Namespace(hosts=3, nodes=3, rtt_ms=RTT_MS, heap="256m", duration=40, runs=1,
+                           seed=None, engine="opensearch", kinds=["kill"], lease_ttl=6,
+                           lock_timeout=20, settle=8, quiet=12, gap=(30.0, 30.0), report=None,
                            delay_ms=20)
     rep = multihost.Run(a, str(tmp_path), seed).go()
     topo = rep["topology"]
@@ -96,5 +96,5 @@ def test_topology__renames_across_three_hosts_on_a_replicated_cluster(machine, t
     # renames exclusive across the hosts' mounts, nothing lost or doubled
     assert rep["violations"] == [], "seed %d: %s" % (seed, rep["violations"][:10])
     assert rep["faults"]["kill"] >= 1, rep["faults"]
-    assert rep["results"].get("ok", 0) >= 20, rep["results"]
+    assert rep["results"].get("ok", 0) >= 10, rep["results"]
     assert set(rep["daemon_exit"].values()) <= {0}, rep["daemon_exit"]
