@@ -96,5 +96,7 @@ def test_topology__renames_across_three_hosts_on_a_replicated_cluster(machine, t
     # renames exclusive across the hosts' mounts, nothing lost or doubled
     assert rep["violations"] == [], "seed %d: %s" % (seed, rep["violations"][:10])
     assert rep["faults"]["kill"] >= 1, rep["faults"]
-    assert rep["results"].get("ok", 0) >= 10, rep["results"]
+    # renames did happen (how many is the machine's business: 14 in 40 s
+    # with a load average of 35 on 2 cores)
+    assert rep["results"].get("ok", 0) >= 5, rep["results"]
     assert set(rep["daemon_exit"].values()) <= {0}, rep["daemon_exit"]
