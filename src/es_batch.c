@@ -601,6 +601,10 @@ int es_batch_open(struct es_batch *g, struct es_client *c, unsigned int max_infl
 	pthread_condattr_destroy(&ca);
 	g->max_inflight = max_inflight;
 	g->extra_min = ES_BATCH_EXTRA_MIN;
+	if (max_inflight == 0) { /* no group commit: every slot opens at once */
+		g->max_inflight = ES_BATCH_INFLIGHT_MAX;
+		g->extra_min = 1;
+	}
 	g->age_ms = ES_BATCH_AGE_MS;
 	g->ready = true;
 	return 0;

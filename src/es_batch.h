@@ -84,8 +84,10 @@ struct es_batch {
 };
 
 /* Makes G send through C with at most MAX_INFLIGHT (1..
- * ES_BATCH_INFLIGHT_MAX, es_inflight=) _bulk requests in flight. Returns
- * 0. */
+ * ES_BATCH_INFLIGHT_MAX, es_inflight=) _bulk requests in flight;
+ * MAX_INFLIGHT 0 turns group commit off (no_es_group_commit): each bulk
+ * leaves at once, alone, while fewer than ES_BATCH_INFLIGHT_MAX are out.
+ * Returns 0. */
 int es_batch_open(struct es_batch *g, struct es_client *c, unsigned int max_inflight);
 
 /* Stops the sender thread (sending what was handed off) and frees what G

@@ -73,6 +73,9 @@ struct es_options {
 	unsigned int timeout_ms;
 	unsigned int start_timeout; /* seconds */
 	unsigned int inflight;      /* _bulk requests in flight at most */
+	/* es_group_commit (default 1): 0 sends each rename's bulk at once,
+	 * alone, up to ES_BATCH_INFLIGHT_MAX in flight (es_inflight unused) */
+	int group_commit;
 	/* es_password=, es_api_key= as given: always refused (a secret in an
 	 * option is seen by others), kept only to say so; never logged */
 	char *password_arg;

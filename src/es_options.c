@@ -40,6 +40,7 @@ static const struct fuse_opt es_opts[] = {
 	OPT_STR("es_password", password_arg),
 	OPT_STR("es_api_key", api_key_arg),
 	TL_OPT_BOOL("es_insecure", struct es_options, insecure),
+	TL_OPT_BOOL("es_group_commit", struct es_options, group_commit),
 	TL_OPT_BOOL("es_allow_insecure", struct es_options, allow_insecure),
 	/* as the config file and -o lists write it */
 	{"es_allow_insecure=1", offsetof(struct es_options, allow_insecure), 1},
@@ -67,7 +68,9 @@ static const char es_help[] =
 	"    --es_inflight=N          lock store requests of this mount in flight at\n"
 	"                             once (1-16, default 2); renames that find one\n"
 	"                             out share the next, and a further one leaves\n"
-	"                             once 4 wait or one waited 50 ms\n";
+	"                             once 4 wait or one waited 50 ms\n"
+	"    --no_es_group_commit     each rename sends its own requests at once\n"
+	"                             (up to 16 in flight; es_inflight unused)\n";
 
 const struct es_options *es_options_of(const struct tl_config *cfg)
 {
@@ -83,6 +86,7 @@ static int es_opts_init(void *p)
 	o->timeout_ms = ES_DEFAULT_TIMEOUT_MS;
 	o->start_timeout = ES_DEFAULT_START_TIMEOUT;
 	o->inflight = ES_BATCH_INFLIGHT;
+	o->group_commit = 1;
 	return o->index ? 0 : -ENOMEM;
 }
 

@@ -940,7 +940,8 @@ int es_store_open(const struct tl_config *cfg, struct lockstore **out, bool for_
 	err = es_client_open(&es->cl, &hc, eo->index && *eo->index ? eo->index : ES_DEFAULT_INDEX);
 	if (err)
 		goto out_close;
-	es_batch_open(&es->batch, &es->cl, eo->inflight);
+	/* 0: no group commit (no_es_group_commit) */
+	es_batch_open(&es->batch, &es->cl, eo->group_commit ? eo->inflight : 0);
 	if (eo->insecure)
 		tl_log(LOG_WARNING, "es_insecure: TLS certificates of the lock store are not verified");
 	es->cleartext_creds = (eo->user || eo->api_key) && es_opts_cleartext(eo);

@@ -74,6 +74,35 @@ def test_es__one_request_in_flight_is_shared(backend, es_mounts):
              what="no lock left")
 
 
+@pytest.mark.backends("emulator-es8")
+def test_es__no_group_commit_sends_each_rename_alone(backend, es_mounts):
+    """no_es_group_commit: six renames at once while each request is held
+    300 ms, and still every one sends its own acquire and its own release
+    (with group commit they would share: see the test above). On the
+    emulator only: a real engine on a busy machine answers some of them
+    after the mount's 1 s timeout, and their resends count too."""
+    n = 6
+    (a,) = es_mounts(backend, "A", lease_ttl=60, opts={"A": ["no_es_group_commit"]})
+    for i in range(n):
+        makedirs(a, "d%d" % i)
+        write(a, "d%d/f" % i)
+    backend.latency(300)
+    try:
+        backend.reset_stats()
+        ops = [start_op(os.rename, a.path("d%d/f" % i), a.path("d%d/g" % i)) for i in range(n)]
+        for op in ops:
+            op.join(30)
+            assert op.error is None
+        bulks = backend.stats()["requests"].get("bulk", 0)
+    finally:
+        backend.latency(0)
+    assert bulks == 2 * n, bulks
+    for i in range(n):
+        assert os.listdir(a.bpath("d%d" % i)) == ["g"]
+    wait_for(lambda: lock_docs(backend) == {} and intent_docs(backend) == {}, 10,
+             what="no lock left")
+
+
 # ---- the guide's scenarios across mounts -------------------------------------------------
 
 

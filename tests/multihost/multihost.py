@@ -191,6 +191,44 @@ class Net(object):
     def nsenter(self, i):
         return ["nsenter", "--net=/run/netns/" + self.ns[i], "--"]
 
+    def set_delay(self, i, ms):
+        """netem delay of MS ms on what namespace I sends (0: none). With
+        every namespace at RTT/2, a round trip between two of them is RTT."""
+        if ms > 0:
+            sh("tc", "-n", self.ns[i], "qdisc", "replace", "dev", "eth0", "root", "netem",
+               "delay", "%.3fms" % ms)
+        else:
+            sh("tc", "-n", self.ns[i], "qdisc", "del", "dev", "eth0", "root", check=False)
+
+    def rtt_ms(self, i, addr, port, n=20):
+        """The median time of a TCP connect from namespace I to ADDR:PORT
+        (one round trip), in ms."""
+        code = ("import socket,time,statistics\nts=[]\nfor _ in range(%d):\n"
+                " t=time.perf_counter();s=socket.create_connection((%r,%d),5)\n"
+                " ts.append(time.perf_counter()-t);s.close()\n"
+                "print(1000*statistics.median(ts))" % (n, addr, port))
+        return float(sh(*(self.nsenter(i) + [sys.executable, "-c", code])).stdout)
+
+
+def netem_missing():
+    """Why links cannot be given a delay here (tc with the netem qdisc,
+    Linux's sch_netem), or None."""
+    if not shutil.which("tc"):
+        return "no tc (Debian package iproute2)"
+    probe = "tlnp%d" % (os.getpid() % 100000)
+    r = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if r.returncode != 0:
+        return "ip netns does not work here: %s" % r.stderr.strip()
+    try:
+        r = subprocess.run(["tc", "-n", probe, "qdisc", "add", "dev", "lo", "root", "netem",
+                            "delay", "1ms"], capture_output=True, text=True)
+        if r.returncode != 0:
+            return ("tc cannot add a netem qdisc (%s): this kernel lacks sch_netem "
+                    "(CONFIG_NET_SCH_NETEM) or cannot load it" % r.stderr.strip())
+        return None
+    finally:
+        subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+
 
 def http(url, method="GET", body=None, timeout=10):
     data = None if body is None else json.dumps(body).encode()
@@ -381,6 +419,100 @@ class OpenSearch(Server):
         self.fwd.drop_all()
 
 
+class Cluster(Server):
+    """A cluster of real engine nodes (tests/engines/start --nodes N), node
+    K in network namespace FIRST+K of NET with that namespace's address:
+    each node as on a host of its own, linked to the others and to the
+    mounts through the bridge. The engine is any that tests/engines/start
+    runs. Mounts get every node's URL (es_url=A;B;C)."""
+
+    stop_grace = 90
+
+    def __init__(self, net, first, nodes, work, engine="opensearch", heap="256m"):
+        self.net, self.first, self.nodes = net, first, nodes
+        self.work, self.name, self.heap = work, engine, heap
+        self.data = os.path.join(work, "cluster")
+        self.addrs = [net.host_addr(first + k) for k in range(nodes)]
+        self.ports = []
+        self.proc = None
+
+    @property
+    def urls(self):
+        return ["http://%s:%d" % (a, p) for a, p in zip(self.addrs, self.ports)]
+
+    @property
+    def url(self):
+        return self.urls[0]
+
+    @property
+    def mount_url(self):
+        return ";".join(self.urls)
+
+    def start(self, timeout=420):
+        pf = os.path.join(self.work, "cluster.ports")
+        if os.path.exists(pf):
+            os.unlink(pf)
+        env = dict(os.environ)
+        env.setdefault("ENGINE_HEAP", self.heap)
+        env.setdefault("ENGINE_START_TIMEOUT", str(timeout))
+        log = open(os.path.join(self.work, "cluster.log"), "ab")
+        self.proc = subprocess.Popen(
+            [ENGINE_START, self.name, "--nodes", str(self.nodes), "--port-file", pf,
+             "--data", self.data, "--netns", ",".join(self.net.ns[self.first:self.first
+                                                                  + self.nodes]),
+             "--addrs", ",".join(self.addrs)], stdin=subprocess.DEVNULL, stdout=log,
+            stderr=log, env=env, start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + timeout + 30
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            if os.path.exists(pf):
+                with open(pf) as f:
+                    self.ports = [int(x) for x in f.read().split()]
+                return
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError("the %s cluster did not start (see %s/cluster.log)"
+                           % (self.name, self.work))
+
+    def node_pids(self):
+        out = []
+        for k in range(self.nodes):
+            try:
+                with open(os.path.join(self.data, "node-%d.pid" % (k + 1))) as f:
+                    out.append(int(f.read()))
+            except (OSError, ValueError):
+                pass
+        return out
+
+    def kill(self):
+        for pid in self.node_pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.stop()
+
+    def replicate(self, index, replicas, timeout=120):
+        """Gives INDEX REPLICAS replicas (no auto-expansion) and waits for
+        every copy to be allocated and started (green)."""
+        st, body = http(self.url + "/" + index + "/_settings", "PUT",
+                        {"index": {"auto_expand_replicas": False,
+                                   "number_of_replicas": replicas}})
+        if st != 200:
+            raise RuntimeError("replicas of %s: %s %s" % (index, st, body))
+        st, body = http(self.url + "/_cluster/health/" + index
+                        + "?wait_for_status=green&timeout=%ds" % timeout, timeout=timeout + 10)
+        if st != 200 or body.get("status") != "green":
+            raise RuntimeError("%s not green: %s %s" % (index, st, body))
+
+    def shards(self, index):
+        """INDEX's shard copies: [{"prirep": "p"|"r", "state": ..., "node": ...}]."""
+        st, body = http(self.url + "/_cat/shards/" + index + "?format=json")
+        if st != 200:
+            raise RuntimeError("shards of %s: %s %s" % (index, st, body))
+        return [{"prirep": c["prirep"], "state": c["state"], "node": c["node"]} for c in body]
+
+
 class Host(object):
     def __init__(self, run, i):
         self.run, self.i = run, i
@@ -404,7 +536,7 @@ class Host(object):
                              stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, env=e,
                              start_new_session=True)
         logf.close()
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + self.run.mount_timeout
         while not is_mounted(mnt):
             if p.poll() is not None or time.monotonic() > deadline:
                 if p.poll() is None:
@@ -420,7 +552,8 @@ class Host(object):
 
     def opts(self):
         a = self.run.args
-        return ["lock_store=es", "es_url=" + self.run.engine.url, "owner=" + self.name,
+        url = getattr(self.run.engine, "mount_url", self.run.engine.url)
+        return ["lock_store=es", "es_url=" + url, "owner=" + self.name,
                 "lease_ttl=%d" % a.lease_ttl, "lock_timeout=%d" % a.lock_timeout,
                 "es_timeout_ms=1000", "hold_log=" + self.hold_log] + list(self.run.extra_opts)
 
@@ -535,7 +668,9 @@ class Run(object):
         self.rnd = random.Random(seed)
         self.shared = os.path.join(work, "shared")
         self.nemesis_log = os.path.join(work, "nemesis.jsonl")
-        self.net = Net(args.hosts)
+        # a cluster's nodes live in namespaces after the hosts' ones
+        self.nodes = getattr(args, "nodes", 1)
+        self.net = Net(args.hosts + (self.nodes if self.nodes > 1 else 0))
         self.engine = None
         self.hosts = []
         self.workers = []
@@ -546,6 +681,14 @@ class Run(object):
         # fencing is for (a pause after the check is the known limit,
         # `limit` below)
         self.extra_opts = ["rename_delay_ms=%d" % getattr(args, "delay_ms", 20)]
+        # a cluster's first mount creates the lock index and waits for its
+        # shard to be allocated: on a busy machine, a minute or more
+        self.mount_timeout = 15
+        if self.nodes > 1:
+            self.mount_timeout = 150
+            # a write waits for two replicas too: more than the second a
+            # single node gets (the later option wins)
+            self.extra_opts += ["es_start_timeout=120", "es_timeout_ms=5000"]
 
     def note(self, kind, host=None, **kw):
         ev = dict(kw, t=mono_ns(), kind=kind)
@@ -670,20 +813,43 @@ class Run(object):
         if "skew" in a.kinds and not faketime_lib():
             self.skipped["skew"] = ("no libfaketime (Debian package faketime): clock skew "
                                     "not injected")
+        if self.nodes > 1 and "engine" in a.kinds:
+            self.skipped["engine"] = ("a restart of the whole cluster is not injected on "
+                                      "a cluster (its nodes would come back on new ports)")
         for k in KINDS:
             if k not in a.kinds:
                 self.skipped.setdefault(k, "not selected")
         self.make_tree()
         self.net.up()
-        self.engine = (OpenSearch if a.engine == "opensearch" else Emulator)(self.net.addr,
-                                                                             self.work)
+        topo = {}
+        if self.nodes > 1:
+            self.engine = Cluster(self.net, a.hosts, self.nodes, self.work, a.engine,
+                                  getattr(a, "heap", "256m"))
+        else:
+            self.engine = (OpenSearch if a.engine == "opensearch" else Emulator)(self.net.addr,
+                                                                                 self.work)
         try:
+            rtt = getattr(a, "rtt_ms", 0)
+            if rtt > 0:
+                why = netem_missing()
+                if why:
+                    topo["delay_skipped"] = why
+                else:
+                    for i in range(len(self.net.ns)):
+                        self.net.set_delay(i, rtt / 2.0)
             self.engine.start()
             for i in range(a.hosts):
                 h = Host(self, i)
                 self.hosts.append(h)
                 h.mount_cache()
                 h.mount()
+            if self.nodes > 1:
+                # the first mount created the lock index: one primary and
+                # a replica on every other node, as a cluster should keep it
+                self.engine.replicate(INDEX, self.nodes - 1)
+                topo["shards"] = self.engine.shards(INDEX)
+                topo["rtt_ms"] = self.net.rtt_ms(0, self.engine.addrs[0],
+                                                 self.engine.ports[0])
             t_end = mono_ns() + int(a.duration * 1e9)
             for h in self.hosts:
                 out = os.path.join(self.work, "work%d.jsonl" % h.i)
@@ -730,6 +896,7 @@ class Run(object):
         rep["daemon_exit"] = statuses
         rep["engine"] = self.engine.name
         rep["seed"] = self.seed
+        rep["topology"] = topo
         return rep
 
     def cleanup(self):
@@ -787,6 +954,8 @@ def cmd_run(a):
                  json.dumps(rep["faults"]), len(rep["violations"])))
         for k, why in rep["skipped_faults"].items():
             print("  %s skipped: %s" % (k, why))
+        if rep["topology"]:
+            print("  topology: %s" % json.dumps(rep["topology"], sort_keys=True))
         for v in rep["violations"][:20]:
             print("  VIOLATION %s: %s" % (v["rule"], v["what"]))
         if rep["violations"]:
@@ -813,7 +982,14 @@ def main(argv=None):
     r.add_argument("--duration", type=float, default=45, help="seconds of workload per run")
     r.add_argument("--runs", type=int, default=1)
     r.add_argument("--seed", type=int)
-    r.add_argument("--engine", choices=("emulator", "opensearch"), default="emulator")
+    r.add_argument("--engine", default="emulator",
+                   help="emulator, or an engine tests/engines/start runs (opensearch, ...)")
+    r.add_argument("--nodes", type=int, default=1,
+                   help="engine nodes: more than 1 runs a cluster (a real engine), each "
+                   "node in a namespace of its own")
+    r.add_argument("--rtt-ms", type=float, default=0,
+                   help="netem delay making every round trip between namespaces this long")
+    r.add_argument("--heap", default="256m", help="heap per cluster node")
     r.add_argument("--kinds", default=",".join(KINDS), help="faults to inject (comma-separated)")
     r.add_argument("--lease-ttl", type=int, default=2)
     r.add_argument("--lock-timeout", type=int, default=5)

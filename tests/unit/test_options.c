@@ -321,6 +321,26 @@ static void reparse(const char *const *argv)
 	parse(false, argv);
 }
 
+START_TEST(test_options__es_group_commit)
+{
+	const char *dflt[] = {"-o", "lock_store=es,es_url=http://x:9200", "/b", "/m", NULL};
+	const char *off[] = {"-o", "lock_store=es,es_url=http://x:9200,no_es_group_commit", "/b",
+			     "/m", NULL};
+	const char *on[] = {"--es_group_commit", "-o", "lock_store=es,es_url=http://x:9200",
+			    "/b", "/m", NULL};
+
+	parse(false, dflt);
+	ck_assert_int_eq(config_validate(&cfg), 0);
+	ck_assert_int_eq(es_opts(&cfg)->group_commit, 1);
+	reparse(off);
+	ck_assert_int_eq(config_validate(&cfg), 0);
+	ck_assert_int_eq(es_opts(&cfg)->group_commit, 0);
+	reparse(on);
+	ck_assert_int_eq(config_validate(&cfg), 0);
+	ck_assert_int_eq(es_opts(&cfg)->group_commit, 1);
+}
+END_TEST
+
 START_TEST(test_options__es_inflight)
 {
 	const char *dflt[] = {"-o", "lock_store=es,es_url=http://x:9200", "/b", "/m", NULL};
@@ -492,6 +512,7 @@ Suite *make_suite_options(void)
 	tcase_add_test(tc, test_options__missing_file);
 	tcase_add_test(tc, test_options__es_validation);
 	tcase_add_test(tc, test_options__es_inflight);
+	tcase_add_test(tc, test_options__es_group_commit);
 	tcase_add_test(tc, test_options__secret_file_permissions);
 	tcase_add_test(tc, test_options__password_from_environment);
 	tcase_add_test(tc, test_options__atime_and_export_support);

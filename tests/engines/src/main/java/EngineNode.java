@@ -108,7 +108,9 @@ public final class EngineNode {
 		if (parent > 0)
 			watchParent(parent);
 
-		String url = "http://127.0.0.1:" + httpPort + "/_cluster/health?" + health + "&timeout=5s";
+		/* the node's own address (network.host), loopback by default */
+		String host = settings.getOrDefault("network.host", "127.0.0.1");
+		String url = "http://" + host + ":" + httpPort + "/_cluster/health?" + health + "&timeout=5s";
 		for (;;) {
 			if (healthy(url))
 				break;
