@@ -315,8 +315,9 @@ static inline void creds_killpriv_init(struct tlfs *fs, struct fuse_conn_info *c
 #endif /* HAVE_FUSE_KILLPRIV_V2 */
 
 /* Before a write, truncate or O_TRUNC open by REQ of the backing file FD
- * (any fd of it, O_PATH too), after creds_enter(), with fs->killpriv:
- * when this thread holds CAP_FSETID, the file has a set-ID bit and the
+ * (any fd of it, O_PATH too), after creds_enter(), where the kernel left
+ * the set-ID bits to us (a write with fs->killpriv; an O_TRUNC open
+ * always, the kernel drops its own clearing of them then): when this thread holds CAP_FSETID, the file has a set-ID bit and the
  * caller lacks CAP_FSETID, drops CAP_FSETID from this thread's effective
  * set, so that the backing filesystem clears the bits as natively. KILL
  * true: the kernel said the caller lacks it (a truncate's

@@ -537,6 +537,8 @@ static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (fi->flags & OPEN_FLAG_EXEC) {
 		fd = open_exec(fs, proc, fi->flags);
 	} else {
+		/* the kernel clears no set-ID bit for an O_TRUNC open it leaves
+		 * to us (FUSE_CAP_ATOMIC_O_TRUNC), killpriv or not */
 		bool killing = (fi->flags & O_TRUNC) && creds_kill_begin(fs, req, in->fd, false);
 
 		fd = open(proc, (fi->flags | O_CLOEXEC) & ~O_NOFOLLOW);
@@ -773,7 +775,8 @@ static bool alloc_enter(fuse_req_t req, const struct fuse_file_info *fi, int ctl
 		fuse_reply_err(req, -err);
 		return false;
 	}
-	*killing = creds_kill_begin(req_fs(req), req, (int)fi->fh, false);
+	/* without killpriv the kernel has cleared the bits before (a SETATTR) */
+	*killing = req_fs(req)->killpriv && creds_kill_begin(req_fs(req), req, (int)fi->fh, false);
 	return true;
 }
 

@@ -456,6 +456,51 @@ def test_backing__invalid_value_is_refused(tmp_path):
     assert "invalid passthrough 'maybe': expected auto, on or off" in r.stderr
 
 
+@pytest.fixture
+def overlay_backing(tmp_path):
+    """An overlayfs mounted at tmp_path/ovl (a stacked filesystem)."""
+    for d in ("lower", "upper", "work", "ovl"):
+        (tmp_path / d).mkdir()
+    r = subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
+                        "lowerdir=%s,upperdir=%s,workdir=%s" % (
+                            tmp_path / "lower", tmp_path / "upper", tmp_path / "work"),
+                        str(tmp_path / "ovl")], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip("cannot mount an overlayfs: " + r.stderr.strip())
+    try:
+        yield tmp_path / "ovl"
+    finally:
+        subprocess.run(["umount", str(tmp_path / "ovl")], check=False)
+
+
+@pytest.mark.parametrize("case", ["noatime", "overlayfs"])
+def test_backing__on_refuses_where_it_cannot_work(tmp_path, case, request):
+    """passthrough=on does not start where passthrough cannot work: exit 1,
+    the reason said, nothing mounted. (A build without passthrough says
+    that first.)"""
+    from conftest import is_mounted
+    backing = tmp_path / "b"
+    backing.mkdir()
+    opts = "passthrough=on"
+    if case == "noatime":
+        opts += ",noatime"
+        want = "passthrough=on cannot keep noatime"
+    else:
+        backing = request.getfixturevalue("overlay_backing")
+        want = "not a stacked one (overlayfs"
+    (tmp_path / "m").mkdir()
+    try:
+        r = subprocess.run([BIN, str(backing), str(tmp_path / "m"), "-f", "-o", opts],
+                           capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        from conftest import FUSERMOUNT
+        subprocess.run([FUSERMOUNT, "-u", "-z", str(tmp_path / "m")], check=False)
+        pytest.fail("passthrough=on started (%s)" % case)
+    assert r.returncode == 1, r.stderr
+    assert not is_mounted(str(tmp_path / "m"))
+    assert want in r.stderr or "has no passthrough" in r.stderr, r.stderr
+
+
 # ---- no leaks -------------------------------------------------------------------------
 
 def _daemon_fds(pid):
