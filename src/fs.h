@@ -110,6 +110,8 @@ struct tlfs {
 				  * (FUSE_CAP_DONT_MASK); set at init */
 	bool posix_acl;          /* the kernel checks and caches POSIX ACLs
 				  * (FUSE_CAP_POSIX_ACL); set at init */
+	bool killpriv;           /* the kernel leaves clearing set-ID bits to us
+				  * (FUSE_CAP_HANDLE_KILLPRIV_V2); set at init */
 	struct ll_inode *root;   /* the backing root's inode */
 	/* lock keys (fs_keys.h): set up by tlfs_prepare(); the home of the
 	 * threads that make keys is set once serving (keys_set_home()) */
@@ -257,6 +259,46 @@ void fd_noatime(struct tlfs *fs, int fd);
 
 /* True when this thread acts as root (its own or a root caller's). */
 bool creds_are_root(void);
+
+/* Set-ID bits on write. With FUSE_CAP_HANDLE_KILLPRIV_V2 the kernel stops
+ * asking for security.capability before every write (the FUSE superblock
+ * gets SB_NOSEC) and leaves clearing the set-user-ID and set-group-ID bits
+ * on a write, truncate or O_TRUNC open to the daemon. The backing
+ * filesystem does that itself on the daemon's own call, by the rules a
+ * caller meets natively, as long as the thread carries what the caller
+ * has: acting as an ordinary user it has no CAP_FSETID (setfsuid() drops
+ * it), and security.capability goes on any write, whoever writes. What a
+ * thread cannot carry by itself is a root caller without CAP_FSETID:
+ * creds_kill_begin() drops it for such a call. (A passthrough write never
+ * reaches the daemon: backing_register() keeps CAP_FSETID out of the
+ * registration.) */
+
+/* At init: asks the kernel for FUSE_CAP_HANDLE_KILLPRIV_V2 where it and
+ * libfuse offer it, and sets fs->killpriv. */
+#ifdef HAVE_FUSE_KILLPRIV_V2
+void creds_killpriv_init(struct tlfs *fs, struct fuse_conn_info *conn);
+#else
+static inline void creds_killpriv_init(struct tlfs *fs, struct fuse_conn_info *conn)
+{
+}
+#endif /* HAVE_FUSE_KILLPRIV_V2 */
+
+/* Before a write, truncate or O_TRUNC open by REQ of the backing file FD
+ * (any fd of it, O_PATH too), after creds_enter(), where the kernel left
+ * the set-ID bits to us (a write with fs->killpriv; an O_TRUNC open
+ * always, the kernel drops its own clearing of them then): when this thread holds CAP_FSETID, the file has a set-ID bit and the
+ * caller lacks CAP_FSETID, drops CAP_FSETID from this thread's effective
+ * set, so that the backing filesystem clears the bits as natively. KILL
+ * true: the kernel said the caller lacks it (a truncate's
+ * FUSE_SET_ATTR_KILL_SUID); false: the caller's task is asked
+ * (/proc/PID/status; a caller that cannot be asked counts as lacking it).
+ * Returns true when dropped: call creds_kill_end() after the operation.
+ * This function can't fail. */
+bool creds_kill_begin(struct tlfs *fs, fuse_req_t req, int fd, bool kill);
+
+/* Puts back what creds_kill_begin() dropped (DROPPED: what it returned).
+ * This function can't fail. */
+void creds_kill_end(bool dropped);
 
 /* Before a request creates an entry in PARENT with *MODE (mkdir, mknod,
  * create): makes the new entry get the mode the caller's own call would

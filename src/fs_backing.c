@@ -26,6 +26,10 @@
  *    decides whether the bits survive), and files opened by root.
  *    Permissions are checked once, at the daemon's own open with the
  *    caller's credentials; the kernel checks none at read or write.
+ *    With FUSE_CAP_HANDLE_KILLPRIV_V2 (fs->killpriv) the kernel clears no
+ *    set-ID bit itself before such a write: the backing filesystem does,
+ *    as the registration's credentials decide, so a registration on a
+ *    mount that serves its owner only carries no CAP_FSETID either.
  *
  *  - Every open of an inode that is open with passthrough must name the
  *    same backing id, and an inode open through the page cache refuses a
@@ -286,26 +290,50 @@ static void creds_restore(const struct pt_creds *old)
 	caps_set(caps);
 }
 
+/* On a mount that serves its owner only, with fs->killpriv: saves this
+ * thread's capabilities in OLD and drops CAP_FSETID from its effective
+ * set. The kernel then leaves set-ID bits to the registration's
+ * credentials, and a caller without CAP_FSETID (a root process that gave
+ * it up) may write through it: its writes must clear the bits, so no
+ * registration keeps them (root's writes to a file that got a set-ID bit
+ * while open through the kernel clear it too; files with the bits at
+ * their first open stay on the daemon path). Returns 0 or -errno. */
+static int creds_no_fsetid(struct pt_creds *old)
+{
+	struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+	struct __user_cap_data_struct caps[_LINUX_CAPABILITY_U32S_3];
+
+	if (syscall(SYS_capget, &hdr, old->caps) == -1)
+		return -errno;
+	memcpy(caps, old->caps, sizeof(caps));
+	caps[CAP_FSETID / 32].effective &= ~(UINT32_C(1) << (CAP_FSETID % 32));
+	return caps_set(caps);
+}
+
 /* Registers the open FD as a backing file, with credentials no user
  * gains from when several are served. Returns the id (> 0) or -errno. */
 static int backing_register(struct tlfs *fs, int fd)
 {
 	struct tl_backing_map map = {.fd = fd};
+	bool restrict_all = fs->switch_creds, fsetid_only = !fs->switch_creds && fs->killpriv;
 	struct pt_creds old;
 	int id, err = 0;
 
-	if (fs->switch_creds) {
+	if (restrict_all)
 		err = creds_restrict(&old);
-		if (err)
-			return err;
-	}
+	else if (fsetid_only)
+		err = creds_no_fsetid(&old);
+	if (err)
+		return err;
 	id = ioctl(fuse_session_fd(fs->se), TL_DEV_IOC_BACKING_OPEN, &map);
 	if (id == -1)
 		err = -errno;
 	else if (id == 0)
 		err = -EPROTO;
-	if (fs->switch_creds)
+	if (restrict_all)
 		creds_restore(&old);
+	else if (fsetid_only)
+		caps_set(old.caps);
 	if (err)
 		return err;
 	stats_add(&fs->pt_ids, 1);

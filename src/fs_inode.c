@@ -75,19 +75,18 @@ static __thread struct {
 	gid_t gid;
 } thread_creds;
 
-/* Raises (ON) or drops CAP_SYS_RESOURCE in this thread's effective set
- * (capset acts on the calling thread only). setfsuid() drops the file
- * capabilities but not this one, with which ext4 hands out the blocks it
- * reserves for root (mkfs -m) and quotas let a write past the hard limit;
- * a user's request must meet both as the user would. Returns 0 or -errno
- * (a daemon without the capability has nothing to drop). */
-static int creds_sys_resource(bool on)
+/* Raises (ON) or drops capability CAP in this thread's effective set
+ * (capset acts on the calling thread only); sets *CHANGED when it did.
+ * Returns 0 or -errno (a capability the thread is not permitted has
+ * nothing to drop or raise). */
+static int creds_cap(int cap, bool on, bool *changed)
 {
 	struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
 	struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3];
-	uint32_t bit = UINT32_C(1) << (CAP_SYS_RESOURCE % 32);
-	int w = CAP_SYS_RESOURCE / 32;
+	uint32_t bit = UINT32_C(1) << (cap % 32);
+	int w = cap / 32;
 
+	*changed = false;
 	if (syscall(SYS_capget, &hdr, data) == -1)
 		return -errno;
 	if (!(data[w].permitted & bit) || !!(data[w].effective & bit) == on)
@@ -96,7 +95,22 @@ static int creds_sys_resource(bool on)
 		data[w].effective |= bit;
 	else
 		data[w].effective &= ~bit;
-	return syscall(SYS_capset, &hdr, data) == -1 ? -errno : 0;
+	if (syscall(SYS_capset, &hdr, data) == -1)
+		return -errno;
+	*changed = true;
+	return 0;
+}
+
+/* Raises (ON) or drops CAP_SYS_RESOURCE in this thread's effective set.
+ * setfsuid() drops the file capabilities but not this one, with which
+ * ext4 hands out the blocks it reserves for root (mkfs -m) and quotas let
+ * a write past the hard limit; a user's request must meet both as the
+ * user would. Returns 0 or -errno. */
+static int creds_sys_resource(bool on)
+{
+	bool changed;
+
+	return creds_cap(CAP_SYS_RESOURCE, on, &changed);
 }
 
 /* Acts as UID/GID with GROUPS from here on, on this thread only (the raw
@@ -153,6 +167,67 @@ int creds_enter(struct tlfs *fs, fuse_req_t req)
 bool creds_are_root(void)
 {
 	return thread_creds.uid == 0;
+}
+
+#ifdef HAVE_FUSE_KILLPRIV_V2
+void creds_killpriv_init(struct tlfs *fs, struct fuse_conn_info *conn)
+{
+	if (conn->capable & FUSE_CAP_HANDLE_KILLPRIV_V2) {
+		conn->want |= FUSE_CAP_HANDLE_KILLPRIV_V2;
+		fs->killpriv = true;
+	}
+}
+#endif /* HAVE_FUSE_KILLPRIV_V2 */
+
+/* True when the task PID (a thread id, as the kernel names a caller) has
+ * CAP_FSETID in its effective set; false also when it cannot be asked
+ * (gone, /proc hidden). */
+static bool task_has_fsetid(pid_t pid)
+{
+	char path[64], buf[4096];
+	const char *p;
+	ssize_t n;
+	int fd;
+
+	if (pid <= 0)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd == -1)
+		return false;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	p = strstr(buf, "\nCapEff:");
+	if (!p)
+		return false;
+	return (strtoull(p + 9, NULL, 16) >> CAP_FSETID) & 1;
+}
+
+bool creds_kill_begin(struct tlfs *fs, fuse_req_t req, int fd, bool kill)
+{
+	struct stat st;
+	bool dropped;
+
+	if (!creds_are_root())
+		return false; /* acting as a user: no CAP_FSETID to drop */
+	if (fstat(fd, &st) == -1 || !S_ISREG(st.st_mode) || !(st.st_mode & (S_ISUID | S_ISGID)))
+		return false;
+	if (!kill && task_has_fsetid(fuse_req_ctx(req)->pid))
+		return false;
+	if (creds_cap(CAP_FSETID, false, &dropped))
+		return false;
+	return dropped;
+}
+
+void creds_kill_end(bool dropped)
+{
+	bool changed;
+
+	if (dropped)
+		creds_cap(CAP_FSETID, true, &changed);
 }
 
 /* 1: this thread has a filesystem context (umask, working directory) of

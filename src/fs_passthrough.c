@@ -184,6 +184,7 @@ static void ll_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_POSIX_ACL;
 		fs->posix_acl = true;
 	}
+	creds_killpriv_init(fs, conn); /* before backing_init(), which reads it */
 	backing_init(fs, conn);
 	lockmgr_start(&fs->mgr); /* a failure is logged; requests then fail with ENOLCK */
 	tl_log(LOG_INFO, "mounted with lock_store=%s lock_strategy=%s lock_scope=%s",
@@ -312,8 +313,14 @@ static void ll_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int va
 			goto out;
 	}
 	if (valid & FUSE_SET_ATTR_SIZE) {
+		/* FUSE_SET_ATTR_KILL_SUID: the kernel's FATTR_KILL_SUIDGID, the
+		 * caller lacks CAP_FSETID (sent with killpriv only) */
+		bool killing = (valid & FUSE_SET_ATTR_KILL_SUID) &&
+			       creds_kill_begin(fs, req, in->fd, true);
+
 		res = fd >= 0 ? ftruncate(fd, attr->st_size) : truncate(proc, attr->st_size);
 		res = res == -1 ? -errno : 0;
+		creds_kill_end(killing);
 		if (res)
 			goto out;
 	}
@@ -547,9 +554,14 @@ static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (fi->flags & OPEN_FLAG_EXEC) {
 		fd = open_exec(fs, proc, fi->flags);
 	} else {
+		/* the kernel clears no set-ID bit for an O_TRUNC open it leaves
+		 * to us (FUSE_CAP_ATOMIC_O_TRUNC), killpriv or not */
+		bool killing = (fi->flags & O_TRUNC) && creds_kill_begin(fs, req, in->fd, false);
+
 		fd = open(proc, (fi->flags | O_CLOEXEC) & ~O_NOFOLLOW);
 		if (fd == -1)
 			fd = -errno;
+		creds_kill_end(killing);
 	}
 	if (fd < 0) {
 		fuse_reply_err(req, fd_errno(-fd));
@@ -740,15 +752,19 @@ static void ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
 }
 
-/* Before an operation that allocates blocks in an open file: acts as the
- * caller (the kernel checked permissions at open, but the blocks must be
- * the caller's to take: root's reserve, quotas). A control file gets
- * CTL_ERR. Returns true when the operation may go on; otherwise the
- * request has been answered. */
-static bool alloc_enter(fuse_req_t req, const struct fuse_file_info *fi, int ctl_err)
+/* Before an operation that writes to an open file: acts as the caller
+ * (the kernel checked permissions at open, but the blocks must be the
+ * caller's to take: root's reserve, quotas; and the file's set-ID bits go
+ * as the caller's own write would leave them, see creds_kill_begin()). A
+ * control file gets CTL_ERR. Returns true when the operation may go on,
+ * with *KILLING for alloc_leave(); otherwise the request has been
+ * answered. */
+static bool alloc_enter(fuse_req_t req, const struct fuse_file_info *fi, int ctl_err,
+			bool *killing)
 {
 	int err;
 
+	*killing = false;
 	if (fi->fh & CTL_TAG) {
 		fuse_reply_err(req, ctl_err);
 		return false;
@@ -758,7 +774,15 @@ static bool alloc_enter(fuse_req_t req, const struct fuse_file_info *fi, int ctl
 		fuse_reply_err(req, -err);
 		return false;
 	}
+	/* without killpriv the kernel has cleared the bits before (a SETATTR) */
+	*killing = req_fs(req)->killpriv && creds_kill_begin(req_fs(req), req, (int)fi->fh, false);
 	return true;
+}
+
+/* After the operation alloc_enter() let go on. This function can't fail. */
+static void alloc_leave(bool killing)
+{
+	creds_kill_end(killing);
 }
 
 /* Writes IN_BUF at OFF to FD, which is open with O_DIRECT, from a
@@ -795,13 +819,14 @@ static void ll_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in_
 			 struct fuse_file_info *fi)
 {
 	struct fuse_bufvec out = FUSE_BUFVEC_INIT(fuse_buf_size(in_buf));
+	bool killing;
 	ssize_t res;
 
 	if (fi->fh & CTL_TAG) {
 		ctl_write(req_fs(req), req, ino_get(req_fs(req), ino), in_buf);
 		return;
 	}
-	if (!alloc_enter(req, fi, EBADF))
+	if (!alloc_enter(req, fi, EBADF, &killing))
 		return;
 	if (fi->flags & O_DIRECT) {
 		direct_follow((int)fi->fh, fi->flags);
@@ -812,6 +837,7 @@ static void ll_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in_
 		out.buf[0].pos = off;
 		res = fuse_buf_copy(&out, in_buf, 0);
 	}
+	alloc_leave(killing);
 	if (res < 0) {
 		fuse_reply_err(req, (int)-res);
 		return;
@@ -869,10 +895,15 @@ static void ll_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 static void ll_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
 			 struct fuse_file_info *fi)
 {
-	if (!alloc_enter(req, fi, EBADF))
+	bool killing;
+	int res;
+
+	if (!alloc_enter(req, fi, EBADF, &killing))
 		return;
-	if (fallocate((int)fi->fh, mode, off, len) == -1) {
-		fuse_reply_err(req, errno);
+	res = fallocate((int)fi->fh, mode, off, len) == -1 ? errno : 0;
+	alloc_leave(killing);
+	if (res) {
+		fuse_reply_err(req, res);
 		return;
 	}
 	inode_mode_check(req_fs(req), ino_get(req_fs(req), ino), (int)fi->fh);
@@ -883,18 +914,21 @@ static void ll_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 			       struct fuse_file_info *fi_in, fuse_ino_t ino_out, off_t off_out,
 			       struct fuse_file_info *fi_out, size_t len, int flags)
 {
+	bool killing;
 	ssize_t res;
 
 	if (fi_in->fh & CTL_TAG) {
 		fuse_reply_err(req, EXDEV); /* the kernel falls back to read and write */
 		return;
 	}
-	if (!alloc_enter(req, fi_out, EXDEV))
+	if (!alloc_enter(req, fi_out, EXDEV, &killing))
 		return;
 	res = copy_file_range((int)fi_in->fh, &off_in, (int)fi_out->fh, &off_out, len,
 			      (unsigned)flags);
-	if (res == -1) {
-		fuse_reply_err(req, errno);
+	res = res == -1 ? -errno : res;
+	alloc_leave(killing);
+	if (res < 0) {
+		fuse_reply_err(req, (int)-res);
 		return;
 	}
 	inode_mode_check(req_fs(req), ino_get(req_fs(req), ino_out), (int)fi_out->fh);

@@ -258,21 +258,31 @@ def test_backing__reads_and_writes_pass_through(mount_factory):
 @pytest.mark.skipif(not shutil.which("fio"), reason="needs fio (Debian package fio)")
 def test_backing__fio_jobs_verify(mount_factory):
     """fio's own crc32c verification over sequential 1 MiB, random 4 KiB
-    and mmap writes, each read back through a fresh open."""
+    and mmap writes, each read back through the same open; then every
+    file read again by a fio of its own (verify_only: a fresh open), as
+    the read rows of bench/run read: sequential 1 MiB, random 4 KiB and
+    through mmap."""
     m = mount_factory()
     jobs = [
-        ["--rw=write", "--bs=1M", "--size=32M"],
-        ["--rw=randwrite", "--bs=4k", "--size=8M"],
-        ["--rw=randrw", "--bs=4k", "--size=8M", "--ioengine=mmap"],
-        ["--rw=write", "--bs=1M", "--size=16M", "--numjobs=2"],
+        ("seq", ["--rw=write", "--bs=1M", "--size=32M"]),
+        ("seq", ["--rw=write", "--bs=1M", "--size=32M", "--verify_only"]),
+        ("rand", ["--rw=randwrite", "--bs=4k", "--size=8M"]),
+        ("rand", ["--rw=randwrite", "--bs=4k", "--size=8M", "--verify_only"]),
+        ("rand", ["--rw=randwrite", "--bs=4k", "--size=8M", "--verify_only",
+                  "--ioengine=mmap"]),
+        ("mmap", ["--rw=randrw", "--bs=4k", "--size=8M", "--ioengine=mmap"]),
+        ("two", ["--rw=write", "--bs=1M", "--size=16M", "--numjobs=2"]),
+        ("two", ["--rw=write", "--bs=1M", "--size=16M", "--numjobs=2", "--verify_only"]),
     ]
-    for i, job in enumerate(jobs):
-        r = subprocess.run(["fio", "--name=v%d" % i, "--directory=" + m.mnt, "--verify=crc32c",
+    for name, job in jobs:
+        r = subprocess.run(["fio", "--name=" + name, "--directory=" + m.mnt, "--verify=crc32c",
                             "--do_verify=1", "--verify_fatal=1", "--verify_state_save=0",
                             "--direct=0", "--group_reporting"] + job,
                            capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, "fio %s: %s\n%s" % (job, r.stdout[-2000:], r.stderr[-2000:])
         assert "verify: bad" not in r.stdout + r.stderr
+        if "--verify_only" in job:
+            assert re.search(r"read: IOPS=", r.stdout), r.stdout[-2000:]
     s = m.stats()
     assert s["passthrough_opens"] > 0 and s["passthrough_fallbacks"] == 0
 
@@ -454,6 +464,51 @@ def test_backing__invalid_value_is_refused(tmp_path):
                         "-o", "passthrough=maybe"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 1
     assert "invalid passthrough 'maybe': expected auto, on or off" in r.stderr
+
+
+@pytest.fixture
+def overlay_backing(tmp_path):
+    """An overlayfs mounted at tmp_path/ovl (a stacked filesystem)."""
+    for d in ("lower", "upper", "work", "ovl"):
+        (tmp_path / d).mkdir()
+    r = subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
+                        "lowerdir=%s,upperdir=%s,workdir=%s" % (
+                            tmp_path / "lower", tmp_path / "upper", tmp_path / "work"),
+                        str(tmp_path / "ovl")], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip("cannot mount an overlayfs: " + r.stderr.strip())
+    try:
+        yield tmp_path / "ovl"
+    finally:
+        subprocess.run(["umount", str(tmp_path / "ovl")], check=False)
+
+
+@pytest.mark.parametrize("case", ["noatime", "overlayfs"])
+def test_backing__on_refuses_where_it_cannot_work(tmp_path, case, request):
+    """passthrough=on does not start where passthrough cannot work: exit 1,
+    the reason said, nothing mounted. (A build without passthrough says
+    that first.)"""
+    from conftest import is_mounted
+    backing = tmp_path / "b"
+    backing.mkdir()
+    opts = "passthrough=on"
+    if case == "noatime":
+        opts += ",noatime"
+        want = "passthrough=on cannot keep noatime"
+    else:
+        backing = request.getfixturevalue("overlay_backing")
+        want = "not a stacked one (overlayfs"
+    (tmp_path / "m").mkdir()
+    try:
+        r = subprocess.run([BIN, str(backing), str(tmp_path / "m"), "-f", "-o", opts],
+                           capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        from conftest import FUSERMOUNT
+        subprocess.run([FUSERMOUNT, "-u", "-z", str(tmp_path / "m")], check=False)
+        pytest.fail("passthrough=on started (%s)" % case)
+    assert r.returncode == 1, r.stderr
+    assert not is_mounted(str(tmp_path / "m"))
+    assert want in r.stderr or "has no passthrough" in r.stderr, r.stderr
 
 
 # ---- no leaks -------------------------------------------------------------------------
