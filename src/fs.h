@@ -181,7 +181,7 @@ void tlfs_release(struct tlfs *fs);
 #define CTL_TAG (UINT64_C(1) << 63)
 #define DIR_TAG (UINT64_C(1) << 62)
 
-/* ---- fs_inode.c: inodes and credentials ---- */
+/* ---- fs_inode.c: inodes ---- */
 
 static inline struct tlfs *req_fs(fuse_req_t req)
 {
@@ -192,9 +192,9 @@ static inline struct tlfs *req_fs(fuse_req_t req)
  * for none) for an entry reply. These can't fail. INO must be a nodeid the
  * kernel holds a lookup of; a nodeid from a file handle goes through
  * inode_ref_nodeid(). */
-struct ll_inode *ino_get(struct tlfs *fs, fuse_ino_t ino);
-fuse_ino_t ino_id(struct tlfs *fs, struct ll_inode *in);
-uint64_t ino_gen(struct tlfs *fs, fuse_ino_t ino);
+struct ll_inode *inode_get(struct tlfs *fs, fuse_ino_t ino);
+fuse_ino_t inode_id(struct tlfs *fs, struct ll_inode *in);
+uint64_t inode_gen(struct tlfs *fs, fuse_ino_t ino);
 
 /* Finds or makes the inode of the open O_PATH FD (stat ST), taking one
  * lookup reference. Takes FD over (closes it when an inode exists).
@@ -231,7 +231,7 @@ void inode_mode_sent(struct ll_inode *in, const struct stat *st);
 void inode_mode_check(struct tlfs *fs, struct ll_inode *in, int fd);
 
 /* "/proc/self/fd/FD" into BUF: the file itself, through the magic link. */
-void proc_name(int fd, char buf[64]);
+void tlfs_proc_path(int fd, char buf[64]);
 
 /* The errno to give a caller for a call of ours that failed to allocate a
  * descriptor with ERR (positive). EMFILE is the daemon's own table being
@@ -241,7 +241,9 @@ void proc_name(int fd, char buf[64]);
  * remembers holds an fd, so running out is a limit to raise
  * (LimitNOFILE=, ulimit -Hn), not a failure of one request. This function
  * can't fail. */
-int fd_errno(int err);
+int tlfs_fd_errno(int err);
+
+/* ---- fs_creds.c: acting as the caller ---- */
 
 /* Acts as the requesting user on this thread, when we serve other users as
  * root. Returns 0 or -errno. */
@@ -255,7 +257,7 @@ void creds_daemon(struct tlfs *fs);
  * May switch this thread to the daemon's credentials (call creds_enter()
  * again before acting for the caller). A file the daemon may not mark
  * (a non-root daemon, another user's file) keeps its atime updates. */
-void fd_noatime(struct tlfs *fs, int fd);
+void creds_noatime(struct tlfs *fs, int fd);
 
 /* True when this thread acts as root (its own or a root caller's). */
 bool creds_are_root(void);
@@ -320,11 +322,11 @@ struct op_lock {
 
 /* Takes the entry plan of NAME in PARENT when lock_scope=namespace (else
  * holds nothing). Returns 0 or -errno (EBUSY, ENOLCK, ENOENT, ...). */
-int entry_lock(struct tlfs *fs, fuse_req_t req, struct ll_inode *parent, const char *name,
+int rename_lock_entry(struct tlfs *fs, fuse_req_t req, struct ll_inode *parent, const char *name,
 	       struct op_lock *l);
 
-/* Releases what entry_lock() took; accepts a lock that holds nothing. */
-void entry_unlock(struct tlfs *fs, struct op_lock *l);
+/* Releases what rename_lock_entry() took; accepts a lock that holds nothing. */
+void rename_unlock_entry(struct tlfs *fs, struct op_lock *l);
 
 void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
 	       const char *newname, unsigned int flags);

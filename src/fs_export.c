@@ -47,7 +47,7 @@ static int lookup_parent(struct tlfs *fs, struct ll_inode *in, struct ll_inode *
 	if (!p) {
 		fd = openat(in->fd, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
 		if (fd == -1)
-			return -fd_errno(errno);
+			return -tlfs_fd_errno(errno);
 		if (fstat(fd, st) == -1) {
 			int err = -errno;
 
@@ -76,13 +76,13 @@ void ll_lookup_export(fuse_req_t req, fuse_ino_t parent, const char *name)
 	else if (strcmp(name, ".") == 0)
 		err = inode_ref_nodeid(fs, parent, &in, &e.attr);
 	else
-		err = lookup_parent(fs, ino_get(fs, parent), &in, &e.attr);
+		err = lookup_parent(fs, inode_get(fs, parent), &in, &e.attr);
 	if (err) {
 		fuse_reply_err(req, -err);
 		return;
 	}
-	e.ino = ino_id(fs, in);
-	e.generation = ino_gen(fs, e.ino);
+	e.ino = inode_id(fs, in);
+	e.generation = inode_gen(fs, e.ino);
 	e.attr_timeout = fs->cfg->attr_timeout;
 	e.entry_timeout = fs->cfg->entry_timeout;
 	if (fuse_reply_entry(req, &e) != 0)

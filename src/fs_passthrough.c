@@ -87,7 +87,7 @@ static int entry_ref_fd(struct tlfs *fs, int fd, const struct stat *same,
 	in = inode_ref(fs, fd, &e->attr);
 	if (!in)
 		return -ENOMEM;
-	e->ino = ino_id(fs, in);
+	e->ino = inode_id(fs, in);
 	return 0;
 }
 
@@ -118,12 +118,12 @@ static int do_lookup(struct tlfs *fs, struct ll_inode *parent, const char *name,
 	}
 	in = inode_find_ref(fs, &e->attr);
 	if (in) {
-		e->ino = ino_id(fs, in);
+		e->ino = inode_id(fs, in);
 		return 0;
 	}
 	fd = openat(parent->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 	if (fd == -1)
-		return -fd_errno(errno);
+		return -tlfs_fd_errno(errno);
 	return entry_ref_fd(fs, fd, NULL, e);
 }
 
@@ -132,9 +132,9 @@ static int do_lookup(struct tlfs *fs, struct ll_inode *parent, const char *name,
  * the inode and will never forget it, so the reference is dropped here. */
 static void reply_entry(struct tlfs *fs, fuse_req_t req, struct fuse_entry_param *e)
 {
-	e->generation = ino_gen(fs, e->ino);
+	e->generation = inode_gen(fs, e->ino);
 	if (fuse_reply_entry(req, e) != 0 && e->ino)
-		inode_unref(fs, ino_get(fs, e->ino), 1);
+		inode_unref(fs, inode_get(fs, e->ino), 1);
 }
 
 static void reply_entry_or_err(struct tlfs *fs, fuse_req_t req, int err,
@@ -158,7 +158,7 @@ static bool backing_has_acls(struct tlfs *fs)
 {
 	char proc[64];
 
-	proc_name(fs->root->fd, proc);
+	tlfs_proc_path(fs->root->fd, proc);
 	return getxattr(proc, "system.posix_acl_access", NULL, 0) >= 0 || errno == ENODATA;
 }
 
@@ -214,7 +214,7 @@ static void ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	}
 	err = creds_enter(fs, req);
 	if (!err)
-		err = do_lookup(fs, ino_get(fs, parent), name, &e);
+		err = do_lookup(fs, inode_get(fs, parent), name, &e);
 	reply_entry_or_err(fs, req, err, &e);
 }
 
@@ -222,7 +222,7 @@ static void ll_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
 	struct tlfs *fs = req_fs(req);
 
-	inode_unref(fs, ino_get(fs, ino), nlookup);
+	inode_unref(fs, inode_get(fs, ino), nlookup);
 	fuse_reply_none(req);
 }
 
@@ -232,14 +232,14 @@ static void ll_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 	size_t i;
 
 	for (i = 0; i < count; i++)
-		inode_unref(fs, ino_get(fs, forgets[i].ino), forgets[i].nlookup);
+		inode_unref(fs, inode_get(fs, forgets[i].ino), forgets[i].nlookup);
 	fuse_reply_none(req);
 }
 
 static void ll_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct tlfs *fs = req_fs(req);
-	struct ll_inode *in = ino_get(fs, ino);
+	struct ll_inode *in = inode_get(fs, ino);
 	struct stat st;
 	int res;
 
@@ -278,7 +278,7 @@ static void ll_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int va
 		       struct fuse_file_info *fi)
 {
 	struct tlfs *fs = req_fs(req);
-	struct ll_inode *in = ino_get(fs, ino);
+	struct ll_inode *in = inode_get(fs, ino);
 	int fd = fi && !(fi->fh & (CTL_TAG | DIR_TAG)) ? (int)fi->fh : -1;
 	char proc[64];
 	int res;
@@ -287,7 +287,7 @@ static void ll_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int va
 		fuse_reply_err(req, EPERM);
 		return;
 	}
-	proc_name(in->fd, proc);
+	tlfs_proc_path(in->fd, proc);
 	res = creds_enter(fs, req);
 	if (res)
 		goto out;
@@ -356,7 +356,7 @@ out:
 static void ll_readlink(fuse_req_t req, fuse_ino_t ino)
 {
 	struct tlfs *fs = req_fs(req);
-	struct ll_inode *in = ino_get(fs, ino);
+	struct ll_inode *in = inode_get(fs, ino);
 	char buf[PATH_MAX + 1];
 	ssize_t n;
 	int err = creds_enter(fs, req);
@@ -405,7 +405,7 @@ static int ns_syscall(struct tlfs *fs, const struct ns_req *r)
 		res = symlinkat(r->target, r->parent->fd, r->name);
 		break;
 	case NS_LINK:
-		proc_name(r->src->fd, proc);
+		tlfs_proc_path(r->src->fd, proc);
 		res = linkat(AT_FDCWD, proc, r->parent->fd, r->name, AT_SYMLINK_FOLLOW);
 		break;
 	case NS_UNLINK:
@@ -440,7 +440,7 @@ static void ns_run(fuse_req_t req, struct ns_req *r)
 		fuse_reply_err(req, EPERM);
 		return;
 	}
-	res = entry_lock(fs, req, r->parent, r->name, &l);
+	res = rename_lock_entry(fs, req, r->parent, r->name, &l);
 	if (res) {
 		fuse_reply_err(req, -res);
 		return;
@@ -452,7 +452,7 @@ static void ns_run(fuse_req_t req, struct ns_req *r)
 		res = ns_syscall(fs, r);
 	if (!res && creates)
 		res = do_lookup(fs, r->parent, r->name, &e);
-	entry_unlock(fs, &l);
+	rename_unlock_entry(fs, &l);
 	if (res)
 		fuse_reply_err(req, -res);
 	else if (creates)
@@ -463,7 +463,7 @@ static void ns_run(fuse_req_t req, struct ns_req *r)
 
 static void ll_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
-	struct ns_req r = {.op = NS_MKNOD, .parent = ino_get(req_fs(req), parent), .name = name,
+	struct ns_req r = {.op = NS_MKNOD, .parent = inode_get(req_fs(req), parent), .name = name,
 			   .mode = mode, .rdev = rdev};
 
 	ns_run(req, &r);
@@ -471,7 +471,7 @@ static void ll_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 
 static void ll_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
-	struct ns_req r = {.op = NS_MKDIR, .parent = ino_get(req_fs(req), parent), .name = name,
+	struct ns_req r = {.op = NS_MKDIR, .parent = inode_get(req_fs(req), parent), .name = name,
 			   .mode = mode};
 
 	ns_run(req, &r);
@@ -479,7 +479,7 @@ static void ll_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 
 static void ll_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
 {
-	struct ns_req r = {.op = NS_SYMLINK, .parent = ino_get(req_fs(req), parent), .name = name,
+	struct ns_req r = {.op = NS_SYMLINK, .parent = inode_get(req_fs(req), parent), .name = name,
 			   .target = link};
 
 	ns_run(req, &r);
@@ -487,22 +487,22 @@ static void ll_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
 
 static void ll_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent, const char *name)
 {
-	struct ns_req r = {.op = NS_LINK, .parent = ino_get(req_fs(req), parent), .name = name,
-			   .src = ino_get(req_fs(req), ino)};
+	struct ns_req r = {.op = NS_LINK, .parent = inode_get(req_fs(req), parent), .name = name,
+			   .src = inode_get(req_fs(req), ino)};
 
 	ns_run(req, &r);
 }
 
 static void ll_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	struct ns_req r = {.op = NS_UNLINK, .parent = ino_get(req_fs(req), parent), .name = name};
+	struct ns_req r = {.op = NS_UNLINK, .parent = inode_get(req_fs(req), parent), .name = name};
 
 	ns_run(req, &r);
 }
 
 static void ll_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	struct ns_req r = {.op = NS_RMDIR, .parent = ino_get(req_fs(req), parent), .name = name};
+	struct ns_req r = {.op = NS_RMDIR, .parent = inode_get(req_fs(req), parent), .name = name};
 
 	ns_run(req, &r);
 }
@@ -537,7 +537,7 @@ static int open_exec(struct tlfs *fs, const char *proc, int flags)
 static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct tlfs *fs = req_fs(req);
-	struct ll_inode *in = ino_get(fs, ino);
+	struct ll_inode *in = inode_get(fs, ino);
 	char proc[64];
 	int fd, res;
 
@@ -550,7 +550,7 @@ static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, -res);
 		return;
 	}
-	proc_name(in->fd, proc);
+	tlfs_proc_path(in->fd, proc);
 	if (fi->flags & OPEN_FLAG_EXEC) {
 		fd = open_exec(fs, proc, fi->flags);
 	} else {
@@ -564,10 +564,10 @@ static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		creds_kill_end(killing);
 	}
 	if (fd < 0) {
-		fuse_reply_err(req, fd_errno(-fd));
+		fuse_reply_err(req, tlfs_fd_errno(-fd));
 		return;
 	}
-	fd_noatime(fs, fd);
+	creds_noatime(fs, fd);
 	fi->fh = (uint64_t)fd;
 	backing_open(fs, req, in, fd, fi);
 	if (fuse_reply_open(req, fi) != 0) {
@@ -588,10 +588,10 @@ static int entry_of_fd(struct tlfs *fs, int fd, struct fuse_entry_param *e)
 	memset(e, 0, sizeof(*e));
 	e->attr_timeout = fs->cfg->attr_timeout;
 	e->entry_timeout = fs->cfg->entry_timeout;
-	proc_name(fd, proc);
+	tlfs_proc_path(fd, proc);
 	pfd = open(proc, O_PATH | O_CLOEXEC);
 	if (pfd == -1)
-		return -fd_errno(errno);
+		return -tlfs_fd_errno(errno);
 	return entry_ref_fd(fs, pfd, NULL, e);
 }
 
@@ -647,14 +647,14 @@ static int create_backing(struct ll_inode *p, const char *name, int flags, mode_
 		if (fd >= 0)
 			return fd;
 		if (errno != EEXIST)
-			return -fd_errno(errno);
+			return -tlfs_fd_errno(errno);
 		if (flags & O_EXCL)
 			return -EEXIST;
 		pfd = openat(p->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 		if (pfd == -1) {
 			if (errno == ENOENT)
 				continue; /* gone again: create it */
-			return -fd_errno(errno);
+			return -tlfs_fd_errno(errno);
 		}
 		if (fstat(pfd, &st) == -1) {
 			fd = -errno;
@@ -665,10 +665,10 @@ static int create_backing(struct ll_inode *p, const char *name, int flags, mode_
 			close(pfd);
 			return S_ISLNK(st.st_mode) && (flags & O_NOFOLLOW) ? -ELOOP : -ESTALE;
 		}
-		proc_name(pfd, proc);
+		tlfs_proc_path(pfd, proc);
 		fd = open(proc, base);
 		close(pfd);
-		return fd == -1 ? -fd_errno(errno) : fd;
+		return fd == -1 ? -tlfs_fd_errno(errno) : fd;
 	}
 	return -ESTALE;
 }
@@ -677,7 +677,7 @@ static void ll_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		      struct fuse_file_info *fi)
 {
 	struct tlfs *fs = req_fs(req);
-	struct ll_inode *p = ino_get(fs, parent);
+	struct ll_inode *p = inode_get(fs, parent);
 	struct fuse_entry_param e;
 	struct op_lock l;
 	int fd = -1, res;
@@ -686,7 +686,7 @@ static void ll_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		fuse_reply_err(req, -ctl_create_err(fs, p, name));
 		return;
 	}
-	res = entry_lock(fs, req, p, name, &l);
+	res = rename_lock_entry(fs, req, p, name, &l);
 	if (res) {
 		fuse_reply_err(req, -res);
 		return;
@@ -699,21 +699,21 @@ static void ll_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	}
 	if (!res)
 		res = entry_of_created(fs, p, name, fd, &e);
-	entry_unlock(fs, &l);
+	rename_unlock_entry(fs, &l);
 	if (res) {
 		if (fd >= 0)
 			close(fd);
 		fuse_reply_err(req, -res);
 		return;
 	}
-	fd_noatime(fs, fd);
+	creds_noatime(fs, fd);
 	fi->fh = (uint64_t)fd;
-	e.generation = ino_gen(fs, e.ino);
-	backing_open(fs, req, ino_get(fs, e.ino), fd, fi);
+	e.generation = inode_gen(fs, e.ino);
+	backing_open(fs, req, inode_get(fs, e.ino), fd, fi);
 	if (fuse_reply_create(req, &e, fi) != 0) {
 		/* interrupted: nobody will forget the inode or release the file */
-		backing_release(fs, ino_get(fs, e.ino));
-		inode_unref(fs, ino_get(fs, e.ino), 1);
+		backing_release(fs, inode_get(fs, e.ino));
+		inode_unref(fs, inode_get(fs, e.ino), 1);
 		close(fd);
 	}
 }
@@ -823,7 +823,7 @@ static void ll_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in_
 	ssize_t res;
 
 	if (fi->fh & CTL_TAG) {
-		ctl_write(req_fs(req), req, ino_get(req_fs(req), ino), in_buf);
+		ctl_write(req_fs(req), req, inode_get(req_fs(req), ino), in_buf);
 		return;
 	}
 	if (!alloc_enter(req, fi, EBADF, &killing))
@@ -842,7 +842,7 @@ static void ll_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in_
 		fuse_reply_err(req, (int)-res);
 		return;
 	}
-	inode_mode_check(req_fs(req), ino_get(req_fs(req), ino), (int)fi->fh);
+	inode_mode_check(req_fs(req), inode_get(req_fs(req), ino), (int)fi->fh);
 	fuse_reply_write(req, (size_t)res);
 }
 
@@ -871,7 +871,7 @@ static void ll_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	if (fi->fh & CTL_TAG) {
 		ctl_release(fi);
 	} else {
-		backing_release(req_fs(req), ino_get(req_fs(req), ino));
+		backing_release(req_fs(req), inode_get(req_fs(req), ino));
 		plock_release_fh(req_fs(req), fi->fh);
 		if (fi->flock_release)
 			flock((int)fi->fh, LOCK_UN);
@@ -906,7 +906,7 @@ static void ll_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 		fuse_reply_err(req, res);
 		return;
 	}
-	inode_mode_check(req_fs(req), ino_get(req_fs(req), ino), (int)fi->fh);
+	inode_mode_check(req_fs(req), inode_get(req_fs(req), ino), (int)fi->fh);
 	fuse_reply_err(req, 0);
 }
 
@@ -931,7 +931,7 @@ static void ll_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 		fuse_reply_err(req, (int)-res);
 		return;
 	}
-	inode_mode_check(req_fs(req), ino_get(req_fs(req), ino_out), (int)fi_out->fh);
+	inode_mode_check(req_fs(req), inode_get(req_fs(req), ino_out), (int)fi_out->fh);
 	fuse_reply_write(req, (size_t)res);
 }
 
@@ -969,7 +969,7 @@ static struct ll_dir *dir_of(struct fuse_file_info *fi)
 static void ll_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct tlfs *fs = req_fs(req);
-	struct ll_inode *in = ino_get(fs, ino);
+	struct ll_inode *in = inode_get(fs, ino);
 	struct ll_dir *d;
 	int fd, err;
 
@@ -994,17 +994,17 @@ static void ll_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	{
 		char proc[64];
 
-		proc_name(in->fd, proc);
+		tlfs_proc_path(in->fd, proc);
 		fd = open(proc, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	}
 	if (fd == -1) {
-		err = -fd_errno(errno);
+		err = -tlfs_fd_errno(errno);
 		goto out_free;
 	}
-	fd_noatime(fs, fd);
+	creds_noatime(fs, fd);
 	d->dp = fdopendir(fd);
 	if (!d->dp) {
-		err = -fd_errno(errno);
+		err = -tlfs_fd_errno(errno);
 		close(fd);
 		goto out_free;
 	}
@@ -1119,7 +1119,7 @@ static void ll_statfs(fuse_req_t req, fuse_ino_t ino)
 static void ll_access(fuse_req_t req, fuse_ino_t ino, int mask)
 {
 	struct tlfs *fs = req_fs(req);
-	struct ll_inode *in = ino_get(fs, ino);
+	struct ll_inode *in = inode_get(fs, ino);
 	char proc[64];
 	int res;
 
@@ -1132,7 +1132,7 @@ static void ll_access(fuse_req_t req, fuse_ino_t ino, int mask)
 		fuse_reply_err(req, -res);
 		return;
 	}
-	proc_name(in->fd, proc);
+	tlfs_proc_path(in->fd, proc);
 	res = faccessat(AT_FDCWD, proc, mask, AT_EACCESS);
 	fuse_reply_err(req, res == -1 ? errno : 0);
 }
@@ -1156,7 +1156,7 @@ static int xattr_target(struct tlfs *fs, fuse_req_t req, struct ll_inode *in, ch
 	err = creds_enter(fs, req);
 	if (err)
 		return err;
-	proc_name(in->fd, proc);
+	tlfs_proc_path(in->fd, proc);
 	return 0;
 }
 
@@ -1165,7 +1165,7 @@ static void ll_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 {
 	struct tlfs *fs = req_fs(req);
 	char proc[64];
-	int res = xattr_target(fs, req, ino_get(fs, ino), proc);
+	int res = xattr_target(fs, req, inode_get(fs, ino), proc);
 
 	if (!res)
 		res = setxattr(proc, name, value, size, flags) == -1 ? -errno : 0;
@@ -1177,7 +1177,7 @@ static void ll_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	struct tlfs *fs = req_fs(req);
 	char proc[64], *buf = NULL;
 	ssize_t n;
-	int res = xattr_target(fs, req, ino_get(fs, ino), proc);
+	int res = xattr_target(fs, req, inode_get(fs, ino), proc);
 
 	if (res) {
 		fuse_reply_err(req, res == -ENOTSUP ? ENODATA : -res);
@@ -1236,7 +1236,7 @@ static void ll_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	bool filter;
 	ssize_t n;
 	size_t want;
-	int res = xattr_target(fs, req, ino_get(fs, ino), proc);
+	int res = xattr_target(fs, req, inode_get(fs, ino), proc);
 
 	if (res) {
 		if (res == -ENOTSUP)
@@ -1291,7 +1291,7 @@ static void ll_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
 	struct tlfs *fs = req_fs(req);
 	char proc[64];
-	int res = xattr_target(fs, req, ino_get(fs, ino), proc);
+	int res = xattr_target(fs, req, inode_get(fs, ino), proc);
 
 	if (!res)
 		res = removexattr(proc, name) == -1 ? -errno : 0;

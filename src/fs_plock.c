@@ -104,7 +104,7 @@ static int plock_get(struct tlfs *fs, uint64_t fh, uint64_t owner, bool create,
 	}
 	/* read-write whatever FD allows: the kernel has checked the mode of
 	 * the caller's own file against the lock type already */
-	proc_name(fd, proc);
+	tlfs_proc_path(fd, proc);
 	ofd = open(proc, O_RDWR | O_CLOEXEC | O_NOCTTY);
 	if (ofd == -1)
 		ofd = open(proc, O_RDONLY | O_CLOEXEC | O_NOCTTY);

@@ -13,7 +13,7 @@
  * the shared storage's once the locks are held) is fs_keys.h's; which
  * rename flags the backing refuses, renameflags.h's. With
  * lock_scope=namespace the operations that create or remove a name take
- * the entry's hold too (entry_lock()).
+ * the entry's hold too (rename_lock_entry()).
  */
 #include <config.h>
 
@@ -39,7 +39,7 @@ static struct keys_dir key_dir(struct ll_inode *in)
 }
 
 /* Takes the entry plan of NAME in PARENT when lock_scope=namespace. */
-int entry_lock(struct tlfs *fs, fuse_req_t req, struct ll_inode *parent, const char *name,
+int rename_lock_entry(struct tlfs *fs, fuse_req_t req, struct ll_inode *parent, const char *name,
 	       struct op_lock *l)
 {
 	struct keys_dir dir = key_dir(parent);
@@ -59,7 +59,7 @@ int entry_lock(struct tlfs *fs, fuse_req_t req, struct ll_inode *parent, const c
 	return err;
 }
 
-void entry_unlock(struct tlfs *fs, struct op_lock *l)
+void rename_unlock_entry(struct tlfs *fs, struct op_lock *l)
 {
 	if (!l->hold.plan)
 		return;
@@ -71,7 +71,7 @@ void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 	       const char *newname, unsigned int flags)
 {
 	struct tlfs *fs = req_fs(req);
-	struct ll_inode *p1 = ino_get(fs, parent), *p2 = ino_get(fs, newparent);
+	struct ll_inode *p1 = inode_get(fs, parent), *p2 = inode_get(fs, newparent);
 	struct keys_dir d1 = key_dir(p1), d2 = key_dir(p2);
 	struct keys_list below = {0};
 	struct tl_hold hold;
