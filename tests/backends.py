@@ -3,11 +3,11 @@
 One interface over two kinds of server:
 
 * ``emulator``: tests/esemu in a subprocess, one flavour each (es7, es8,
-  opensearch1, opensearch2). Its own admin API counts requests and injects
+  opensearch2, opensearch3). Its own admin API counts requests and injects
   every fault the tests know, including the ones only it can give (cut one
   owner by X-Opaque-Id, a failure rate, a restart with --data, TLS, users).
-* ``engine``: a real OpenSearch 2.19.1 or Elasticsearch 7.10.2 node started by
-  tests/engines/start, with tests/engines/proxy.py in front of it. Clients
+* ``engine``: a real OpenSearch 2.19.1, OpenSearch 3.3.0 or Elasticsearch
+  7.10.2 node started by tests/engines/start, with tests/engines/proxy.py in front of it. Clients
   talk to the proxy, which counts and records requests and injects pauses,
   503/429 answers, connection resets and latency.
 
@@ -22,8 +22,10 @@ scripts can import it.
 
 Which backends the tests use is chosen by TREELOCKFS_BACKENDS, a comma list
 of ``emulator`` (every emulator flavour the tests use), ``emulator-FLAVOR``,
-``opensearch`` and ``elasticsearch``. By default: the emulator, and the real
-engines where java and mvn are installed.
+``opensearch``, ``opensearch3``, ``elasticsearch`` and ``engines`` (all
+three). By default: the emulator, and the real engines where java and mvn
+are installed (OpenSearch 3 where a Java 21 or later is found beside them,
+tests/engines/find-java).
 """
 
 import json
@@ -46,8 +48,12 @@ from emuproc import Emulator  # noqa: E402
 
 INDEX = "treelockfs-locks"
 EMULATOR_FLAVORS = ["es7", "es8", "opensearch2"]
-ENGINES = {"opensearch": "OpenSearch 2.19.1", "elasticsearch": "Elasticsearch 7.10.2"}
+ENGINES = {"opensearch": "OpenSearch 2.19.1", "opensearch3": "OpenSearch 3.3.0",
+           "elasticsearch": "Elasticsearch 7.10.2"}
+# the oldest Java each engine runs on
+ENGINE_JAVA = {"opensearch": 17, "opensearch3": 21, "elasticsearch": 17}
 ENGINE_START = os.path.join(TESTS, "engines", "start")
+FIND_JAVA = os.path.join(TESTS, "engines", "find-java")
 
 # faults every backend injects; the emulator has more (see EMULATOR_FAULTS)
 COMMON_FAULTS = {"503", "429", "reset", "pause", "latency"}
@@ -291,11 +297,16 @@ class EngineBackend(object):
 # --- selection ---------------------------------------------------------------------
 
 
-def engines_available():
-    """None when real engines can be started here, else why not."""
+def engines_available(engine="opensearch"):
+    """None when real ENGINE nodes can be started here, else why not."""
     missing = [c for c in ("java", "javac", "mvn") if shutil.which(c) is None]
     if missing:
         return "no %s on PATH (Debian packages default-jdk-headless, maven)" % " or ".join(missing)
+    r = subprocess.run([FIND_JAVA, str(ENGINE_JAVA.get(engine, 17))], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        return "%s needs Java %d or later: %s" % (ENGINES.get(engine, engine),
+                                                   ENGINE_JAVA.get(engine, 17), r.stderr.strip())
     return None
 
 
@@ -315,10 +326,15 @@ def selected():
                 names.append(w)
             else:
                 raise ValueError("TREELOCKFS_BACKENDS: unknown backend %r" % w)
-        return list(dict.fromkeys(names)), skipped
+        names = list(dict.fromkeys(names))
+        for e in [n for n in names if n in ENGINES]:
+            why = engines_available(e)
+            if why:
+                skipped[e] = why
+        return names, skipped
     names = ["emulator-" + f for f in EMULATOR_FLAVORS]
-    why = engines_available()
     for e in ENGINES:
+        why = engines_available(e)
         if why:
             skipped[e] = why
         else:

@@ -46,7 +46,7 @@ from proxy import Proxy  # noqa: E402
 
 BIN = os.environ.get("TREELOCKFS_BIN", os.path.join(TOP, "src", "treelockfs"))
 CTL = os.environ.get("TREELOCKCTL_BIN", os.path.join(TOP, "src", "treelockctl"))
-FLAVOR = {"opensearch": "opensearch2", "elasticsearch": "es7"}
+FLAVOR = {"opensearch": "opensearch2", "opensearch3": "opensearch3", "elasticsearch": "es7"}
 SCRIPT_IDS = ["treelockfs-%s-v1" % n for n in ("acqs", "acqx", "rel", "mark", "unmark", "evict")]
 
 

@@ -68,6 +68,10 @@ FLAVORS = {
     "opensearch2": {"number": "2.19.1", "lucene": "9.12.1", "wire": "7.10.0", "index": "7.0.0",
                     "hash": "4dcad6dd1fd45b6bd91f041a041829c8687278fa", "date": "2023-10-13T02:55:55.511945994Z",
                     "types": False, "product": False},
+    # answers as opensearch2 does but for GET / (the difftest's corpus)
+    "opensearch3": {"number": "3.3.0", "lucene": "10.3.1", "wire": "2.19.0", "index": "2.0.0",
+                    "hash": "e972d15408320e6be84c64bb0fdc076ca7696ea2", "date": "2025-10-11T23:26:07.877318301Z",
+                    "types": False, "product": False},
 }
 
 # consumed by every REST channel (AbstractRestChannel) or the request parser

@@ -624,7 +624,7 @@ class QueryContext(object):
         else:
             norm = k1
         tf = freq / (freq + norm)
-        if self.flavor in ("es7", "opensearch2"):
+        if self.flavor in ("es7", "opensearch2", "opensearch3"):
             tf *= (k1 + 1)
         return float("%.7g" % (idf * tf))
 
@@ -1039,7 +1039,7 @@ class Index(object):
                        {"index_uuid": self.uuid, "shard": str(self.shard_of(doc_id)), "index": self.name})
 
     def doc_missing(self, doc_id, flavor, type_name=None):
-        reason = "[%s]: document missing" % doc_id if flavor in ("es8", "opensearch2") else \
+        reason = "[%s]: document missing" % doc_id if flavor in ("es8", "opensearch2", "opensearch3") else \
             "[%s][%s]: document missing" % (type_name or "_doc", doc_id)
         return EsError(404, "document_missing_exception", reason,
                        {"index_uuid": self.uuid, "shard": str(self.shard_of(doc_id)), "index": self.name})
