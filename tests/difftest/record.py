@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Records the differential test's corpus against a real node.
 
-    tests/difftest/record.py opensearch|elasticsearch [--port P] [--out DIR]
+    tests/difftest/record.py opensearch|opensearch3|elasticsearch [--port P] [--out DIR]
 
 Without --port it starts a node with tests/engines/start (and stops it).
 Needs root and /dev/fuse (it mounts treelockfs for real) and a built tree.

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from conftest import makedirs, write
-from es_helpers import (ES8_AND_ENGINES, INDEX, Op, ctl, docs, emu, emu_module,  # noqa: F401
-                        es_mounts, es_opts, es_request, forget_mount, held_by, intent_docs,
+from es_helpers import (ES8_AND_ALL_ENGINES, ES8_AND_ENGINES, INDEX, Op, ctl, docs,  # noqa: F401
+                        emu, emu_module, es_mounts, es_opts, es_request, forget_mount, held_by, intent_docs,
                         lock_docs, quote_id, start_emulator, start_op, wait_for)
 
 
@@ -19,6 +19,7 @@ from es_helpers import (ES8_AND_ENGINES, INDEX, Op, ctl, docs, emu, emu_module, 
 
 
 @pytest.mark.parametrize("depth", [1, 5, 20])
+@pytest.mark.backends("emulator", "engines", "opensearch3")
 def test_es__two_requests_per_uncontended_rename(backend, es_mounts, depth):
     (a,) = es_mounts(backend, "A", lease_ttl=60)  # no heartbeat during the measure
     dirs = ["d%d" % i for i in range(depth - 1)]
@@ -76,6 +77,7 @@ def test_es__one_request_in_flight_is_shared(backend, es_mounts):
 # ---- the guide's scenarios across mounts -------------------------------------------------
 
 
+@pytest.mark.backends("emulator", "engines", "opensearch3")
 def test_es__guide_scenario_across_mounts(backend, es_mounts):
     a, b = es_mounts(backend, "A", "B", opts={"A": ["rename_delay_ms=1500"]})
     makedirs(a, "clinton", "projects", "elasticsearch")
@@ -117,7 +119,7 @@ def test_es__disjoint_renames_overlap(backend, es_mounts):
     assert st["conflicts"] == 0 and st["waits"] == 0, st
 
 
-@ES8_AND_ENGINES
+@ES8_AND_ALL_ENGINES
 def test_es__crossing_directory_moves(backend, es_mounts):
     a, b = es_mounts(backend, "A", "B", opts={"A": ["rename_delay_ms=50"], "B": ["rename_delay_ms=50"]})
     for i in range(8):
@@ -330,7 +332,7 @@ def test_es__tls_with_private_ca(tmp_path_factory, mount_factory, tmp_path):
         emu.stop()
 
 
-@ES8_AND_ENGINES
+@ES8_AND_ALL_ENGINES
 def test_es__ctl_check_and_locks(backend, es_mounts):
     # owners/intents watch each owner until its seq_no moves (up to lease_ttl/3)
     (a,) = es_mounts(backend, "A", opts={"A": ["rename_delay_ms=5000"]})
