@@ -329,7 +329,8 @@ class Forwarder(object):
 
 
 class OpenSearch(Server):
-    """A real OpenSearch node (tests/engines/start) on loopback, reached
+    """A real OpenSearch node (tests/engines/start; ENGINE opensearch for
+    2.19, opensearch3 for 3.x) on loopback, reached
     from the namespaces through a forwarder on the bridge's address; a
     restart kills the node's JVM (kill -9) and starts it again on the same
     data directory."""
@@ -337,8 +338,9 @@ class OpenSearch(Server):
     name = "opensearch"
     stop_grace = 60
 
-    def __init__(self, addr, work):
+    def __init__(self, addr, work, engine="opensearch"):
         self.addr, self.work = addr, work
+        self.name = engine
         self.data = os.path.join(work, "engine")
         self.fwd = Forwarder(addr)
         self.proc = None
@@ -352,7 +354,7 @@ class OpenSearch(Server):
         if os.path.exists(pf):
             os.unlink(pf)
         log = open(os.path.join(self.work, "engine.log"), "ab")
-        self.proc = subprocess.Popen([ENGINE_START, "opensearch", "--port-file", pf,
+        self.proc = subprocess.Popen([ENGINE_START, self.name, "--port-file", pf,
                                       "--data", self.data], stdin=subprocess.DEVNULL,
                                      stdout=log, stderr=log, start_new_session=True)
         log.close()
@@ -675,8 +677,10 @@ class Run(object):
                 self.skipped.setdefault(k, "not selected")
         self.make_tree()
         self.net.up()
-        self.engine = (OpenSearch if a.engine == "opensearch" else Emulator)(self.net.addr,
-                                                                             self.work)
+        if a.engine.startswith("opensearch"):
+            self.engine = OpenSearch(self.net.addr, self.work, a.engine)
+        else:
+            self.engine = Emulator(self.net.addr, self.work)
         try:
             self.engine.start()
             for i in range(a.hosts):
@@ -813,7 +817,8 @@ def main(argv=None):
     r.add_argument("--duration", type=float, default=45, help="seconds of workload per run")
     r.add_argument("--runs", type=int, default=1)
     r.add_argument("--seed", type=int)
-    r.add_argument("--engine", choices=("emulator", "opensearch"), default="emulator")
+    r.add_argument("--engine", choices=("emulator", "opensearch", "opensearch3"),
+                   default="emulator")
     r.add_argument("--kinds", default=",".join(KINDS), help="faults to inject (comma-separated)")
     r.add_argument("--lease-ttl", type=int, default=2)
     r.add_argument("--lock-timeout", type=int, default=5)
