@@ -113,6 +113,11 @@ API_PARAMS = {
     "put_script": {"timeout", "master_timeout", "context"},
     "get_script": {"master_timeout"},
     "delete_script": {"timeout", "master_timeout"},
+    "cluster.health": {"level", "local", "master_timeout", "timeout", "wait_for_active_shards",
+                       "wait_for_nodes", "wait_for_events", "wait_for_no_relocating_shards",
+                       "wait_for_no_initializing_shards", "wait_for_status", "expand_wildcards"},
+    "indices.get_settings": {"master_timeout", "ignore_unavailable", "allow_no_indices",
+                             "expand_wildcards", "flat_settings", "local", "include_defaults"},
 }
 # parameters that only Elasticsearch 8.x knows (rest-api-spec of 8.15)
 ES8_EXTRA_PARAMS = {"index": {"require_data_stream"}, "bulk": {"require_data_stream", "list_executed_pipelines"},
@@ -133,10 +138,12 @@ ROUTES = [
     (["_mget"], {"GET": "mget", "POST": "mget"}),
     (["_search"], {"GET": "search", "POST": "search"}),
     (["_mapping"], {"GET": "indices.get_mapping"}),
+    (["_cluster", "health"], {"GET": "cluster.health"}),
     (["_scripts", "{id}"], {"PUT": "put_script", "POST": "put_script", "GET": "get_script",
                             "DELETE": "delete_script"}),
     (["{index}"], {"PUT": "indices.create", "HEAD": "indices.exists", "DELETE": "indices.delete"}),
     (["{index}", "_mapping"], {"GET": "indices.get_mapping"}),
+    (["{index}", "_settings"], {"GET": "indices.get_settings"}),
     (["{index}", "_refresh"], {"POST": "indices.refresh", "GET": "indices.refresh"}),
     (["{index}", "_doc"], {"POST": "index"}),
     (["{index}", "_doc", "{id}"], {"PUT": "index", "POST": "index", "GET": "get", "HEAD": "exists",
@@ -365,6 +372,7 @@ class Control(object):
         self.blocks = {}  # opaque id -> mode
         self.forbid = set()  # apis answered 403 (a user without the privilege)
         self.forbid_status = 403  # or 503: those apis fail for a while
+        self.data_nodes = 1  # what _cluster/health says (/_esemu/nodes); one node serves
         self.stopping = False
 
     def count(self, api):
@@ -915,6 +923,50 @@ class Emulator(object):
         for i in idxs:
             m = st.rendered_mapping(i.mappings)
             out[i.name] = {"mappings": ({"_doc": m} if itn and m else m)}
+        return 200, out
+
+    def h_cluster_health(self, req):
+        """One node that may claim more (/_esemu/nodes): the node count only,
+        shards as on its one node."""
+        for p in API_PARAMS["cluster.health"]:
+            req.param(p)
+        req.prepared()
+        n = self.control.data_nodes
+        idxs = list(self.store.indices.values())
+        prim = sum(i.num_shards for i in idxs)
+        unassigned = sum(i.num_shards * i.replicas for i in idxs)
+        return 200, {"cluster_name": "esemu", "status": "yellow" if unassigned else "green",
+                     "timed_out": False, "number_of_nodes": n, "number_of_data_nodes": n,
+                     "active_primary_shards": prim, "active_shards": prim, "relocating_shards": 0,
+                     "initializing_shards": 0, "unassigned_shards": unassigned,
+                     "delayed_unassigned_shards": 0, "number_of_pending_tasks": 0,
+                     "number_of_in_flight_fetch": 0, "task_max_waiting_in_queue_millis": 0,
+                     "active_shards_percent_as_number": 100.0 * prim / (prim + unassigned)
+                     if prim + unassigned else 100.0}
+
+    def h_indices_get_settings(self, req):
+        """The index settings as set (nested, values as strings), the
+        replica count auto-expanded on this one node."""
+        for p in API_PARAMS["indices.get_settings"]:
+            req.param(p)
+        req.prepared()
+        idxs = self.store.resolve(req.pp.get("index"), kind="index_or_alias")
+        out = {}
+        for i in idxs:
+            flat = dict(i.settings)
+            flat["number_of_shards"] = i.num_shards
+            flat["number_of_replicas"] = i.replicas
+            flat["provided_name"] = i.name
+            flat["uuid"] = i.uuid
+            nested = {}
+            for k, v in flat.items():
+                d = nested
+                parts = k.split(".")
+                for part in parts[:-1]:
+                    d = d.setdefault(part, {})
+                d[parts[-1]] = v if isinstance(v, (list, dict)) else \
+                    ("true" if v is True else "false" if v is False else str(v))
+            out[i.name] = {"settings": {"index": nested}}
         return 200, out
 
     def h_indices_refresh(self, req):
@@ -2342,6 +2394,7 @@ class Handler(BaseHTTPRequestHandler):
                 ctl.latency_ms = 0
                 ctl.forbid = set()
                 ctl.forbid_status = 403
+                ctl.data_nodes = 1
                 ctl.lock.notify_all()
             return self.send_admin(200, {"acknowledged": True})
         if cmd == "pause" and m == "POST":
@@ -2372,6 +2425,13 @@ class Handler(BaseHTTPRequestHandler):
             with ctl.lock:
                 ctl.forbid = set(apis)
                 ctl.forbid_status = status
+            return self.send_admin(200, {"acknowledged": True})
+        if cmd == "nodes" and m == "POST":
+            n = data.get("data_nodes")
+            if not isinstance(n, int) or n < 1:
+                return self.send_admin(400, {"error": "data_nodes: a count of 1 or more"})
+            with ctl.lock:
+                ctl.data_nodes = n
             return self.send_admin(200, {"acknowledged": True})
         if cmd == "latency" and m == "POST":
             with ctl.lock:
