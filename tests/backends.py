@@ -99,6 +99,21 @@ def _bulk(base, lines, timeout=60):
         return e.code, None
 
 
+def recreate_without_replica(base, index=INDEX):
+    """Replaces the lock index at BASE (a node's URL) by one with the same
+    mapping and no replica, none to come (auto_expand_replicas off): an
+    index an operator made or changed by hand."""
+    st, m = _http(base, "GET", "/%s/_mapping" % index)
+    assert st == 200, m
+    st, r = _http(base, "DELETE", "/" + index)
+    assert st == 200, r
+    st, r = _http(base, "PUT", "/" + index, {
+        "settings": {"number_of_shards": 1, "number_of_replicas": 0,
+                     "auto_expand_replicas": "false"},
+        "mappings": m[index]["mappings"]})
+    assert st == 200, r
+
+
 def request_name(method, path):
     """The name under which the emulator's /_esemu/stats counts a request
     (the REST spec's API name), for requests recorded by the proxy."""

@@ -2,6 +2,7 @@
 through one emulator, the guide's scenarios across mounts, guide-request
 interoperability, round trips per rename, and faults."""
 import errno
+import json
 import os
 import statistics
 import subprocess
@@ -9,6 +10,7 @@ import time
 
 import pytest
 
+import backends
 from conftest import makedirs, write
 from es_helpers import (ES8_AND_ALL_ENGINES, ES8_AND_ENGINES, INDEX, Op, ctl, docs,  # noqa: F401
                         emu, emu_module, es_mounts, es_opts, es_request, forget_mount, held_by, intent_docs,
@@ -469,3 +471,35 @@ def test_es__ctl_break(backend, es_mounts):
     assert held_by(backend, "/x") is None
     os.rename(a.path("x"), a.path("y"))
     assert ctl(backend, "break", "/nothing", "--force").returncode == 2
+
+
+NO_REPLICA = "no replica on a cluster of 3 data nodes"
+
+
+@pytest.mark.emulator_only("the cluster's node count is the emulator's to set (/_esemu/nodes); "
+                           "tests/engines checks a real three-node cluster")
+def test_es__start_warns_where_the_index_has_no_replica(emu, es_mounts):
+    emu.admin("POST", "/_esemu/nodes", {"data_nodes": 3})
+    # the index as the store makes it: a replica wherever a second node is
+    (a,) = es_mounts(emu, "A")
+    a.stop()
+    assert NO_REPLICA not in a.log(), a.log()
+    r = ctl(emu, "check")
+    assert r.returncode == 0 and "warning:" not in r.stdout, r.stdout
+    assert json.loads(ctl(emu, "check", "--json").stdout)["warnings"] == []
+    # made again by hand, without a replica: every start says so, and check
+    backends.recreate_without_replica(emu.url)
+    (b,) = es_mounts(emu, "B")
+    wait_for(lambda: "lock index '%s': %s" % (INDEX, NO_REPLICA) in b.log(), 10,
+             what="the warning")
+    r = ctl(emu, "check")
+    assert r.returncode == 0 and "warning:  " + NO_REPLICA in r.stdout, r.stdout
+    doc = json.loads(ctl(emu, "check", "--json").stdout)
+    assert len(doc["warnings"]) == 1 and doc["warnings"][0].startswith(NO_REPLICA), doc
+    # renames go on: a warning, not a refusal
+    makedirs(b, "x")
+    os.rename(b.path("x"), b.path("y"))
+    # on one node there is nowhere to put a replica: nothing to say
+    emu.admin("POST", "/_esemu/nodes", {"data_nodes": 1})
+    r = ctl(emu, "check")
+    assert r.returncode == 0 and "warning:" not in r.stdout, r.stdout
