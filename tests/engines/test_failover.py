@@ -146,15 +146,60 @@ class Cluster:
         self.log.close()
 
 
-@pytest.fixture(params=failover_engines())
-def cluster(request, tmp_path):
+@pytest.fixture(scope="module", params=failover_engines())
+def cluster(request, tmp_path_factory):
+    """One cluster per engine for the module: the settings test first, then
+    the failover test kills one of its nodes."""
     why = backends.engines_available(request.param)
     if why:
         print("\nfailover on %s skipped: %s" % (request.param, why))
         pytest.skip(why)
-    c = Cluster(tmp_path / "cluster", engine=request.param).start()
+    c = Cluster(tmp_path_factory.mktemp("cluster-" + request.param), engine=request.param).start()
     yield c
     c.stop()
+
+
+NO_REPLICA = "no replica on a cluster of 3 data nodes"
+
+
+def ctl_check(cluster):
+    r = subprocess.run([_itest.CTL, "--es_url=" + cluster.urls(), "check"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+def test_failover__start_warns_where_the_index_has_no_replica(cluster, tmp_path):
+    """On a real three-node cluster: the index a mount creates gets a
+    replica (nothing to say); made again by hand without one, every start
+    warns and treelockctl check says so."""
+    backing = tmp_path / "backing"
+    backing.mkdir()
+    opts = ["lock_store=es", "es_url=" + cluster.urls(), "lease_ttl=10", "lock_timeout=30",
+            "es_timeout_ms=5000"]
+
+    def mount_log(owner):
+        mnt = tmp_path / ("mnt" + owner)
+        mnt.mkdir()
+        m = Mount(backing, mnt, opts + ["owner=" + owner]).start(timeout=60)
+        m.stop()
+        return m.log()
+    try:
+        log = mount_log("Z")
+        assert NO_REPLICA not in log, log
+        health = cluster.get("/_cluster/health/%s?wait_for_status=green&timeout=60s" % INDEX,
+                             timeout=70)
+        assert health["status"] == "green", health
+        settings = cluster.get("/%s/_settings" % INDEX)[INDEX]["settings"]["index"]
+        assert settings["number_of_replicas"] == "1", settings
+        assert "warning:" not in ctl_check(cluster)
+        backends.recreate_without_replica("http://127.0.0.1:%d" % cluster.live_port())
+        log = mount_log("Y")
+        assert "lock index '%s': %s" % (INDEX, NO_REPLICA) in log, log
+        assert "warning:  " + NO_REPLICA in ctl_check(cluster)
+    finally:
+        # the failover test starts without the index
+        http(cluster.live_port(), "DELETE", "/%s?ignore_unavailable=true" % INDEX)
 
 
 def build(root):
