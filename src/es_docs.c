@@ -502,6 +502,63 @@ const char *es_jstr(const cJSON *o, const char *name)
 	return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
+/* The string at dotted PATH below O ("translog.durability" also as one
+ * flat key), or NULL. */
+static const char *setting(const cJSON *o, const char *path)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, path);
+	char part[64];
+	const char *dot;
+
+	while (!v && o && (dot = strchr(path, '.')) && (size_t)(dot - path) < sizeof(part)) {
+		memcpy(part, path, (size_t)(dot - path));
+		part[dot - path] = '\0';
+		o = cJSON_GetObjectItemCaseSensitive(o, part);
+		path = dot + 1;
+		v = cJSON_GetObjectItemCaseSensitive(o, path);
+	}
+	if (cJSON_IsString(v))
+		return v->valuestring;
+	return NULL;
+}
+
+int es_docs_settings_findings(const cJSON *settings, long data_nodes, char *buf, size_t size)
+{
+	const char *rep = setting(settings, "number_of_replicas");
+	const char *aer = setting(settings, "auto_expand_replicas");
+	const char *dur = setting(settings, "translog.durability");
+	const char *wfa = setting(settings, "write.wait_for_active_shards");
+	const char *max = aer ? strchr(aer, '-') : NULL;
+	bool grows = max && (strcmp(max + 1, "all") == 0 || atol(max + 1) > 0);
+	size_t len = 0;
+	int n = 0;
+
+#define FINDING(...)                                                                         \
+	do {                                                                                 \
+		if (len < size) {                                                            \
+			int w = snprintf(buf + len, size - len, __VA_ARGS__);                \
+			len += w > 0 ? (size_t)w : 0;                                        \
+		}                                                                            \
+		n++;                                                                         \
+	} while (0)
+	if (size)
+		buf[0] = '\0';
+	if (data_nodes >= 2 && rep && atol(rep) == 0 && !grows)
+		FINDING("no replica on a cluster of %ld data nodes: losing the primary's node loses "
+			"the locks it acknowledged (set index.auto_expand_replicas to 0-1, or "
+			"index.number_of_replicas to 1)\n",
+			data_nodes);
+	if (dur && strcmp(dur, "async") == 0)
+		FINDING("index.translog.durability is async: a node that crashes loses the locks "
+			"it acknowledged since its last sync (set it to request)\n");
+	if (wfa && strcmp(wfa, "1") != 0)
+		FINDING("index.write.wait_for_active_shards is %s: renames fail while a copy of "
+			"the index is missing (set it to 1)\n",
+			wfa);
+#undef FINDING
+	return n;
+}
+
 int64_t es_jint(const cJSON *o, const char *name, int64_t dflt)
 {
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);

@@ -146,6 +146,21 @@ bool es_docs_is_lock_id(const char *id);
 char *es_docs_owner_of_holder(const char *h);
 char *es_docs_owner_display(const char *o);
 
+/* What the store relies on from the engine, and whether the lock index
+ * gives it (treelockfs(1), the es store): SETTINGS is the "index" object
+ * of the index's settings (GET <index>/_settings: values are strings),
+ * DATA_NODES the cluster's number of data nodes (0: unknown). Writes one
+ * finding per line into BUF (NUL-terminated, "" when none; truncated to
+ * SIZE) and returns how many:
+ *   - no replica on a cluster of two or more data nodes, and none to come
+ *     (auto_expand_replicas absent, "false" or capped at 0): the loss of
+ *     the primary's node takes the acknowledged locks with it;
+ *   - translog.durability "async": a node that crashes loses the writes
+ *     it acknowledged since its last sync;
+ *   - write.wait_for_active_shards other than 1: a lost replica blocks
+ *     every rename until it is back. */
+int es_docs_settings_findings(const cJSON *settings, long data_nodes, char *buf, size_t size);
+
 /* Readers: string member NAME of O or NULL; number member or DFLT. */
 const char *es_jstr(const cJSON *o, const char *name);
 int64_t es_jint(const cJSON *o, const char *name, int64_t dflt);

@@ -422,3 +422,65 @@ int es_index_check_cluster(struct es_client *c, char *version, size_t size, bool
 	tl_log(LOG_INFO, "lock store: %s at '%s'", version, httpc_node_name(c->http, r.node));
 	return 0;
 }
+
+/* GET PATH (within the client's own timeout) as parsed JSON into *ROOT. Returns 0, -ENOENT (404), -EAGAIN,
+ * -EACCES (any other status; BUF says which), -ENOMEM. */
+static int get_json(struct es_client *c, const char *path, cJSON **root, char *buf, size_t size)
+{
+	struct httpc_response r;
+	enum es_call_class cc;
+
+	*root = NULL;
+	cc = es_call(c, "GET", path, NULL, NULL, 0, 0, &r, true);
+	if (cc == ES_CALL_OK) {
+		*root = es_parse(&r);
+		httpc_response_free(&r);
+		return *root ? 0 : -EAGAIN;
+	}
+	if (r.status == 404) {
+		httpc_response_free(&r);
+		return -ENOENT;
+	}
+	if (cc == ES_CALL_RETRY || !r.status) {
+		httpc_response_free(&r);
+		return -EAGAIN;
+	}
+	status_note(&r, buf, size);
+	httpc_response_free(&r);
+	return -EACCES;
+}
+
+int es_index_settings_findings(struct es_client *c, char *buf, size_t size)
+{
+	cJSON *health = NULL, *settings = NULL;
+	const cJSON *idx;
+	char *path;
+	long nodes;
+	int err;
+
+	if (size)
+		buf[0] = '\0';
+	err = get_json(c, "/_cluster/health?filter_path=number_of_data_nodes", &health, buf, size);
+	if (err)
+		return err;
+	nodes = (long)es_jint(health, "number_of_data_nodes", 0);
+	cJSON_Delete(health);
+	/* the settings judged, nothing an engine adds of its own */
+	path = es_path(c, "_settings", NULL,
+		       "filter_path=*.settings.index.number_of_replicas,"
+		       "*.settings.index.auto_expand_replicas,*.settings.index.translog.durability,"
+		       "*.settings.index.write.wait_for_active_shards");
+	if (!path)
+		return -ENOMEM;
+	err = get_json(c, path, &settings, buf, size);
+	free(path);
+	if (err)
+		return err;
+	/* {"<index>": {"settings": {"index": {...}}}} */
+	idx = cJSON_GetObjectItemCaseSensitive(
+		cJSON_GetObjectItemCaseSensitive(settings ? settings->child : NULL, "settings"),
+		"index");
+	err = es_docs_settings_findings(idx, nodes, buf, size);
+	cJSON_Delete(settings);
+	return err;
+}

@@ -71,4 +71,12 @@ const char *es_index_scripts_note(const struct es_client *c);
  * a store that recovered) by id. */
 int es_index_verify(struct es_client *c, enum tl_strategy s, char **have, int64_t deadline);
 
+/* Reads the lock index's settings (GET <index>/_settings) and the
+ * cluster's number of data nodes (GET _cluster/health) and judges them
+ * with es_docs_settings_findings(): BUF gets one finding per line ("" when
+ * none). Returns the number of findings, -ENOENT (no index), -EAGAIN (the
+ * store did not answer), -EACCES (refused: the user may lack the monitor
+ * privilege; *BUF says why), -ENOMEM. Logs nothing. */
+int es_index_settings_findings(struct es_client *c, char *buf, size_t size);
+
 #endif /* TREELOCKFS_ES_INDEX_H */

@@ -870,6 +870,26 @@ static int open_step(struct es_store *es, bool for_ctl, int64_t deadline)
 	return es_index_bootstrap(&es->cl, es->strategy, for_ctl, deadline);
 }
 
+/* Warns, once at start, where the lock index or the cluster lacks what the
+ * store relies on (es_docs_settings_findings()). A warning, not a refusal:
+ * these are the operator's settings, changed at any time while mounts run
+ * (a check at start cannot hold them), and what they risk (locks lost
+ * with a node or its disk) is the cluster's state, fixed on the cluster
+ * with no remount. */
+static void warn_settings(struct es_store *es)
+{
+	char buf[1024], *line, *save = NULL;
+	int n = es_index_settings_findings(&es->cl, buf, sizeof(buf));
+
+	if (n == -EACCES)
+		tl_log(LOG_NOTICE, "cannot check the settings of lock index '%s' (%s); "
+		       "treelockctl check reports them", es->cl.index, buf);
+	if (n <= 0)
+		return;
+	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
+		tl_log(LOG_WARNING, "lock index '%s': %s", es->cl.index, line);
+}
+
 static void es_close(struct lockstore *st)
 {
 	struct es_store *es = es_of(st);
@@ -951,6 +971,8 @@ int es_store_open(const struct tl_config *cfg, struct lockstore **out, bool for_
 	err = es_start_retry(es, "open the lock store", open_step, for_ctl);
 	if (err)
 		goto out_close;
+	if (!for_ctl)
+		warn_settings(es);
 	*out = &es->base;
 	return 0;
 

@@ -41,10 +41,10 @@ int lockstore_es_open_ctl(const struct tl_config *cfg, struct lockstore **out)
 
 /* The check as one JSON document; see lockstore_es_check(). */
 static void check_json(FILE *out, struct es_store *es, const char *status, const bool *kw,
-		       const char *strategy)
+		       const char *strategy, char *findings)
 {
-	cJSON *o = cJSON_CreateObject();
-	char *text;
+	cJSON *o = cJSON_CreateObject(), *w;
+	char *text, *line, *save = NULL;
 
 	if (!o)
 		return;
@@ -62,6 +62,9 @@ static void check_json(FILE *out, struct es_store *es, const char *status, const
 		cJSON_AddNullToObject(o, "strategy");
 	cJSON_AddStringToObject(o, "scripts", es_index_scripts_note(&es->cl));
 	cJSON_AddBoolToObject(o, "cleartext_credentials", es->cleartext_creds);
+	w = cJSON_AddArrayToObject(o, "warnings");
+	for (line = strtok_r(findings, "\n", &save); w && line; line = strtok_r(NULL, "\n", &save))
+		cJSON_AddItemToArray(w, cJSON_CreateString(line));
 	text = cJSON_Print(o);
 	if (text)
 		fprintf(out, "%s\n", text);
@@ -72,7 +75,7 @@ static void check_json(FILE *out, struct es_store *es, const char *status, const
 int lockstore_es_check(struct lockstore *st, FILE *out, bool json)
 {
 	struct es_store *es = es_store_of(st);
-	char *have = NULL;
+	char *have = NULL, findings[1024] = "", *line, *save = NULL;
 	bool kw = false;
 	int err;
 
@@ -88,9 +91,12 @@ int lockstore_es_check(struct lockstore *st, FILE *out, bool json)
 	err = es_index_read_mapping(&es->cl, &have, &kw, 0);
 	if (err && err != -ENOENT)
 		return -ENOLCK;
+	/* what the store relies on from the index's settings: warnings only */
+	if (!err && es_index_settings_findings(&es->cl, findings, sizeof(findings)) < 0)
+		findings[0] = '\0';
 	if (json) {
 		check_json(out, es, err == -ENOENT ? "index_missing" : kw && have ? "ok" : "not_ours",
-			   err == -ENOENT ? NULL : &kw, have);
+			   err == -ENOENT ? NULL : &kw, have, findings);
 	} else {
 		if (err == -ENOENT) {
 			fprintf(out, "status:   index missing (a mount creates it)\n");
@@ -99,6 +105,9 @@ int lockstore_es_check(struct lockstore *st, FILE *out, bool json)
 				kw ? "ok (path is a keyword)" : "NOT OURS (path is not a keyword)");
 			fprintf(out, "strategy: %s\n", have ? have : "(none recorded)");
 			fprintf(out, "scripts:  %s\n", es_index_scripts_note(&es->cl));
+			for (line = strtok_r(findings, "\n", &save); line;
+			     line = strtok_r(NULL, "\n", &save))
+				fprintf(out, "warning:  %s\n", line);
 		}
 	}
 	if (!err)

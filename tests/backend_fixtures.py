@@ -50,7 +50,9 @@ def _allowed(name, wanted):
 
 
 def parametrize_backends(metafunc):
-    """From pytest_generate_tests: one test per selected backend."""
+    """From pytest_generate_tests: one test per selected backend. Without
+    TREELOCKFS_BACKENDS, an opt-in engine (backends.OPT_IN_ENGINES) runs
+    only the tests whose backends mark names it."""
     if "backend_session" not in metafunc.fixturenames:
         return
     names, skipped = backends.selected()
@@ -58,6 +60,9 @@ def parametrize_backends(metafunc):
     mark = metafunc.definition.get_closest_marker("backends")
     if mark is not None:
         names = [n for n in names if _allowed(n, mark.args)]
+    if not backends.os.environ.get("TREELOCKFS_BACKENDS", "").strip():
+        named = mark.args if mark is not None else ()
+        names = [n for n in names if n not in backends.OPT_IN_ENGINES or n in named]
     metafunc.parametrize("backend_session", names, indirect=True)
 
 
@@ -137,7 +142,7 @@ def skip_unselected(items):
 def register(config):
     """From pytest_configure: the markers."""
     config.addinivalue_line("markers", "backends(*names): run only on these backends "
-                            "(emulator, engines, emulator-FLAVOR, opensearch, elasticsearch)")
+                            "(emulator, engines, emulator-FLAVOR, opensearch, opensearch3, elasticsearch)")
     config.addinivalue_line("markers", "emulator_only(why): needs a fault or feature only the "
                             "emulator gives; runs on the emulator alone")
 

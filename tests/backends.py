@@ -3,11 +3,11 @@
 One interface over two kinds of server:
 
 * ``emulator``: tests/esemu in a subprocess, one flavour each (es7, es8,
-  opensearch2). Its own admin API counts requests and injects
+  opensearch2, opensearch3). Its own admin API counts requests and injects
   every fault the tests know, including the ones only it can give (cut one
   owner by X-Opaque-Id, a failure rate, a restart with --data, TLS, users).
-* ``engine``: a real OpenSearch 2.19.1 or Elasticsearch 7.10.2 node started by
-  tests/engines/start, with tests/engines/proxy.py in front of it. Clients
+* ``engine``: a real OpenSearch 2.19.1, OpenSearch 3.3.0 or Elasticsearch
+  7.10.2 node started by tests/engines/start, with tests/engines/proxy.py in front of it. Clients
   talk to the proxy, which counts and records requests and injects pauses,
   503/429 answers, connection resets and latency.
 
@@ -22,8 +22,10 @@ scripts can import it.
 
 Which backends the tests use is chosen by TREELOCKFS_BACKENDS, a comma list
 of ``emulator`` (every emulator flavour the tests use), ``emulator-FLAVOR``,
-``opensearch`` and ``elasticsearch``. By default: the emulator, and the real
-engines where java and mvn are installed.
+``opensearch``, ``opensearch3``, ``elasticsearch`` and ``engines`` (all
+three). By default: the emulator, and the real engines where java and mvn
+are installed (OpenSearch 3 where a Java 21 or later is found beside them,
+tests/engines/find-java).
 """
 
 import json
@@ -46,8 +48,18 @@ from emuproc import Emulator  # noqa: E402
 
 INDEX = "treelockfs-locks"
 EMULATOR_FLAVORS = ["es7", "es8", "opensearch2"]
-ENGINES = {"opensearch": "OpenSearch 2.19.1", "elasticsearch": "Elasticsearch 7.10.2"}
+ENGINES = {"opensearch": "OpenSearch 2.19.1", "opensearch3": "OpenSearch 3.3.0",
+           "elasticsearch": "Elasticsearch 7.10.2"}
+# the oldest Java each engine runs on
+ENGINE_JAVA = {"opensearch": 17, "opensearch3": 21, "elasticsearch": 17}
+# engines that, unless TREELOCKFS_BACKENDS names them, run only the tests
+# that name them in their backends mark (the difftest replays its whole
+# corpus on them): OpenSearch 3 answers the store's every request as
+# OpenSearch 2 does (tests/difftest), so the default run does not repeat
+# every es test on it (backend_fixtures.parametrize_backends)
+OPT_IN_ENGINES = {"opensearch3"}
 ENGINE_START = os.path.join(TESTS, "engines", "start")
+FIND_JAVA = os.path.join(TESTS, "engines", "find-java")
 
 # faults every backend injects; the emulator has more (see EMULATOR_FAULTS)
 COMMON_FAULTS = {"503", "429", "reset", "pause", "latency"}
@@ -71,6 +83,35 @@ def _http(base, method, path, body=None, timeout=60):
         return status, json.loads(raw) if raw else None
     except ValueError:
         return status, raw
+
+
+def _bulk(base, lines, timeout=60):
+    """(status, decoded body) of one _bulk of LINES (dicts), never raising on
+    a status; an item that failed makes the status 500."""
+    data = ("\n".join(json.dumps(l) for l in lines) + "\n").encode()
+    req = urllib.request.Request(base + "/_bulk", data=data, method="POST")
+    req.add_header("Content-Type", "application/x-ndjson")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            body = json.loads(r.read())
+            return (500 if body.get("errors") else r.status), body
+    except urllib.error.HTTPError as e:
+        return e.code, None
+
+
+def recreate_without_replica(base, index=INDEX):
+    """Replaces the lock index at BASE (a node's URL) by one with the same
+    mapping and no replica, none to come (auto_expand_replicas off): an
+    index an operator made or changed by hand."""
+    st, m = _http(base, "GET", "/%s/_mapping" % index)
+    assert st == 200, m
+    st, r = _http(base, "DELETE", "/" + index)
+    assert st == 200, r
+    st, r = _http(base, "PUT", "/" + index, {
+        "settings": {"number_of_shards": 1, "number_of_replicas": 0,
+                     "auto_expand_replicas": "false"},
+        "mappings": m[index]["mappings"]})
+    assert st == 200, r
 
 
 def request_name(method, path):
@@ -176,11 +217,13 @@ class EngineBackend(object):
         return self
 
     def _warm_up(self, timeout=120, prompt=0.5):
-        """Waits (TIMEOUT at most) until the node has answered a write and a
-        search of a scratch index within PROMPT seconds three times running:
-        a node just started, its code not compiled yet, answers its first
-        requests in seconds on a busy machine, longer than the mounts'
-        es_timeout_ms. Then the tests judge it as it is."""
+        """Waits (TIMEOUT at most) until the node has answered a write, a
+        scripted update in a _bulk (as the store sends them: Painless
+        compiled and run) and a search of a scratch index within PROMPT
+        seconds three times running: a node just started, its code not
+        compiled yet, answers its first requests in seconds on a busy
+        machine, longer than the mounts' es_timeout_ms. Then the tests judge
+        it as it is."""
         deadline = time.monotonic() + timeout
         index = "/treelockfs-warmup"
         running = n = 0
@@ -189,10 +232,15 @@ class EngineBackend(object):
             try:
                 st1, _ = _http(self.node_url, "PUT", index + "/_doc/%d?refresh=true" % n, {"n": n})
                 st2, _ = _http(self.node_url, "POST", index + "/_search", {"size": 1})
+                st3, _ = _bulk(self.node_url, [
+                    {"update": {"_index": index[1:], "_id": "s%d" % (n % 2)}},
+                    {"script": {"source": "ctx._source.n += params.d", "lang": "painless",
+                                "params": {"d": n}}, "upsert": {"n": 0}}])
             except OSError:
-                st1 = st2 = None
+                st1 = st2 = st3 = None
             n += 1
-            quick = st1 in (200, 201) and st2 == 200 and time.monotonic() - t0 < prompt
+            quick = st1 in (200, 201) and st2 == 200 and st3 == 200 and \
+                time.monotonic() - t0 < prompt
             running = running + 1 if quick else 0
         try:
             _http(self.node_url, "DELETE", index)
@@ -291,11 +339,16 @@ class EngineBackend(object):
 # --- selection ---------------------------------------------------------------------
 
 
-def engines_available():
-    """None when real engines can be started here, else why not."""
+def engines_available(engine="opensearch"):
+    """None when real ENGINE nodes can be started here, else why not."""
     missing = [c for c in ("java", "javac", "mvn") if shutil.which(c) is None]
     if missing:
         return "no %s on PATH (Debian packages default-jdk-headless, maven)" % " or ".join(missing)
+    r = subprocess.run([FIND_JAVA, str(ENGINE_JAVA.get(engine, 17))], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        return "%s needs Java %d or later: %s" % (ENGINES.get(engine, engine),
+                                                   ENGINE_JAVA.get(engine, 17), r.stderr.strip())
     return None
 
 
@@ -315,10 +368,15 @@ def selected():
                 names.append(w)
             else:
                 raise ValueError("TREELOCKFS_BACKENDS: unknown backend %r" % w)
-        return list(dict.fromkeys(names)), skipped
+        names = list(dict.fromkeys(names))
+        for e in [n for n in names if n in ENGINES]:
+            why = engines_available(e)
+            if why:
+                skipped[e] = why
+        return names, skipped
     names = ["emulator-" + f for f in EMULATOR_FLAVORS]
-    why = engines_available()
     for e in ENGINES:
+        why = engines_available(e)
         if why:
             skipped[e] = why
         else:

@@ -33,13 +33,18 @@ def emulators(tmp_path_factory):
         e.stop()
 
 
-def real_engine_reason():
-    """Why real nodes cannot run here, or None."""
+def real_engine_reason(engine="opensearch"):
+    """Why real nodes of ENGINE cannot run here, or None."""
     if os.environ.get("DIFFTEST_REAL", "1") == "0":
         return "DIFFTEST_REAL=0"
     for tool in (os.environ.get("JAVA", "java"), os.environ.get("MVN", "mvn")):
         if shutil.which(tool) is None:
             return "no %s on PATH: the real engines cannot run here" % tool
+    r = subprocess.run([os.path.join(TOP, "tests", "engines", "find-java"),
+                        "21" if engine == "opensearch3" else "17"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        return "%s: %s" % (engine, r.stderr.strip())
     return None
 
 
@@ -71,13 +76,13 @@ class _Node:
 
 @pytest.fixture(scope="session")
 def real_nodes(tmp_path_factory):
-    """real_nodes(engine) -> a running real node of ENGINE ("opensearch" or
-    "elasticsearch"); skips with the reason where none can run.  At most one
+    """real_nodes(engine) -> a running real node of ENGINE ("opensearch",
+    "opensearch3" or "elasticsearch"); skips with the reason where none can run.  At most one
     JVM at a time: asking for the other engine stops the running one."""
     current = {}
 
     def get(engine):
-        reason = real_engine_reason()
+        reason = real_engine_reason(engine)
         if reason:
             print("\nreal-engine part skipped: " + reason)
             pytest.skip(reason)

@@ -3,6 +3,9 @@ emulator: each one is in the corpus with the engine's answer."""
 import json
 
 IDX = "/difftest-probes"
+# the settings a mount judges, as it asks for them (es_index.c)
+SETTINGS = ("*.settings.index.number_of_replicas,*.settings.index.auto_expand_replicas,"
+            "*.settings.index.translog.durability,*.settings.index.write.wait_for_active_shards")
 
 
 def _x(method, path, body=None, note=None):
@@ -116,6 +119,18 @@ def sequence(engine):
         _x("DELETE", "/_scripts/difftest-s1", None, "delete a stored script"),
         _x("POST", IDX + "/_update/a", {"script": {"id": "difftest-s1", "params": {"n": 8}}},
            "update by a deleted stored id"),
+        # what a mount reads at start to judge the lock index
+        # (es_index_settings_findings): the cluster's data nodes, settings
+        # set by hand, auto-expanded on one node, durability, write waits
+        _x("GET", "/_cluster/health?filter_path=number_of_data_nodes", None,
+           "the cluster's number of data nodes"),
+        _x("GET", IDX + "/_settings?filter_path=" + SETTINGS, None, "no replica, set by hand"),
+        _x("PUT", IDX + "-s", {"settings": {"number_of_shards": 1, "auto_expand_replicas": "0-1",
+                                            "translog": {"durability": "async"},
+                                            "write": {"wait_for_active_shards": "all"}}}),
+        _x("GET", IDX + "-s/_settings?filter_path=" + SETTINGS, None,
+           "auto-expanded on one node, async durability, writes wait for all"),
+        _x("DELETE", IDX + "-s"),
         _x("GET", IDX + "/_mapping"),
         _x("DELETE", IDX),
     ]

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Records the differential test's corpus against a real node.
 
-    tests/difftest/record.py opensearch|elasticsearch [--port P] [--out DIR]
+    tests/difftest/record.py opensearch|opensearch3|elasticsearch [--port P] [--out DIR]
 
 Without --port it starts a node with tests/engines/start (and stops it).
 Needs root and /dev/fuse (it mounts treelockfs for real) and a built tree.
@@ -46,7 +46,7 @@ from proxy import Proxy  # noqa: E402
 
 BIN = os.environ.get("TREELOCKFS_BIN", os.path.join(TOP, "src", "treelockfs"))
 CTL = os.environ.get("TREELOCKCTL_BIN", os.path.join(TOP, "src", "treelockctl"))
-FLAVOR = {"opensearch": "opensearch2", "elasticsearch": "es7"}
+FLAVOR = {"opensearch": "opensearch2", "opensearch3": "opensearch3", "elasticsearch": "es7"}
 SCRIPT_IDS = ["treelockfs-%s-v1" % n for n in ("acqs", "acqx", "rel", "mark", "unmark", "evict")]
 
 

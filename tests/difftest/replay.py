@@ -4,7 +4,7 @@ A corpus file (corpus/*.jsonl) is one sequence: JSON lines as the test proxy
 (tests/engines/proxy.py) records them — method, path, content_type,
 request_body, status, response_body — each answer being the one a real node
 gave when the sequence was replayed, in order, from a node without the
-sequence's indices and stored scripts.  The first line is a header: {"engine": "opensearch" |
+sequence's indices and stored scripts.  The first line is a header: {"engine": "opensearch" | "opensearch3" |
 "elasticsearch", "version": ..., "flavor": the emulator's flavour}.
 
 Only what must differ between two nodes is ignored (see normalize()).

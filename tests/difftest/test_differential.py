@@ -39,9 +39,9 @@ def report(diffs, what):
 
 
 def test_corpus_is_there():
-    # both engines, the store's traffic and the probes
+    # every engine, the store's traffic and the probes
     names = set(_ids(CORPUS))
-    for engine in ("opensearch", "elasticsearch"):
+    for engine in ("opensearch", "opensearch3", "elasticsearch"):
         assert {"store-" + engine, "probes-" + engine} <= names, names
     total = sum(len(replay.load(p)[1]) for p in CORPUS)
     print("\ncorpus: %d files, %d requests" % (len(CORPUS), total))

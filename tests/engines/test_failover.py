@@ -1,5 +1,5 @@
-"""A real 3-node OpenSearch cluster loses the node holding the lock index's
-primary shard (kill -9 of its JVM) in the middle of a two-mount rename storm.
+"""A real 3-node OpenSearch cluster (2.19 and 3.x) loses the node holding the
+lock index's primary shard (kill -9 of its JVM) in the middle of a two-mount rename storm.
 
 Two treelockfs mounts of one backing directory use lock_store=es with the
 three nodes' URLs: mount A lists the victim first (its own requests die
@@ -27,7 +27,8 @@ longest time without any storm rename completing before and after the kill.
 TREELOCKFS_FAILOVER_REPORT=FILE also writes them as JSON.
 
 Environment: ENGINE_HEAP (default here 384m), TREELOCKFS_FAILOVER_SECONDS
-(storm length, default 30; the kill comes after a third of it).
+(storm length, default 30; the kill comes after a third of it),
+TREELOCKFS_BACKENDS (where set, only the engines it names run).
 """
 import collections
 import errno
@@ -51,6 +52,7 @@ _itest = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_itest)
 Mount = _itest.Mount
 from mounts import stop_process  # noqa: E402 (tests/, on the path since the conftest)
+import backends  # noqa: E402
 
 INDEX = "treelockfs-locks"
 STORM_SECONDS = float(os.environ.get("TREELOCKFS_FAILOVER_SECONDS", "30"))
@@ -73,22 +75,36 @@ def http(port, method, path, body=None, timeout=30):
         return json.loads(r.read() or b"null")
 
 
+def failover_engines():
+    """The engines whose clusters the test kills a node of: those of
+    TREELOCKFS_BACKENDS among OpenSearch 2 and 3; by default the current
+    major alone (each cluster costs minutes), or OpenSearch 2 where no
+    Java 21 is found."""
+    both = ["opensearch", "opensearch3"]
+    if os.environ.get("TREELOCKFS_BACKENDS", "").strip():
+        return [e for e in backends.selected()[0] if e in both]
+    return ["opensearch" if backends.engines_available("opensearch3") else "opensearch3"]
+
+
 class Cluster:
-    """tests/engines/start opensearch --nodes N in DATA; only its own JVMs
+    """tests/engines/start ENGINE --nodes N in DATA; only its own JVMs
     (DATA/node-K.pid) are ever killed."""
 
-    def __init__(self, data, nodes=3):
+    def __init__(self, data, nodes=3, engine="opensearch"):
+        self.engine = engine
         self.data = str(data)
         self.nodes = nodes
         self.port_file = os.path.join(self.data, "http-ports")
         self.dead = set()
 
-    def start(self, timeout=170):
+    def start(self, timeout=420):
+        # generous: three JVMs starting at once on a busy two-core machine
         env = dict(os.environ)
         env.setdefault("ENGINE_HEAP", "384m")
+        env.setdefault("ENGINE_START_TIMEOUT", str(timeout - 20))
         self.log = open(self.data + ".start.log", "ab")
         self.proc = subprocess.Popen(
-            [os.path.join(HERE, "start"), "opensearch", "--nodes", str(self.nodes),
+            [os.path.join(HERE, "start"), self.engine, "--nodes", str(self.nodes),
              "--port-file", self.port_file, "--data", self.data],
             stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + timeout
@@ -130,11 +146,60 @@ class Cluster:
         self.log.close()
 
 
-@pytest.fixture
-def cluster(tmp_path):
-    c = Cluster(tmp_path / "cluster").start()
+@pytest.fixture(scope="module", params=failover_engines())
+def cluster(request, tmp_path_factory):
+    """One cluster per engine for the module: the settings test first, then
+    the failover test kills one of its nodes."""
+    why = backends.engines_available(request.param)
+    if why:
+        print("\nfailover on %s skipped: %s" % (request.param, why))
+        pytest.skip(why)
+    c = Cluster(tmp_path_factory.mktemp("cluster-" + request.param), engine=request.param).start()
     yield c
     c.stop()
+
+
+NO_REPLICA = "no replica on a cluster of 3 data nodes"
+
+
+def ctl_check(cluster):
+    r = subprocess.run([_itest.CTL, "--es_url=" + cluster.urls(), "check"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+def test_failover__start_warns_where_the_index_has_no_replica(cluster, tmp_path):
+    """On a real three-node cluster: the index a mount creates gets a
+    replica (nothing to say); made again by hand without one, every start
+    warns and treelockctl check says so."""
+    backing = tmp_path / "backing"
+    backing.mkdir()
+    opts = ["lock_store=es", "es_url=" + cluster.urls(), "lease_ttl=10", "lock_timeout=30",
+            "es_timeout_ms=5000"]
+
+    def mount_log(owner):
+        mnt = tmp_path / ("mnt" + owner)
+        mnt.mkdir()
+        m = Mount(backing, mnt, opts + ["owner=" + owner]).start(timeout=60)
+        m.stop()
+        return m.log()
+    try:
+        log = mount_log("Z")
+        assert NO_REPLICA not in log, log
+        health = cluster.get("/_cluster/health/%s?wait_for_status=green&timeout=60s" % INDEX,
+                             timeout=70)
+        assert health["status"] == "green", health
+        settings = cluster.get("/%s/_settings" % INDEX)[INDEX]["settings"]["index"]
+        assert settings["number_of_replicas"] == "1", settings
+        assert "warning:" not in ctl_check(cluster)
+        backends.recreate_without_replica("http://127.0.0.1:%d" % cluster.live_port())
+        log = mount_log("Y")
+        assert "lock index '%s': %s" % (INDEX, NO_REPLICA) in log, log
+        assert "warning:  " + NO_REPLICA in ctl_check(cluster)
+    finally:
+        # the failover test starts without the index
+        http(cluster.live_port(), "DELETE", "/%s?ignore_unavailable=true" % INDEX)
 
 
 def build(root):
@@ -324,7 +389,7 @@ def test_failover__primary_killed_mid_storm(cluster, tmp_path):
             assert not t.is_alive(), "a rename hung"
         new_primary = cluster.primary_node(INDEX)
         fig = analyse(log, plog, t_kill)
-        fig.update(killed_node=victim, new_primary=new_primary)
+        fig.update(engine=cluster.engine, killed_node=victim, new_primary=new_primary)
         print("\nfailover: " + json.dumps(fig, sort_keys=True))
         if os.environ.get("TREELOCKFS_FAILOVER_REPORT"):
             with open(os.environ["TREELOCKFS_FAILOVER_REPORT"], "w") as f:

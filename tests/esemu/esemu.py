@@ -19,6 +19,7 @@ Painless subset of the store's scripts.
 import argparse
 import base64
 import binascii
+import fnmatch
 import json
 import os
 import random
@@ -58,16 +59,22 @@ FLAVORS = {
     "opensearch2": {"number": "2.19.1", "lucene": "9.12.1", "wire": "7.10.0", "index_compat": "7.0.0",
                     "types": False, "product": False, "opensearch": True, "typed_missing": False,
                     "upsert_ctx_ids": False, "ctx_type": False, "compat": ()},
+    # answers as opensearch2 does but for GET / (the differential test's corpus)
+    "opensearch3": {"number": "3.3.0", "lucene": "10.3.1", "wire": "2.19.0", "index_compat": "2.0.0",
+                    "types": False, "product": False, "opensearch": True, "typed_missing": False,
+                    "upsert_ctx_ids": False, "ctx_type": False, "compat": ()},
 }
 
 # routes: (segments, {method: api}); "{x}" is a path parameter
 ROUTES = [
     ([], {"GET": "info", "HEAD": "ping"}),
+    (["_cluster", "health"], {"GET": "cluster.health"}),
     (["_bulk"], {"POST": "bulk", "PUT": "bulk"}),
     (["_scripts", "{id}"], {"PUT": "put_script", "POST": "put_script", "GET": "get_script",
                             "DELETE": "delete_script"}),
     (["{index}"], {"PUT": "indices.create", "DELETE": "indices.delete"}),
     (["{index}", "_mapping"], {"GET": "indices.get_mapping"}),
+    (["{index}", "_settings"], {"GET": "indices.get_settings"}),
     (["{index}", "_refresh"], {"POST": "refresh", "GET": "refresh"}),
     (["{index}", "_doc", "{id}"], {"PUT": "index", "POST": "index", "GET": "get",
                                    "DELETE": "delete"}),
@@ -94,6 +101,10 @@ API_PARAMS = {
     "put_script": {"timeout", "master_timeout"},
     "get_script": {"master_timeout"},
     "delete_script": {"timeout", "master_timeout"},
+    "cluster.health": {"level", "local", "master_timeout", "timeout", "wait_for_active_shards",
+                       "wait_for_nodes", "wait_for_status", "filter_path"},
+    "indices.get_settings": {"master_timeout", "flat_settings", "local", "include_defaults",
+                             "filter_path"},
 }
 BODY_APIS = {"indices.create", "index", "create", "update", "bulk", "mget", "search", "put_script"}
 SCRIPT_ACTIONS = {"put_script": "cluster:admin/script/put", "get_script": "cluster:admin/script/get",
@@ -200,6 +211,7 @@ class Control(object):
         self.rng = random.Random(args.seed)
         self.blocks = {}                # X-Opaque-Id -> "reset" | "hang"
         self.forbid, self.forbid_status = set(), 403
+        self.data_nodes = 1             # what _cluster/health says (/_esemu/nodes)
         self.stopping = False
 
     def count(self, api):
@@ -230,6 +242,7 @@ class Control(object):
             self.stats, self.total = {}, 0
             self.fail_queue, self.blocks, self.forbid = [], {}, set()
             self.paused, self.latency_ms, self.forbid_status = False, 0, 403
+            self.data_nodes = 1
             self.lock.notify_all()
 
 
@@ -532,6 +545,65 @@ class Emulator(object):
     def h_indices_get_mapping(self, req):
         idx = self.store.get_index(req.pp["index"], "index_or_alias")
         return 200, {idx.name: {"mappings": st.rendered_mapping(idx.mappings)}}
+
+    @staticmethod
+    def filtered(answer, spec):
+        """filter_path=SPEC (the two reads that send it): comma-separated
+        dotted paths whose segments may hold * wildcards; what no path
+        reaches goes, and an answer nothing matched is {}."""
+        if not spec:
+            return answer
+
+        def walk(o, pats):
+            if any(not p for p in pats):
+                return o, True
+            if not isinstance(o, dict):
+                return None, False
+            out = {}
+            for k, v in o.items():
+                sub = [p[1:] for p in pats if fnmatch.fnmatchcase(k, p[0])]
+                if sub:
+                    r, ok = walk(v, sub)
+                    if ok:
+                        out[k] = r
+            return out, bool(out)
+        r, ok = walk(answer, [p.split(".") for p in spec.split(",") if p])
+        return r if ok else {}
+
+    def h_cluster_health(self, req):
+        """One node that may claim more (/_esemu/nodes): the node count, and
+        shards as on its one node."""
+        n = self.control.data_nodes
+        idxs = list(self.store.indices.values())
+        prim = len(idxs)
+        unassigned = sum(i.replicas for i in idxs)
+        return 200, self.filtered({"cluster_name": "esemu", "status": "yellow" if unassigned else "green",
+                     "timed_out": False, "number_of_nodes": n, "number_of_data_nodes": n,
+                     "active_primary_shards": prim, "active_shards": prim, "relocating_shards": 0,
+                     "initializing_shards": 0, "unassigned_shards": unassigned,
+                     "delayed_unassigned_shards": 0, "number_of_pending_tasks": 0,
+                     "number_of_in_flight_fetch": 0, "task_max_waiting_in_queue_millis": 0,
+                     "active_shards_percent_as_number": 100.0 * prim / (prim + unassigned)
+                     if prim + unassigned else 100.0}, req.params.get("filter_path"))
+
+    def h_indices_get_settings(self, req):
+        """The index's settings as created (nested, values as strings), with
+        the shard and replica counts and the name and uuid the engine adds."""
+        idx = self.store.get_index(req.pp["index"], "index_or_alias")
+        flat = dict(idx.settings)
+        flat.setdefault("number_of_shards", 1)
+        flat.setdefault("number_of_replicas", 1)
+        flat["provided_name"], flat["uuid"] = idx.name, idx.uuid
+        nested = {}
+        for k, v in flat.items():
+            d = nested
+            parts = k.split(".")
+            for part in parts[:-1]:
+                d = d.setdefault(part, {})
+            d[parts[-1]] = v if isinstance(v, (list, dict)) else \
+                ("true" if v is True else "false" if v is False else str(v))
+        return 200, self.filtered({idx.name: {"settings": {"index": nested}}},
+                                  req.params.get("filter_path"))
 
     def h_refresh(self, req):
         idx = self.store.indices.get(req.pp["index"])
@@ -992,6 +1064,12 @@ class Handler(BaseHTTPRequestHandler):
                     return self.send_admin(400, {"error": "apis: a list of put_script, get_script, "
                                                           "delete_script; status: 403 or 503"})
                 ctl.forbid, ctl.forbid_status = set(apis), status
+                return self.send_admin(200, ok)
+            if (m, cmd) == ("POST", "nodes"):
+                n = data.get("data_nodes")
+                if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+                    return self.send_admin(400, {"error": "data_nodes: a count of 1 or more"})
+                ctl.data_nodes = n
                 return self.send_admin(200, ok)
             if (m, cmd) == ("POST", "latency"):
                 ctl.latency_ms = max(0, int(data.get("ms", 0)))

@@ -118,3 +118,22 @@ def test_latency(emu8, es):
     t.join(30)
     assert result["r"][0] == 200
     assert result["took"] >= 2.9, result
+
+
+def test_nodes_claimed_in_cluster_health_and_index_settings(emu8, es):
+    # one node serves; /_esemu/nodes sets what _cluster/health says
+    assert es.get("/_cluster/health")[2]["number_of_data_nodes"] == 1
+    emu8.admin("POST", "/_esemu/nodes", {"data_nodes": 3})
+    st, _, b = es.get("/_cluster/health?filter_path=number_of_data_nodes")
+    assert st == 200 and b == {"number_of_data_nodes": 3}
+    es.put("/i", {"settings": {"number_of_shards": 1, "auto_expand_replicas": "false",
+                               "number_of_replicas": 0, "translog": {"durability": "async"}}})
+    st, _, b = es.get("/i/_settings?filter_path=*.settings.index.number_of_replicas,"
+                      "*.settings.index.auto_expand_replicas,*.settings.index.translog.durability")
+    assert st == 200 and b == {"i": {"settings": {"index": {
+        "number_of_replicas": "0", "auto_expand_replicas": "false",
+        "translog": {"durability": "async"}}}}}, b
+    assert "data_nodes" in emu8.admin("POST", "/_esemu/nodes", {"data_nodes": 0})["error"]
+    assert es.get("/_cluster/health")[2]["number_of_data_nodes"] == 3
+    emu8.admin("POST", "/_esemu/reset")
+    assert es.get("/_cluster/health")[2]["number_of_data_nodes"] == 1

@@ -44,6 +44,9 @@ def emu(emu_module):
 # tests marked so run on the es8 emulator and the real engines: where the
 # emulator's flavours would only repeat one another
 ES8_AND_ENGINES = pytest.mark.backends("emulator-es8", "engines")
+# ... and on OpenSearch 3 also in the default run (backends.OPT_IN_ENGINES):
+# the few tests that show the store end to end on it
+ES8_AND_ALL_ENGINES = pytest.mark.backends("emulator-es8", "engines", "opensearch3")
 
 
 def es_opts(emu, owner, *extra, lease_ttl=2, url=None):

@@ -32,6 +32,7 @@ def bound(backend):
 TAKEOVERS = []
 
 
+@pytest.mark.backends("emulator", "engines", "opensearch3")
 def test_es__kill9_holder_is_taken_over(backend, es_mounts):
     a, b = es_mounts(backend, "A", "B", opts={"A": ["rename_delay_ms=60000"]})
     makedirs(a, "d", "src")

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from conftest import makedirs, write
-from es_helpers import (ES8_AND_ENGINES, ctl, emu, emu_module, es_mounts, es_request,  # noqa: F401
+from es_helpers import (ES8_AND_ALL_ENGINES, ES8_AND_ENGINES, ctl, emu, emu_module, es_mounts, es_request,  # noqa: F401
                         held_by, intent_docs, lock_docs, start_op, wait_for)
 
 SCRIPT_IDS = ["treelockfs-%s-v1" % n for n in ("acqs", "acqx", "rel", "mark", "unmark", "evict")]
@@ -95,7 +95,7 @@ def test_es__mount_reads_every_script(emu, es_mounts):
         es_request(emu, "DELETE", "/_scripts/" + sid)
 
 
-@ES8_AND_ENGINES
+@ES8_AND_ALL_ENGINES
 def test_es__scripts_deleted_while_mounted(backend, es_mounts):
     # no heartbeat during the test: its check would store them again
     (a,) = es_mounts(backend, "A", lease_ttl=60)

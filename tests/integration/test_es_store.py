@@ -2,6 +2,7 @@
 through one emulator, the guide's scenarios across mounts, guide-request
 interoperability, round trips per rename, and faults."""
 import errno
+import json
 import os
 import statistics
 import subprocess
@@ -10,9 +11,10 @@ import time
 
 import pytest
 
+import backends
 from conftest import BIN, detach, is_mounted, makedirs, write
-from es_helpers import (ES8_AND_ENGINES, INDEX, Op, ctl, docs, emu, emu_module,  # noqa: F401
-                        es_mounts, es_opts, es_request, forget_mount, held_by, intent_docs,
+from es_helpers import (ES8_AND_ALL_ENGINES, ES8_AND_ENGINES, INDEX, Op, ctl, docs,  # noqa: F401
+                        emu, emu_module, es_mounts, es_opts, es_request, forget_mount, held_by, intent_docs,
                         lock_docs, quote_id, start_emulator, start_op, wait_for)
 
 
@@ -20,6 +22,7 @@ from es_helpers import (ES8_AND_ENGINES, INDEX, Op, ctl, docs, emu, emu_module, 
 
 
 @pytest.mark.parametrize("depth", [1, 5, 20])
+@pytest.mark.backends("emulator", "engines", "opensearch3")
 def test_es__two_requests_per_uncontended_rename(backend, es_mounts, depth):
     (a,) = es_mounts(backend, "A", lease_ttl=60)  # no heartbeat during the measure
     dirs = ["d%d" % i for i in range(depth - 1)]
@@ -106,6 +109,7 @@ def test_es__no_group_commit_sends_each_rename_alone(backend, es_mounts):
 # ---- the guide's scenarios across mounts -------------------------------------------------
 
 
+@pytest.mark.backends("emulator", "engines", "opensearch3")
 def test_es__guide_scenario_across_mounts(backend, es_mounts):
     a, b = es_mounts(backend, "A", "B", opts={"A": ["rename_delay_ms=1500"]})
     makedirs(a, "clinton", "projects", "elasticsearch")
@@ -147,7 +151,7 @@ def test_es__disjoint_renames_overlap(backend, es_mounts):
     assert st["conflicts"] == 0 and st["waits"] == 0, st
 
 
-@ES8_AND_ENGINES
+@ES8_AND_ALL_ENGINES
 def test_es__crossing_directory_moves(backend, es_mounts):
     a, b = es_mounts(backend, "A", "B", opts={"A": ["rename_delay_ms=50"], "B": ["rename_delay_ms=50"]})
     for i in range(8):
@@ -447,7 +451,7 @@ def test_es__relative_cacert_serves_once_daemonised(tmp_path_factory, tmp_path, 
     assert not pids, "treelockfs did not exit after the unmount"
 
 
-@ES8_AND_ENGINES
+@ES8_AND_ALL_ENGINES
 def test_es__ctl_check_and_locks(backend, es_mounts):
     # owners/intents watch each owner until its seq_no moves (up to lease_ttl/3)
     (a,) = es_mounts(backend, "A", opts={"A": ["rename_delay_ms=5000"]})
@@ -584,3 +588,35 @@ def test_es__ctl_break(backend, es_mounts):
     assert held_by(backend, "/x") is None
     os.rename(a.path("x"), a.path("y"))
     assert ctl(backend, "break", "/nothing", "--force").returncode == 2
+
+
+NO_REPLICA = "no replica on a cluster of 3 data nodes"
+
+
+@pytest.mark.emulator_only("the cluster's node count is the emulator's to set (/_esemu/nodes); "
+                           "tests/engines checks a real three-node cluster")
+def test_es__start_warns_where_the_index_has_no_replica(emu, es_mounts):
+    emu.admin("POST", "/_esemu/nodes", {"data_nodes": 3})
+    # the index as the store makes it: a replica wherever a second node is
+    (a,) = es_mounts(emu, "A")
+    a.stop()
+    assert NO_REPLICA not in a.log(), a.log()
+    r = ctl(emu, "check")
+    assert r.returncode == 0 and "warning:" not in r.stdout, r.stdout
+    assert json.loads(ctl(emu, "check", "--json").stdout)["warnings"] == []
+    # made again by hand, without a replica: every start says so, and check
+    backends.recreate_without_replica(emu.url)
+    (b,) = es_mounts(emu, "B")
+    wait_for(lambda: "lock index '%s': %s" % (INDEX, NO_REPLICA) in b.log(), 10,
+             what="the warning")
+    r = ctl(emu, "check")
+    assert r.returncode == 0 and "warning:  " + NO_REPLICA in r.stdout, r.stdout
+    doc = json.loads(ctl(emu, "check", "--json").stdout)
+    assert len(doc["warnings"]) == 1 and doc["warnings"][0].startswith(NO_REPLICA), doc
+    # renames go on: a warning, not a refusal
+    makedirs(b, "x")
+    os.rename(b.path("x"), b.path("y"))
+    # on one node there is nowhere to put a replica: nothing to say
+    emu.admin("POST", "/_esemu/nodes", {"data_nodes": 1})
+    r = ctl(emu, "check")
+    assert r.returncode == 0 and "warning:" not in r.stdout, r.stdout

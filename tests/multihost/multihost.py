@@ -367,7 +367,8 @@ class Forwarder(object):
 
 
 class OpenSearch(Server):
-    """A real OpenSearch node (tests/engines/start) on loopback, reached
+    """A real OpenSearch node (tests/engines/start; ENGINE opensearch for
+    2.19, opensearch3 for 3.x) on loopback, reached
     from the namespaces through a forwarder on the bridge's address; a
     restart kills the node's JVM (kill -9) and starts it again on the same
     data directory."""
@@ -375,8 +376,9 @@ class OpenSearch(Server):
     name = "opensearch"
     stop_grace = 60
 
-    def __init__(self, addr, work):
+    def __init__(self, addr, work, engine="opensearch"):
         self.addr, self.work = addr, work
+        self.name = engine
         self.data = os.path.join(work, "engine")
         self.fwd = Forwarder(addr)
         self.proc = None
@@ -390,7 +392,7 @@ class OpenSearch(Server):
         if os.path.exists(pf):
             os.unlink(pf)
         log = open(os.path.join(self.work, "engine.log"), "ab")
-        self.proc = subprocess.Popen([ENGINE_START, "opensearch", "--port-file", pf,
+        self.proc = subprocess.Popen([ENGINE_START, self.name, "--port-file", pf,
                                       "--data", self.data], stdin=subprocess.DEVNULL,
                                      stdout=log, stderr=log, start_new_session=True)
         log.close()
@@ -826,8 +828,8 @@ class Run(object):
             self.engine = Cluster(self.net, a.hosts, self.nodes, self.work, a.engine,
                                   getattr(a, "heap", "256m"))
         else:
-            self.engine = (OpenSearch if a.engine == "opensearch" else Emulator)(self.net.addr,
-                                                                                 self.work)
+            self.engine = (OpenSearch(self.net.addr, self.work, a.engine)
+                           if a.engine.startswith("opensearch") else Emulator(self.net.addr, self.work))
         try:
             rtt = getattr(a, "rtt_ms", 0)
             if rtt > 0:
@@ -983,7 +985,7 @@ def main(argv=None):
     r.add_argument("--runs", type=int, default=1)
     r.add_argument("--seed", type=int)
     r.add_argument("--engine", default="emulator",
-                   help="emulator, or an engine tests/engines/start runs (opensearch, ...)")
+                   help="emulator, or an engine tests/engines/start runs (opensearch, opensearch3, ...)")
     r.add_argument("--nodes", type=int, default=1,
                    help="engine nodes: more than 1 runs a cluster (a real engine), each "
                    "node in a namespace of its own")

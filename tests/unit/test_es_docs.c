@@ -446,6 +446,59 @@ START_TEST(test_es_docs__null_line_fails_buffer)
 }
 END_TEST
 
+
+/* The findings of SETTINGS (JSON text of the "index" object) on NODES. */
+static int findings(const char *settings, long nodes, char *buf, size_t size)
+{
+	cJSON *o = cJSON_Parse(settings);
+	int n;
+
+	ck_assert_ptr_nonnull(o);
+	n = es_docs_settings_findings(o, nodes, buf, size);
+	cJSON_Delete(o);
+	return n;
+}
+
+START_TEST(test_es_docs__settings_findings)
+{
+	char buf[1024];
+
+	/* as the store creates it: fine on one node and on three */
+	ck_assert_int_eq(findings("{\"number_of_replicas\":\"0\",\"auto_expand_replicas\":\"0-1\"}",
+				  1, buf, sizeof(buf)), 0);
+	ck_assert_str_eq(buf, "");
+	ck_assert_int_eq(findings("{\"number_of_replicas\":\"0\",\"auto_expand_replicas\":\"0-1\"}",
+				  3, buf, sizeof(buf)), 0);
+	ck_assert_int_eq(findings("{\"number_of_replicas\":\"0\",\"auto_expand_replicas\":\"0-all\"}",
+				  3, buf, sizeof(buf)), 0);
+	/* no replica and none to come: fine on one node, not on two */
+	ck_assert_int_eq(findings("{\"number_of_replicas\":\"0\"}", 1, buf, sizeof(buf)), 0);
+	ck_assert_int_eq(findings("{\"number_of_replicas\":\"0\"}", 0, buf, sizeof(buf)), 0);
+	ck_assert_int_eq(findings("{\"number_of_replicas\":\"0\",\"auto_expand_replicas\":\"false\"}",
+				  2, buf, sizeof(buf)), 1);
+	ck_assert_ptr_nonnull(strstr(buf, "no replica on a cluster of 2 data nodes"));
+	ck_assert_int_eq(findings("{\"number_of_replicas\":\"0\",\"auto_expand_replicas\":\"0-0\"}",
+				  3, buf, sizeof(buf)), 1);
+	ck_assert_int_eq(findings("{\"number_of_replicas\":\"1\"}", 3, buf, sizeof(buf)), 0);
+	/* durability and write waits, nested as the engines answer, or flat */
+	ck_assert_int_eq(findings("{\"number_of_replicas\":\"1\",\"translog\":{\"durability\":\"async\"},"
+				  "\"write\":{\"wait_for_active_shards\":\"all\"}}",
+				  3, buf, sizeof(buf)), 2);
+	ck_assert_ptr_nonnull(strstr(buf, "translog.durability is async"));
+	ck_assert_ptr_nonnull(strstr(buf, "wait_for_active_shards is all"));
+	ck_assert_ptr_nonnull(strchr(buf, '\n'));
+	ck_assert_int_eq(findings("{\"translog.durability\":\"request\","
+				  "\"write.wait_for_active_shards\":\"1\"}", 3, buf, sizeof(buf)), 0);
+	/* three findings in a small buffer: counted, cut, terminated */
+	ck_assert_int_eq(findings("{\"number_of_replicas\":\"0\",\"translog\":{\"durability\":\"async\"},"
+				  "\"write\":{\"wait_for_active_shards\":\"2\"}}",
+				  5, buf, 40), 3);
+	ck_assert_uint_eq(strlen(buf), 39);
+	/* nothing known */
+	ck_assert_int_eq(es_docs_settings_findings(NULL, 3, buf, sizeof(buf)), 0);
+}
+END_TEST
+
 Suite *make_suite_es_docs(void)
 {
 	Suite *s = suite_create("es_docs");
@@ -464,6 +517,7 @@ Suite *make_suite_es_docs(void)
 	tcase_add_test(tc, test_es_docs__ids_and_holders);
 	tcase_add_test(tc, test_es_docs__script_refusal);
 	tcase_add_test(tc, test_es_docs__null_line_fails_buffer);
+	tcase_add_test(tc, test_es_docs__settings_findings);
 	suite_add_tcase(s, tc);
 	return s;
 }

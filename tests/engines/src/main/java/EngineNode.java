@@ -1,10 +1,12 @@
 /*
- * One Elasticsearch 7 or OpenSearch 2 node in this JVM, for treelockfs's tests.
+ * One Elasticsearch 7, OpenSearch 2 or OpenSearch 3 node in this JVM, for
+ * treelockfs's tests.
  *
  * Compiled with javac against the JDK alone: the engine is reached through
- * reflection, so the same class serves both engines (their APIs differ only in
- * the package prefix, org.elasticsearch or org.opensearch) and needs no build
- * tool beyond javac.  tests/engines/start is the only caller.
+ * reflection, so the same class serves every engine (their APIs differ in the
+ * package prefix, org.elasticsearch or org.opensearch, and in a few names
+ * tried in turn below) and needs no build tool beyond javac.
+ * tests/engines/start is the only caller.
  *
  *   java EngineNode ports N
  *       prints N distinct free loopback TCP ports, one per line.
@@ -38,11 +40,12 @@ import java.util.concurrent.TimeUnit;
 
 public final class EngineNode {
 	/* The modules the es lock store needs: HTTP (netty4), Painless (update
-	 * and stored scripts), reindex (_delete_by_query). */
-	private static final String[] MODULES = {
-		"transport.Netty4Plugin",
-		"painless.PainlessPlugin",
-		"index.reindex.ReindexPlugin",
+	 * and stored scripts), reindex (_delete_by_query).  Each is the first of
+	 * its names that the class path has (OpenSearch 3 renamed them). */
+	private static final String[][] MODULES = {
+		{"transport.Netty4Plugin", "transport.Netty4ModulePlugin"},
+		{"painless.PainlessPlugin", "painless.PainlessModulePlugin"},
+		{"index.reindex.ReindexPlugin", "index.reindex.ReindexModulePlugin"},
 	};
 
 	private static void die(String msg) {
@@ -60,7 +63,7 @@ public final class EngineNode {
 		String engine = args[1];
 		String prefix;
 		String nodeClass;
-		if (engine.equals("opensearch")) {
+		if (engine.equals("opensearch") || engine.equals("opensearch3")) {
 			prefix = "org.opensearch.";
 			nodeClass = "org.codelibs.opensearch.runner.node.OpenSearchRunnerNode";
 		} else if (engine.equals("elasticsearch")) {
@@ -156,7 +159,7 @@ public final class EngineNode {
 		Object env = envC.getConstructor(settingsC, Path.class).newInstance(s, null);
 
 		/* Logging at INFO to stdout, which the launcher sends to node-K.log. */
-		Path conf = (Path) envC.getMethod("configFile").invoke(env);
+		Path conf = (Path) method(envC, "configFile", "configDir").invoke(env);
 		Files.write(conf.resolve("log4j2.properties"), String.join("\n",
 			"status = error",
 			"appender.console.type = Console",
@@ -170,12 +173,34 @@ public final class EngineNode {
 		logConf.getMethod("configure", envC).invoke(null, env);
 
 		List<Class<?>> plugins = new ArrayList<>();
-		for (String m : MODULES)
-			plugins.add(Class.forName(prefix + m));
+		for (String[] names : MODULES)
+			plugins.add(firstClass(prefix, names));
 		Constructor<?> nc = Class.forName(nodeClass).getConstructor(envC, java.util.Collection.class);
 		Object node = nc.newInstance(env, plugins);
 		node.getClass().getMethod("start").invoke(node);
 		return node;
+	}
+
+	private static Class<?> firstClass(String prefix, String[] names) throws ClassNotFoundException {
+		for (String n : names) {
+			try {
+				return Class.forName(prefix + n);
+			} catch (ClassNotFoundException e) {
+				/* the next name */
+			}
+		}
+		throw new ClassNotFoundException(prefix + String.join(" or " + prefix, names));
+	}
+
+	private static Method method(Class<?> c, String... names) throws NoSuchMethodException {
+		for (String n : names) {
+			try {
+				return c.getMethod(n);
+			} catch (NoSuchMethodException e) {
+				/* the next name */
+			}
+		}
+		throw new NoSuchMethodException(c.getName() + "." + String.join(" or ", names));
 	}
 
 	private static volatile boolean closing;
