@@ -609,9 +609,11 @@ class Host(object):
         return rc
 
 
-def workload(mnt, host, until_ns, seed, out, names):
+def workload(mnt, host, until_ns, seed, out, names, stop=None):
     """Moves files among directories and directories among the top ones,
-    logging each rename and its result (one JSON object a line)."""
+    logging each rename and its result (one JSON object a line), until
+    UNTIL_NS or, with STOP, until the file STOP exists (UNTIL_NS is then
+    only a bound)."""
     rnd = random.Random(seed)
     tops = [n for n in names if n.startswith("d")]
     subs = [n for n in names if n.startswith("s")]
@@ -619,7 +621,7 @@ def workload(mnt, host, until_ns, seed, out, names):
     where = {}
     n = 0
     with open(out, "a") as f:
-        while mono_ns() < until_ns:
+        while mono_ns() < until_ns and not (stop and n % 8 == 0 and os.path.exists(stop)):
             if n % 4 == 0 or not where:
                 try:
                     where = {}
@@ -784,12 +786,15 @@ class Run(object):
             self.note("skew", h.name, pid=h.proc.pid, skew=skew, phase="end")
         self.faults[kind] += 1
 
-    def nemesis(self, until_ns):
+    def nemesis(self, until_ns, bound_ns=None):
+        """Injects faults until UNTIL_NS and, with BOUND_NS, on past it until
+        every kind has been injected once (a busy machine makes each fault
+        take longer), but not past BOUND_NS."""
         kinds = [k for k in KINDS if k not in self.skipped]
         order = kinds[:]
         self.rnd.shuffle(order)
         time.sleep(self.args.settle)
-        while mono_ns() < until_ns:
+        while mono_ns() < until_ns or (order and bound_ns and mono_ns() < bound_ns):
             kind = order.pop(0) if order else self.rnd.choice(kinds)
             try:
                 self.fault(kind)
@@ -799,6 +804,17 @@ class Run(object):
             time.sleep(self.rnd.uniform(*self.args.gap))
 
     # ---- one run ----------------------------------------------------------------------------
+
+    def ok_renames(self):
+        """Renames that returned 0 so far, over every host's log."""
+        n = 0
+        for _, out in self.workers:
+            try:
+                with open(out) as f:
+                    n += sum(1 for line in f if line.endswith('"res": 0}\n'))
+            except OSError:
+                pass
+        return n
 
     def leftovers(self):
         url = self.engine.url
@@ -852,20 +868,40 @@ class Run(object):
                 topo["shards"] = self.engine.shards(INDEX)
                 topo["rtt_ms"] = self.net.rtt_ms(0, self.engine.addrs[0],
                                                  self.engine.ports[0])
-            t_end = mono_ns() + int(a.duration * 1e9)
+            # The run lasts a.duration, and on (up to a.max_duration) until
+            # every fault kind was injected once and the workload has done
+            # a.min_ok renames that returned 0: conditions, not a time, so
+            # a busy machine makes the run longer, never weaker.
+            t0 = mono_ns()
+            t_end = t0 + int(a.duration * 1e9)
+            max_s = max(a.duration, getattr(a, "max_duration", 0) or a.duration)
+            t_bound = t0 + int(max_s * 1e9)
+            stop = os.path.join(self.work, "workload.stop")
             for h in self.hosts:
                 out = os.path.join(self.work, "work%d.jsonl" % h.i)
                 p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "workload",
-                                      h.mnt, h.name, str(t_end), str(self.rnd.randrange(1 << 30)),
-                                      out, ",".join(sorted(self.initial))])
+                                      h.mnt, h.name, str(t_bound + int(a.quiet * 1e9)),
+                                      str(self.rnd.randrange(1 << 30)), out,
+                                      ",".join(sorted(self.initial)), stop])
                 self.workers.append((p, out))
-            nem = threading.Thread(target=self.nemesis, args=(t_end - int(a.quiet * 1e9),))
+            nem = threading.Thread(target=self.nemesis, args=(t_end - int(a.quiet * 1e9),
+                                                              t_bound - int(a.quiet * 1e9)))
             nem.start()
             nem.join()
             if self.nemesis_error:
+                with open(stop, "w"):
+                    pass
                 raise RuntimeError("the nemesis failed: " + self.nemesis_error)
+            # the quiet end: no new faults for a.quiet seconds, and on until
+            # the renames counted are in
+            quiet_end = mono_ns() + int(a.quiet * 1e9)
+            while mono_ns() < quiet_end or (self.ok_renames() < getattr(a, "min_ok", 0)
+                                            and mono_ns() < t_bound + int(a.quiet * 1e9)):
+                time.sleep(0.5)
+            with open(stop, "w"):
+                pass
             for p, _ in self.workers:
-                p.wait(a.duration + 120)
+                p.wait(max_s + 120)
                 if p.returncode != 0:
                     raise RuntimeError("a workload exited with %d" % p.returncode)
             statuses = {}
@@ -975,13 +1011,19 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "workload":
         mnt, host, until, seed, out, names = argv[1:7]
-        workload(mnt, host, int(until), int(seed), out, names.split(","))
+        workload(mnt, host, int(until), int(seed), out, names.split(","),
+                 argv[7] if len(argv) > 7 else None)
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="hosts, workload, nemesis, checker")
     r.add_argument("--hosts", type=int, default=3)
     r.add_argument("--duration", type=float, default=45, help="seconds of workload per run")
+    r.add_argument("--max-duration", type=float, default=0,
+                   help="go on past --duration, up to this many seconds, until every fault "
+                   "kind was injected once and --min-ok renames returned 0")
+    r.add_argument("--min-ok", type=int, default=0,
+                   help="renames that must have returned 0 before the run ends")
     r.add_argument("--runs", type=int, default=1)
     r.add_argument("--seed", type=int)
     r.add_argument("--engine", default="emulator",
