@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "buf.h"
+#include "escape.h"
 #include "lockmgr.h"
 #include "log.h"
 #include "tlclock.h"
@@ -328,25 +329,6 @@ void lockmgr_store_metrics(struct lockmgr *m, struct tl_store_metrics *out)
 		m->store->ops->metrics(m->store, out);
 }
 
-/* Appends S to B for the hold log: bytes below 0x21, 0x7f and '\\' as
- * \\xHH. */
-static void hold_log_put(struct buf *b, const char *s)
-{
-	static const char hex[] = "0123456789abcdef";
-
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-
-		if (c <= 0x20 || c == 0x7f || c == '\\') {
-			char e[4] = {'\\', 'x', hex[c >> 4], hex[c & 15]};
-
-			buf_add(b, e, 4);
-		} else {
-			buf_add(b, s, 1);
-		}
-	}
-}
-
 /* Writes one line of rename hold H to the hold log (lockmgr_set_hold_log()):
  * its keys when ACQUIRE, else RES. */
 static void hold_log(struct lockmgr *m, const struct tl_hold *h, bool acquire, int res)
@@ -373,15 +355,15 @@ static void hold_log(struct lockmgr *m, const struct tl_hold *h, bool acquire, i
 	snprintf(head, sizeof(head), "%lld%09ld\t%s\t%d\t", (long long)ts.tv_sec, ts.tv_nsec,
 		 acquire ? "acquire" : "release", (int)getpid());
 	buf_add(&b, head, strlen(head));
-	hold_log_put(&b, h->holder.id);
+	escape_buf(&b, h->holder.id);
 	if (acquire) {
 		buf_add(&b, "\t", 1);
-		hold_log_put(&b, plan->from);
+		escape_buf(&b, plan->from);
 		buf_add(&b, "\t", 1);
-		hold_log_put(&b, plan->to ? plan->to : "");
+		escape_buf(&b, plan->to ? plan->to : "");
 		for (i = 0; i < plan->n; i++) {
 			buf_add(&b, plan->items[i].mode == TL_EXCLUSIVE ? "\tX:" : "\tS:", 3);
-			hold_log_put(&b, plan->items[i].key);
+			escape_buf(&b, plan->items[i].key);
 		}
 	} else {
 		snprintf(head, sizeof(head), "\t%d", -res);

@@ -149,8 +149,8 @@ def test_options__hold_log_records_each_rename_on_the_monotonic_clock(mount_fact
     pid = str(m.proc.pid)
     assert all(l[2] == pid for l in lines)
     assert lines[0][3] == lines[1][3] != lines[2][3] == lines[3][3]
-    assert lines[0][4:6] == ["/a\\x20b/c", "/d"]
-    assert sorted(lines[0][6:]) == ["S:/a\\x20b", "X:/a\\x20b/c", "X:/d"]
+    assert lines[0][4:6] == ["/a b/c", "/d"]
+    assert sorted(lines[0][6:]) == ["S:/a b", "X:/a b/c", "X:/d"]
     assert lines[1][4:] == ["0"]
     assert lines[2][4:6] == ["/d", "/e"] and sorted(lines[2][6:]) == ["X:/d", "X:/e"]
     assert lines[3][4:] == [str(errno.ENOTEMPTY)]

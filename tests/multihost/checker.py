@@ -71,11 +71,11 @@ import sys
 # went away under it, or the call was interrupted
 AMBIGUOUS = {errno.ENOTCONN, errno.ECONNABORTED, errno.EINTR, errno.EIO}
 
-_ESC = re.compile(r"\\x([0-9a-fA-F]{2})")
+_ESC = re.compile(r"\\(?:x([0-9a-fA-F]{2})|\\)")
 
 
 def unescape(s):
-    return _ESC.sub(lambda m: chr(int(m.group(1), 16)), s)
+    return _ESC.sub(lambda m: chr(int(m.group(1), 16)) if m.group(1) else "\\", s)
 
 
 class Hold(object):
