@@ -588,11 +588,12 @@ class Emulator(object):
 
     def h_indices_get_settings(self, req):
         """The index's settings as created (nested, values as strings), with
-        the shard and replica counts and the name and uuid the engine adds."""
+        the shard count, the replica count as on one node, and the name and
+        uuid the engine adds."""
         idx = self.store.get_index(req.pp["index"], "index_or_alias")
         flat = dict(idx.settings)
-        flat.setdefault("number_of_shards", 1)
-        flat.setdefault("number_of_replicas", 1)
+        flat["number_of_shards"] = 1
+        flat["number_of_replicas"] = idx.replicas  # auto-expanded on its one node
         flat["provided_name"], flat["uuid"] = idx.name, idx.uuid
         nested = {}
         for k, v in flat.items():
