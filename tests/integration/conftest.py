@@ -26,7 +26,7 @@ FUSERMOUNT = shutil.which("fusermount3")
 
 sys.path.insert(0, os.path.join(SRCDIR, "tests"))
 import backend_fixtures  # noqa: E402
-from mounts import (detach, is_mounted, mounts_below, outcome, program, read_file, require_built,  # noqa: E402,F401,E501
+from mounts import (detach, errno_of, is_mounted, mounts_below, outcome, program, read_file, require_built,  # noqa: E402,F401,E501
                     run_steps, stop_mounts, unbuilt, wait_for, write_file)
 from backend_fixtures import backend, backend_session  # noqa: E402,F401
 
@@ -267,6 +267,18 @@ def open_tree(tmp_path):
     for _ in range(3):
         os.chmod(p, os.stat(p).st_mode | 0o755)
         p = p.parent
+
+
+@pytest.fixture
+def shared_mount(tmp_path, mount_factory):
+    """(mount, native directory) with allow_other, reachable by anyone."""
+    open_tree(tmp_path)
+    m = mount_factory(opts=["allow_other"])
+    os.chmod(m.mnt, 0o755)
+    native = tmp_path / "native"
+    native.mkdir()
+    native.chmod(0o755)
+    return m, str(native)
 
 
 def run_as(uid, gid, func, groups=()):

@@ -23,7 +23,6 @@ from conftest import BIN, run_as
 import test_hardening_fs
 import test_multiuser
 from test_hardening_fs import small_ext4  # noqa: F401 - a fixture of the cases below
-from test_multiuser import shared_mount  # noqa: F401 - a fixture of the cases below
 
 USER, GROUP = test_multiuser.USER, test_multiuser.GROUP
 
@@ -96,20 +95,8 @@ def test_backing__user_writes_pass_through_and_stop_at_root_reserve(tmp_path, sm
                                                                     mount_factory):
     """A user's plain writes do go through the kernel (counted) and still
     stop where ext4 stops the user natively, outside root's reserve."""
-    test_hardening_fs.open_tree(tmp_path)
-    native = os.path.join(small_ext4, "native")
-    os.mkdir(native)
-    os.chown(native, USER, GROUP)
-    want = run_as(USER, GROUP, lambda: test_hardening_fs.fill(os.path.join(native, "big")))
-    os.unlink(os.path.join(native, "big"))
-    os.sync()
-    backing = os.path.join(small_ext4, "backing")
-    os.mkdir(backing)
-    os.chmod(backing, 0o755)
-    m = mount_factory(opts=["allow_other"], backing=backing)
-    os.chmod(m.mnt, 0o755)
-    os.mkdir(m.path("pub"))
-    os.chown(m.path("pub"), USER, GROUP)
+    want, m = test_hardening_fs.native_then_mount(tmp_path, small_ext4, mount_factory,
+                                                  test_hardening_fs.fill)
     before = m.stats()
     got = run_as(USER, GROUP, lambda: test_hardening_fs.fill(m.path("pub", "big")))
     after = m.stats()

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import run_as
+from conftest import open_tree, run_as
 from es_helpers import (ES8_AND_ENGINES, INDEX, ctl, emu, emu_module, es_mounts, es_opts,  # noqa: F401,E501
                         es_request, forget_mount, held_by, lock_docs, start_op, wait_for)
 
@@ -119,14 +119,6 @@ def test_es__credentials_over_http_allowed_and_warned(tmp_path_factory, mount_fa
 def fsname(m, *parts):
     return os.path.join(os.fsencode(m.mnt), *[os.fsencode(p) if isinstance(p, str) else p
                                               for p in parts])
-
-
-def open_tree(path):
-    """Lets other users reach PATH (pytest makes its parents 0700)."""
-    p = path
-    for _ in range(3):
-        os.chmod(p, os.stat(p).st_mode | 0o755)
-        p = p.parent
 
 
 @ES8_AND_ENGINES

@@ -11,17 +11,9 @@ import os
 
 import pytest
 
-from conftest import open_tree, write_file
+from conftest import errno_of, open_tree, write_file
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
-
-
-def errno_of(fn):
-    try:
-        fn()
-    except OSError as e:
-        return e.errno
-    return 0
 
 
 def test_hardening__new_name_in_control_dir_is_eperm(mnt):
@@ -221,21 +213,20 @@ def copy_until_full(path):
     return total
 
 
-@pytest.mark.parametrize("how", [fill, fallocate_until_full, copy_until_full],
-                         ids=["write", "fallocate", "copy_file_range"])
-def test_hardening__user_cannot_use_root_reserve(tmp_path, small_ext4, mount_factory, how):
-    """A user stops where ext4 stops it natively (the -m reserve is root's);
-    through an allow_other mount it must not get further."""
+def native_then_mount(tmp_path, disk, mount_factory, how):
+    """How many bytes USER gets onto DISK natively with HOW (the file then
+    removed), and an allow_other mount of DISK/backing with a directory
+    "pub" of USER's."""
     from conftest import run_as
     open_tree(tmp_path)
-    native = os.path.join(small_ext4, "native")
+    native = os.path.join(disk, "native")
     os.mkdir(native)
     os.chown(native, USER, GROUP)
     open_tree(tmp_path)
     want = run_as(USER, GROUP, lambda: how(os.path.join(native, "big")))
     os.unlink(os.path.join(native, "big"))
     os.sync()
-    backing = os.path.join(small_ext4, "backing")
+    backing = os.path.join(disk, "backing")
     os.mkdir(backing)
     os.chmod(backing, 0o755)
     m = mount_factory(opts=["allow_other"], backing=backing)
@@ -243,6 +234,16 @@ def test_hardening__user_cannot_use_root_reserve(tmp_path, small_ext4, mount_fac
     os.mkdir(m.path("pub"))
     os.chown(m.path("pub"), USER, GROUP)
     open_tree(tmp_path)
+    return want, m
+
+
+@pytest.mark.parametrize("how", [fill, fallocate_until_full, copy_until_full],
+                         ids=["write", "fallocate", "copy_file_range"])
+def test_hardening__user_cannot_use_root_reserve(tmp_path, small_ext4, mount_factory, how):
+    """A user stops where ext4 stops it natively (the -m reserve is root's);
+    through an allow_other mount it must not get further."""
+    from conftest import run_as
+    want, m = native_then_mount(tmp_path, small_ext4, mount_factory, how)
     got = run_as(USER, GROUP, lambda: how(m.path("pub", "big")))
     assert want > 0
     slack = 1 << 20
