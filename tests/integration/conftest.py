@@ -186,6 +186,15 @@ class Mount:
         with open(os.path.join(self.mnt, ".treelockfs", name), encoding="utf-8") as f:
             return f.read()
 
+    def set_option(self, line):
+        """Changes an option of the running mount ("lock_timeout=N" or
+        "log_level=L") through .treelockfs/options."""
+        fd = os.open(os.path.join(self.mnt, ".treelockfs", "options"), os.O_WRONLY)
+        try:
+            os.write(fd, line.encode() + b"\n")
+        finally:
+            os.close(fd)
+
     def stats(self):
         out = {}
         for line in self.ctl("stats").splitlines():
@@ -196,8 +205,10 @@ class Mount:
     def locks(self):
         return [l for l in self.ctl("locks").splitlines() if l and not l.startswith("#")]
 
-    def stop(self, check=True, timeout=15):
-        """Unmounts and waits for the daemon; with CHECK it must exit 0."""
+    def stop(self, check=True, timeout=120):
+        """Unmounts and waits for the daemon (up to TIMEOUT: with an es
+        store its last requests may take up to lock_timeout, longer on a
+        busy machine); with CHECK it must exit 0."""
         if self.proc is None:
             return
         detach(self.mnt)
