@@ -116,19 +116,23 @@ def test_hardening__create_does_not_follow_planted_symlink(tmp_path, mount_facto
 USER, GROUP = 4242, 4242
 
 
-@pytest.fixture
-def small_ext4(tmp_path):
-    """A 32 MiB ext4 with half its blocks reserved for root (-m 50),
-    loop-mounted at tmp_path/disk; unmounted after the test (after the
-    treelockfs mounts on it, which are set up later)."""
+def loop_ext4(tmp_path, resuid=None):
+    """For a fixture: yields a 32 MiB ext4 with half its blocks reserved
+    (-m 50) for root, or for user RESUID (tune2fs -u), loop-mounted at
+    tmp_path/disk; unmounted after the test (after the treelockfs mounts on
+    it, which are set up later)."""
     import shutil
     import subprocess
-    if not shutil.which("mkfs.ext4") or not os.path.exists("/dev/loop-control"):
-        pytest.skip("needs mkfs.ext4 and loop devices")
+    tools = ["mkfs.ext4"] + (["tune2fs"] if resuid is not None else [])
+    if any(shutil.which(t) is None for t in tools) or not os.path.exists("/dev/loop-control"):
+        pytest.skip("needs %s and loop devices" % " and ".join(tools))
     img = tmp_path / "ext4.img"
     with open(img, "wb") as f:
         f.truncate(32 << 20)
     subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "50", str(img)], check=True)
+    if resuid is not None:
+        subprocess.run(["tune2fs", "-u", str(resuid), str(img)], check=True,
+                       stdout=subprocess.DEVNULL)
     disk = tmp_path / "disk"
     disk.mkdir()
     r = subprocess.run(["mount", "-o", "loop", str(img), str(disk)], capture_output=True)
@@ -138,6 +142,12 @@ def small_ext4(tmp_path):
         yield str(disk)
     finally:
         subprocess.run(["umount", str(disk)], check=False)
+
+
+@pytest.fixture
+def small_ext4(tmp_path):
+    """loop_ext4(): half its blocks reserved for root."""
+    yield from loop_ext4(tmp_path)
 
 
 def fill(path):
