@@ -56,13 +56,14 @@ if grep -q '^#define TL_LIBFUSE_BUNDLED 1' config.h 2>/dev/null; then
 			${PYTHON:+PYTHON=$PYTHON} && make -j"$(nproc 2>/dev/null || echo 2)") \
 			>"$sysbuild/build.log" 2>&1; then
 		"$sysbuild/src/treelockfs" --version
-		# The lock store's tests on real engines do not depend on libfuse
-		# and ran above: here the es lock store runs on the emulator only,
+		# The lock store's tests on real engines and on the emulator's
+		# other dialects (es7, opensearch2) do not depend on libfuse and
+		# ran above: here the es lock store runs on the es8 emulator only,
 		# unless TREELOCKFS_BACKENDS says otherwise.
-		echo "lock store backends: ${TREELOCKFS_BACKENDS:-emulator}"
+		echo "lock store backends: ${TREELOCKFS_BACKENDS:-emulator-es8}"
 		(cd "$sysbuild" && env TREELOCKFS_BIN="$sysbuild/src/treelockfs" \
 			TREELOCKCTL_BIN="$sysbuild/src/treelockctl" TREELOCKFS_SRCDIR="$sysbuild" \
-			TREELOCKFS_BACKENDS="${TREELOCKFS_BACKENDS:-emulator}" sh tests/integration/run.sh)
+			TREELOCKFS_BACKENDS="${TREELOCKFS_BACKENDS:-emulator-es8}" sh tests/integration/run.sh)
 		# the result as make check's driver would write it, for the count below
 		case $? in
 		0) result=PASS ;;

@@ -113,6 +113,15 @@ def stop_mounts(mounts):
 # ---- what the tests that compare a mount with a native directory share ----
 
 
+def errno_of(fn):
+    """The errno of the OSError FN() raised, 0 when it raised none."""
+    try:
+        fn()
+    except OSError as e:
+        return e.errno
+    return 0
+
+
 def outcome(fn, stat_form=None):
     """What FN() did, in a form that compares equal between a mount and a
     native directory: ("err", "ENOENT") for an OSError, STAT_FORM(result)

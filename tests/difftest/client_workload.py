@@ -10,6 +10,8 @@ relations)."""
 import json
 import sys
 
+TIMEOUT = 120
+
 
 def main():
     kind, url, index_name = sys.argv[1:4]
@@ -21,8 +23,10 @@ def main():
         from elasticsearch.exceptions import ConflictError, NotFoundError
     import importlib
     mod = importlib.import_module("opensearchpy" if kind == "opensearch" else "elasticsearch")
-    es = Client(url)
     v8 = kind == "elasticsearch" and mod.__version__[0] >= 8
+    # a generous timeout per request (the clients' default is 10 s): a real
+    # node on a busy machine answers its first index creation later
+    es = Client(url, **({"request_timeout": TIMEOUT} if v8 else {"timeout": TIMEOUT}))
     out = {"client": "%s %s" % (mod.__name__, ".".join(map(str, mod.__version__)))}
 
     def put(**kw):

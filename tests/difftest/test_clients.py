@@ -52,7 +52,7 @@ def venv_python():
 
 def run(python, kind, url):
     r = subprocess.run([python, "-W", "ignore", WORKLOAD, kind, url, "difftest-clients"],
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout)
     print("\n%s against %s: %s" % (out.pop("client"), url, json.dumps(out, sort_keys=True)))

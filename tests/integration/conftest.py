@@ -26,7 +26,7 @@ FUSERMOUNT = shutil.which("fusermount3")
 
 sys.path.insert(0, os.path.join(SRCDIR, "tests"))
 import backend_fixtures  # noqa: E402
-from mounts import (detach, is_mounted, mounts_below, outcome, program, read_file, require_built,  # noqa: E402,F401,E501
+from mounts import (detach, errno_of, is_mounted, mounts_below, outcome, program, read_file, require_built,  # noqa: E402,F401,E501
                     run_steps, stop_mounts, unbuilt, wait_for, write_file)
 from backend_fixtures import backend, backend_session  # noqa: E402,F401
 
@@ -186,6 +186,15 @@ class Mount:
         with open(os.path.join(self.mnt, ".treelockfs", name), encoding="utf-8") as f:
             return f.read()
 
+    def set_option(self, line):
+        """Changes an option of the running mount ("lock_timeout=N" or
+        "log_level=L") through .treelockfs/options."""
+        fd = os.open(os.path.join(self.mnt, ".treelockfs", "options"), os.O_WRONLY)
+        try:
+            os.write(fd, line.encode() + b"\n")
+        finally:
+            os.close(fd)
+
     def stats(self):
         out = {}
         for line in self.ctl("stats").splitlines():
@@ -196,8 +205,10 @@ class Mount:
     def locks(self):
         return [l for l in self.ctl("locks").splitlines() if l and not l.startswith("#")]
 
-    def stop(self, check=True, timeout=15):
-        """Unmounts and waits for the daemon; with CHECK it must exit 0."""
+    def stop(self, check=True, timeout=120):
+        """Unmounts and waits for the daemon (up to TIMEOUT: with an es
+        store its last requests may take up to lock_timeout, longer on a
+        busy machine); with CHECK it must exit 0."""
         if self.proc is None:
             return
         detach(self.mnt)
@@ -267,6 +278,18 @@ def open_tree(tmp_path):
     for _ in range(3):
         os.chmod(p, os.stat(p).st_mode | 0o755)
         p = p.parent
+
+
+@pytest.fixture
+def shared_mount(tmp_path, mount_factory):
+    """(mount, native directory) with allow_other, reachable by anyone."""
+    open_tree(tmp_path)
+    m = mount_factory(opts=["allow_other"])
+    os.chmod(m.mnt, 0o755)
+    native = tmp_path / "native"
+    native.mkdir()
+    native.chmod(0o755)
+    return m, str(native)
 
 
 def run_as(uid, gid, func, groups=()):

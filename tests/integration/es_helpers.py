@@ -144,6 +144,14 @@ class Op(threading.Thread):
             self.error = e
         self.t1 = time.monotonic()
 
+    def finish(self, timeout=120):
+        """Waits for the call to end and fails when it has not within
+        TIMEOUT (generous: a busy machine only makes it later)."""
+        self.join(timeout)
+        assert not self.is_alive(), "%s%r did not end within %d s" % (
+            self.func.__name__, self.args, timeout)
+        return self
+
     @property
     def elapsed(self):
         return (self.t1 or time.monotonic()) - self.t0

@@ -23,7 +23,6 @@ from conftest import BIN, run_as
 import test_hardening_fs
 import test_multiuser
 from test_hardening_fs import small_ext4  # noqa: F401 - a fixture of the cases below
-from test_multiuser import shared_mount  # noqa: F401 - a fixture of the cases below
 
 USER, GROUP = test_multiuser.USER, test_multiuser.GROUP
 
@@ -96,20 +95,8 @@ def test_backing__user_writes_pass_through_and_stop_at_root_reserve(tmp_path, sm
                                                                     mount_factory):
     """A user's plain writes do go through the kernel (counted) and still
     stop where ext4 stops the user natively, outside root's reserve."""
-    test_hardening_fs.open_tree(tmp_path)
-    native = os.path.join(small_ext4, "native")
-    os.mkdir(native)
-    os.chown(native, USER, GROUP)
-    want = run_as(USER, GROUP, lambda: test_hardening_fs.fill(os.path.join(native, "big")))
-    os.unlink(os.path.join(native, "big"))
-    os.sync()
-    backing = os.path.join(small_ext4, "backing")
-    os.mkdir(backing)
-    os.chmod(backing, 0o755)
-    m = mount_factory(opts=["allow_other"], backing=backing)
-    os.chmod(m.mnt, 0o755)
-    os.mkdir(m.path("pub"))
-    os.chown(m.path("pub"), USER, GROUP)
+    want, m = test_hardening_fs.native_then_mount(tmp_path, small_ext4, mount_factory,
+                                                  test_hardening_fs.fill)
     before = m.stats()
     got = run_as(USER, GROUP, lambda: test_hardening_fs.fill(m.path("pub", "big")))
     after = m.stats()
@@ -120,26 +107,8 @@ def test_backing__user_writes_pass_through_and_stop_at_root_reserve(tmp_path, sm
 
 @pytest.fixture
 def resuid_ext4(tmp_path):
-    """A 32 MiB ext4 whose reserved half (-m 50) is USER's (tune2fs -u),
-    loop-mounted at tmp_path/disk."""
-    if not shutil.which("mkfs.ext4") or not shutil.which("tune2fs") or \
-            not os.path.exists("/dev/loop-control"):
-        pytest.skip("needs mkfs.ext4, tune2fs and loop devices")
-    img = tmp_path / "ext4.img"
-    with open(img, "wb") as f:
-        f.truncate(32 << 20)
-    subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "50", str(img)], check=True)
-    subprocess.run(["tune2fs", "-u", str(USER), str(img)], check=True,
-                   stdout=subprocess.DEVNULL)
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    r = subprocess.run(["mount", "-o", "loop", str(img), str(disk)], capture_output=True)
-    if r.returncode != 0:
-        pytest.skip("cannot loop-mount an ext4 image: %s" % r.stderr.decode().strip())
-    try:
-        yield str(disk)
-    finally:
-        subprocess.run(["umount", str(disk)], check=False)
+    """test_hardening_fs.loop_ext4(): its reserved half is USER's."""
+    yield from test_hardening_fs.loop_ext4(tmp_path, resuid=USER)
 
 
 def test_backing__later_writer_gets_nothing_of_first_opener(tmp_path, resuid_ext4,

@@ -11,17 +11,9 @@ import os
 
 import pytest
 
-from conftest import open_tree, write_file
+from conftest import errno_of, open_tree, write_file
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
-
-
-def errno_of(fn):
-    try:
-        fn()
-    except OSError as e:
-        return e.errno
-    return 0
 
 
 def test_hardening__new_name_in_control_dir_is_eperm(mnt):
@@ -124,19 +116,23 @@ def test_hardening__create_does_not_follow_planted_symlink(tmp_path, mount_facto
 USER, GROUP = 4242, 4242
 
 
-@pytest.fixture
-def small_ext4(tmp_path):
-    """A 32 MiB ext4 with half its blocks reserved for root (-m 50),
-    loop-mounted at tmp_path/disk; unmounted after the test (after the
-    treelockfs mounts on it, which are set up later)."""
+def loop_ext4(tmp_path, resuid=None):
+    """For a fixture: yields a 32 MiB ext4 with half its blocks reserved
+    (-m 50) for root, or for user RESUID (tune2fs -u), loop-mounted at
+    tmp_path/disk; unmounted after the test (after the treelockfs mounts on
+    it, which are set up later)."""
     import shutil
     import subprocess
-    if not shutil.which("mkfs.ext4") or not os.path.exists("/dev/loop-control"):
-        pytest.skip("needs mkfs.ext4 and loop devices")
+    tools = ["mkfs.ext4"] + (["tune2fs"] if resuid is not None else [])
+    if any(shutil.which(t) is None for t in tools) or not os.path.exists("/dev/loop-control"):
+        pytest.skip("needs %s and loop devices" % " and ".join(tools))
     img = tmp_path / "ext4.img"
     with open(img, "wb") as f:
         f.truncate(32 << 20)
     subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "50", str(img)], check=True)
+    if resuid is not None:
+        subprocess.run(["tune2fs", "-u", str(resuid), str(img)], check=True,
+                       stdout=subprocess.DEVNULL)
     disk = tmp_path / "disk"
     disk.mkdir()
     r = subprocess.run(["mount", "-o", "loop", str(img), str(disk)], capture_output=True)
@@ -146,6 +142,12 @@ def small_ext4(tmp_path):
         yield str(disk)
     finally:
         subprocess.run(["umount", str(disk)], check=False)
+
+
+@pytest.fixture
+def small_ext4(tmp_path):
+    """loop_ext4(): half its blocks reserved for root."""
+    yield from loop_ext4(tmp_path)
 
 
 def fill(path):
@@ -221,21 +223,20 @@ def copy_until_full(path):
     return total
 
 
-@pytest.mark.parametrize("how", [fill, fallocate_until_full, copy_until_full],
-                         ids=["write", "fallocate", "copy_file_range"])
-def test_hardening__user_cannot_use_root_reserve(tmp_path, small_ext4, mount_factory, how):
-    """A user stops where ext4 stops it natively (the -m reserve is root's);
-    through an allow_other mount it must not get further."""
+def native_then_mount(tmp_path, disk, mount_factory, how):
+    """How many bytes USER gets onto DISK natively with HOW (the file then
+    removed), and an allow_other mount of DISK/backing with a directory
+    "pub" of USER's."""
     from conftest import run_as
     open_tree(tmp_path)
-    native = os.path.join(small_ext4, "native")
+    native = os.path.join(disk, "native")
     os.mkdir(native)
     os.chown(native, USER, GROUP)
     open_tree(tmp_path)
     want = run_as(USER, GROUP, lambda: how(os.path.join(native, "big")))
     os.unlink(os.path.join(native, "big"))
     os.sync()
-    backing = os.path.join(small_ext4, "backing")
+    backing = os.path.join(disk, "backing")
     os.mkdir(backing)
     os.chmod(backing, 0o755)
     m = mount_factory(opts=["allow_other"], backing=backing)
@@ -243,6 +244,16 @@ def test_hardening__user_cannot_use_root_reserve(tmp_path, small_ext4, mount_fac
     os.mkdir(m.path("pub"))
     os.chown(m.path("pub"), USER, GROUP)
     open_tree(tmp_path)
+    return want, m
+
+
+@pytest.mark.parametrize("how", [fill, fallocate_until_full, copy_until_full],
+                         ids=["write", "fallocate", "copy_file_range"])
+def test_hardening__user_cannot_use_root_reserve(tmp_path, small_ext4, mount_factory, how):
+    """A user stops where ext4 stops it natively (the -m reserve is root's);
+    through an allow_other mount it must not get further."""
+    from conftest import run_as
+    want, m = native_then_mount(tmp_path, small_ext4, mount_factory, how)
     got = run_as(USER, GROUP, lambda: how(m.path("pub", "big")))
     assert want > 0
     slack = 1 << 20

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import open_tree, outcome, read_file, run_as, write_file
+from conftest import outcome, read_file, run_as, write_file
 
 USER, GROUP, SUPP, OTHER_GROUP, OTHER_USER = 4242, 4242, 4300, 4301, 4243
 
@@ -197,17 +197,6 @@ def _ftruncate(path, size):
         return os.fstat(fd).st_size
     finally:
         os.close(fd)
-
-
-@pytest.fixture
-def shared_mount(tmp_path, mount_factory):
-    open_tree(tmp_path)
-    m = mount_factory(opts=["allow_other"])
-    os.chmod(m.mnt, 0o755)
-    native = tmp_path / "native"
-    native.mkdir()
-    native.chmod(0o755)
-    return m, str(native)
 
 
 def test_multiuser__user_actions_match_native(shared_mount):

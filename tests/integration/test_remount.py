@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import BIN, Mount, is_mounted, run_as
+from conftest import BIN, Mount, errno_of, is_mounted, run_as
 from test_mount_helper import (daemons_of, helper, mount, mountinfo, tree,  # noqa: F401
                                unmount, write)
 
@@ -40,14 +40,6 @@ def bind(tree):
 
 def remount_bind(path, opts):
     subprocess.run(["mount", "-o", "remount,bind," + opts, path], check=True)
-
-
-def errno_of(fn):
-    try:
-        fn()
-    except OSError as e:
-        return e.errno
-    return 0
 
 
 def try_write(path):

@@ -15,7 +15,7 @@ import struct
 
 import pytest
 
-from conftest import run_as
+from conftest import open_tree, run_as
 
 USER, GROUP, SUPP, OTHER_USER = 4252, 4252, 4310, 4253
 
@@ -68,26 +68,6 @@ def compare(native, mount, steps, user=None):
         assert g == w, "step %r: native %r, mount %r" % (w[0], w[1], g[1])
     assert got == want
     return dict(got)
-
-
-def open_tree(tmp_path):
-    """Lets other users reach tmp_path (pytest makes its parents 0700)."""
-    p = tmp_path
-    for _ in range(3):
-        os.chmod(p, os.stat(p).st_mode | 0o755)
-        p = p.parent
-
-
-@pytest.fixture
-def shared(tmp_path, mount_factory):
-    """(mount, native directory) with allow_other, reachable by anyone."""
-    open_tree(tmp_path)
-    m = mount_factory(opts=["allow_other"])
-    os.chmod(m.mnt, 0o755)
-    native = tmp_path / "native"
-    native.mkdir()
-    native.chmod(0o755)
-    return m, str(native)
 
 
 # ---- O_DIRECT ------------------------------------------------------------------------------
@@ -158,10 +138,10 @@ def _direct_steps():
     return steps
 
 
-def test_shared_use__o_direct_matches_backing(shared):
+def test_shared_use__o_direct_matches_backing(shared_mount):
     """O_DIRECT reads and writes of every size, aligned and not, answer
     what they answer on the backing filesystem, with the same bytes."""
-    m, native = shared
+    m, native = shared_mount
     probe = os.path.join(native, "probe")
     try:
         os.close(os.open(probe, os.O_RDWR | os.O_CREAT | os.O_DIRECT, 0o644))
@@ -175,9 +155,9 @@ def test_shared_use__o_direct_matches_backing(shared):
     assert len(res["content"][1]) == 4096 + (1 << 20)
 
 
-def test_shared_use__o_direct_as_other_user(shared):
+def test_shared_use__o_direct_as_other_user(shared_mount):
     """The same through the mount as a user who is not root."""
-    m, native = shared
+    m, native = shared_mount
     for root in (native, m.mnt):
         os.mkdir(os.path.join(root, "pub"))
         os.chmod(os.path.join(root, "pub"), 0o777)
@@ -303,11 +283,11 @@ def _acl_steps():
     return steps
 
 
-def test_shared_use__default_acl_new_entries_match_backing(shared):
+def test_shared_use__default_acl_new_entries_match_backing(shared_mount):
     """In directories with and without a default ACL, set-group-ID or not,
     under several umasks, what a user creates gets the same mode, group and
     ACLs through the mount as on the disk."""
-    m, native = shared
+    m, native = shared_mount
     try:
         os.setxattr(native, "system.posix_acl_access", acl_bytes(SHARED_ACL))
     except OSError as e:
@@ -359,10 +339,10 @@ def _exec_steps():
     return steps
 
 
-def test_shared_use__execute_only_programs_match_backing(shared):
+def test_shared_use__execute_only_programs_match_backing(shared_mount):
     """Other users run programs they may execute but not read (0711, 0111)
     through the mount as on the disk, and still cannot read them."""
-    m, native = shared
+    m, native = shared_mount
     _exec_prepare(native)
     _exec_prepare(m.backing)
     res = compare(native, m.mnt, _exec_steps(), user=(USER, GROUP, [GROUP, SUPP]))
@@ -429,11 +409,11 @@ def _xattr_steps():
     return steps
 
 
-def test_shared_use__xattrs_on_symlinks_match_backing(shared):
+def test_shared_use__xattrs_on_symlinks_match_backing(shared_mount):
     """lsetxattr, lgetxattr, llistxattr and lremovexattr on symlinks (also
     dangling ones) and FIFOs, as root and as a user, answer as on the
     disk and act on the link, not on its target."""
-    m, native = shared
+    m, native = shared_mount
     _xattr_prepare(native)
     _xattr_prepare(m.backing)
     res = compare(native, m.mnt, _xattr_steps())

@@ -18,14 +18,6 @@ from test_hardening import run_refused
 NOBODY = 65534
 
 
-@pytest.fixture
-def dirs(tmp_path):
-    b, m = tmp_path / "backing", tmp_path / "mnt"
-    b.mkdir()
-    m.mkdir()
-    return str(b), str(m)
-
-
 # ---- hold_log=FILE -----------------------------------------------------------------------------
 
 def _shared_dir(tmp_path):

@@ -1,7 +1,9 @@
 """A random rename storm loses nothing and leaves no locks.
 
 Eight processes rename random files and directories (RENAME_NOREPLACE and
-RENAME_EXCHANGE, which never drop a file) within a small tree for a few seconds. Every file holds a unique
+RENAME_EXCHANGE, which never drop a file) within a small tree for a few
+seconds, and on until they have done enough renames to tell (a busy machine
+makes the storm longer, never the test fail). Every file holds a unique
 token; afterwards the multiset of contents is the same, the mount and the
 backing tree agree, and no lock is left.
 """
@@ -17,6 +19,8 @@ import pytest
 
 DURATION = 6.0
 WORKERS = 8
+# how much longer than asked a storm may run to reach its count of renames
+OVERTIME = 240
 _OK_ERRORS = {errno.ENOENT, errno.EINVAL, errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR,
               errno.EISDIR, errno.EBUSY}
 
@@ -49,12 +53,18 @@ def contents(root):
     return found, dirs
 
 
-def worker(root, seed, deadline, q, ok_errors=_OK_ERRORS):
+def worker(root, seed, deadline, q, ok_errors=_OK_ERRORS, min_done=0):
+    """Renames at random below ROOT until DEADLINE (time.monotonic()) has
+    passed and it has done MIN_DONE renames (at most OVERTIME seconds more);
+    puts ("ok", renames, refusals) on Q, or what was unexpected."""
     libc = ctypes.CDLL(None, use_errno=True)
     rnd = random.Random(seed)
     done = errs = 0
     names = ["n%d" % i for i in range(12)]
-    while time.time() < deadline:
+    while True:
+        now = time.monotonic()
+        if now >= deadline + OVERTIME or (now >= deadline and done >= min_done):
+            break
         entries = []
         dirs = [root]
         for p, ds, fs in os.walk(root):
@@ -79,22 +89,36 @@ def worker(root, seed, deadline, q, ok_errors=_OK_ERRORS):
     q.put(("ok", done, errs))
 
 
+def storm(roots, per_root, seconds, min_renames=0, ok_errors=_OK_ERRORS, during=None):
+    """PER_ROOT worker processes on each of ROOTS renaming for SECONDS and
+    on until together they have done MIN_RENAMES (each its share; at most
+    OVERTIME seconds more); DURING() runs in this process meanwhile.
+    Returns the workers' results, all of them ("ok", renames, refusals)."""
+    deadline = time.monotonic() + seconds
+    n = per_root * len(roots)
+    share = -(-min_renames // n)
+    q = multiprocessing.Queue()
+    procs = [multiprocessing.Process(target=worker, args=(root, 100 * k + i, deadline, q,
+                                                          ok_errors, share))
+             for k, root in enumerate(roots) for i in range(per_root)]
+    for p in procs:
+        p.start()
+    if during:
+        during()
+    results = [q.get(timeout=seconds + OVERTIME + 120) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    bad = [r for r in results if r[0] != "ok"]
+    assert not bad, bad
+    return results
+
+
 @pytest.mark.parametrize("strategy", ["tree"])
 def test_storm__random_renames_lose_nothing(mount_factory, strategy):
     m = mount_factory(opts=["lock_strategy=" + strategy])
     tokens = build_tree(m.mnt)
-    deadline = time.time() + DURATION
-    q = multiprocessing.Queue()
-    procs = [multiprocessing.Process(target=worker, args=(m.mnt, i, deadline, q))
-             for i in range(WORKERS)]
-    for p in procs:
-        p.start()
-    results = [q.get(timeout=DURATION + 60) for _ in procs]
-    for p in procs:
-        p.join(timeout=30)
-        assert p.exitcode == 0
-    bad = [r for r in results if r[0] != "ok"]
-    assert not bad, bad
+    results = storm([m.mnt], WORKERS, DURATION, min_renames=101)
     renamed = sum(r[1] for r in results)
     assert renamed > 100, results
     via_mount, mdirs = contents(m.mnt)
