@@ -30,18 +30,6 @@ def quick_args(**kw):
     return a
 
 
-@pytest.fixture
-def machine():
-    """Fails when the programs are not built; skips, with the reason, where
-    the machine cannot run hosts."""
-    why = multihost.unbuilt()
-    if why:
-        pytest.fail("broken build: " + why, pytrace=False)
-    why = multihost.missing()
-    if why:
-        pytest.skip(why)
-
-
 def engines():
     """The emulator and OpenSearch 2; OpenSearch 3 (an opt-in engine: the
     default run kills a node of it in tests/engines' failover test) where

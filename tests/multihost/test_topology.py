@@ -23,18 +23,6 @@ from backends import engines_available  # noqa: E402
 RTT_MS = 1.0
 
 
-@pytest.fixture
-def machine():
-    """Fails when the programs are not built; skips, with the reason, where
-    the machine cannot run hosts."""
-    why = multihost.unbuilt()
-    if why:
-        pytest.fail("broken build: " + why, pytrace=False)
-    why = multihost.missing()
-    if why:
-        pytest.skip(why)
-
-
 def test_topology__links_get_the_round_trip_asked_for(machine):
     """Two namespaces on the bridge, each sending with RTT/2 of delay: a
     TCP connect between them (one round trip) takes at least RTT."""
