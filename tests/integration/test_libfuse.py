@@ -62,7 +62,12 @@ def test_libfuse__user_mount_runs_the_system_fusermount3():
             os.chown(os.path.join(top, d), NOBODY, NOBODY)
         with open(os.path.join(top, "backing", "hello"), "w") as f:
             f.write("hello from the backing\n")
-        r = subprocess.run(["unshare", "-m", "sh", "-c", SCRIPT, "sh", top, BIN],
+        # the user runs a copy: the build's own directory may be private
+        # to root (a checkout under a 0700 directory)
+        binary = os.path.join(top, "treelockfs")
+        shutil.copy(BIN, binary)
+        os.chmod(binary, 0o755)
+        r = subprocess.run(["unshare", "-m", "sh", "-c", SCRIPT, "sh", top, binary],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stdout + r.stderr
         assert "user_id=%d" % NOBODY in r.stdout, r.stdout
