@@ -213,6 +213,11 @@ class Control(object):
         self.forbid, self.forbid_status = set(), 403
         self.data_nodes = 1             # what _cluster/health says (/_esemu/nodes)
         self.stopping = False
+        # a reset waits for the requests being handled and drops those that
+        # came before it and were not handled yet, so that no write of a
+        # test that ended lands (re-creating the index) after the reset
+        self.epoch, self.busy = 0, 0
+        self.held = 0                   # requests held by a pause or a hang now
 
     def count(self, api):
         with self.lock:
@@ -230,11 +235,18 @@ class Control(object):
     def wait(self, opaque):
         """Holds a request while paused or hung by its opaque id; its block mode."""
         with self.lock:
-            while not self.stopping:
-                mode = self.blocks.get(opaque) if opaque is not None else None
-                if not self.paused and mode != "hang":
-                    return mode
-                self.lock.wait(0.2)
+            try:
+                while not self.stopping:
+                    mode = self.blocks.get(opaque) if opaque is not None else None
+                    if not self.paused and mode != "hang":
+                        return mode
+                    self.held += 1
+                    try:
+                        self.lock.wait(0.2)
+                    finally:
+                        self.held -= 1
+            finally:
+                self.lock.notify_all()
         return None
 
     def reset(self):
@@ -935,6 +947,7 @@ class Handler(BaseHTTPRequestHandler):
         path, _, query = raw_path.partition("?")
         if path.startswith("/_esemu/"):
             return self.admin(path[len("/_esemu/"):], body)
+        epoch = ctl.epoch
         mode = ctl.wait(self.headers.get("X-Opaque-Id"))
         if mode == "reset":
             return self.reset_connection()
@@ -967,7 +980,16 @@ class Handler(BaseHTTPRequestHandler):
             if body and api not in BODY_APIS:
                 raise bad_param("request [%s %s] does not support having a body" % (self.command,
                                                                                     req.path))
-            status, answer = getattr(emu, "h_" + api.replace(".", "_"))(req)
+            with ctl.lock:
+                if ctl.epoch != epoch:  # came before a reset: as a node restart
+                    return self.reset_connection()
+                ctl.busy += 1
+            try:
+                status, answer = getattr(emu, "h_" + api.replace(".", "_"))(req)
+            finally:
+                with ctl.lock:
+                    ctl.busy -= 1
+                    ctl.lock.notify_all()
             self.send(status, answer)
         except EsError as e:
             self.send_error(e)
@@ -1038,6 +1060,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_admin(400, {"error": "invalid JSON body"})
         ok = {"acknowledged": True}
         with ctl.lock:
+            if (m, cmd) == ("GET", "held"):
+                return self.send_admin(200, {"held": ctl.held})
             if (m, cmd) == ("GET", "stats"):
                 return self.send_admin(200, {"requests": dict(ctl.stats), "total": ctl.total})
             if (m, cmd) == ("GET", "state"):
@@ -1091,6 +1115,11 @@ class Handler(BaseHTTPRequestHandler):
                 ctl.lock.notify_all()
                 return self.send_admin(200, ok)
         if (m, cmd) == ("POST", "reset"):
+            with ctl.lock:
+                ctl.epoch += 1
+                deadline = time.monotonic() + 60
+                while ctl.busy and time.monotonic() < deadline:
+                    ctl.lock.wait(0.1)
             emu.store.reset()
             ctl.reset()
             return self.send_admin(200, ok)

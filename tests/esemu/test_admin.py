@@ -43,6 +43,32 @@ def test_reset_drops_data(emu8, es):
     assert es.get("/i/_mapping")[0] == 404
 
 
+def test_reset_drops_requests_that_came_before_it(emu8, es):
+    """A write that arrived before a reset (here held by a pause) never
+    lands after it: it would re-create the index, without its mapping, under
+    the next test's feet."""
+    emu8.admin("POST", "/_esemu/pause")
+    result = {}
+
+    def write():
+        try:
+            result["r"] = Client(emu8.url).put("/i/_doc/1", {"a": 1})
+        except (OSError, http.client.HTTPException) as e:
+            result["r"] = e
+
+    t = threading.Thread(target=write)
+    t.start()
+    deadline = time.monotonic() + 30
+    while emu8.admin("GET", "/_esemu/held")["held"] == 0:
+        assert time.monotonic() < deadline, "the write never reached the emulator"
+        time.sleep(0.05)
+    emu8.admin("POST", "/_esemu/reset")  # also ends the pause
+    t.join(30)
+    assert not t.is_alive()
+    assert isinstance(result["r"], Exception), result
+    assert es.get("/i/_mapping")[0] == 404
+
+
 def test_docs_dump_is_realtime(emu8, es):
     es.put("/i/_doc/1", {"a": 1})
     d = emu8.admin("GET", "/_esemu/docs/i")
