@@ -154,3 +154,39 @@ def read_file(path):
     """The bytes of PATH."""
     with open(path, "rb") as f:
         return f.read()
+
+
+def daemons_of(mnt):
+    """PIDs of treelockfs processes whose argv names MNT (the ones we started)."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % name, "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if argv and os.path.basename(argv[0]) == b"treelockfs" and mnt.encode() in argv:
+            pids.append(int(name))
+    return pids
+
+
+def alive(pid):
+    """True while PID runs (not a zombie)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return not f.read().rsplit(") ", 1)[1].startswith("Z")
+    except (OSError, IndexError):
+        return False
+
+
+def wait_gone(pids, timeout=15):
+    """True once every process of PIDS has exited (within TIMEOUT s)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pids = [p for p in pids if alive(p)]
+        if not pids:
+            return True
+        time.sleep(0.05)
+    return False

@@ -16,6 +16,7 @@ from conftest import BIN, detach, is_mounted, makedirs, write
 from es_helpers import (ES8_AND_ALL_ENGINES, ES8_AND_ENGINES, INDEX, Op, ctl, docs,  # noqa: F401
                         emu, emu_module, es_mounts, es_opts, es_request, forget_mount, held_by, intent_docs,
                         lock_docs, quote_id, start_emulator, start_op, wait_for)
+from mounts import daemons_of, wait_gone
 
 
 # ---- round trips -------------------------------------------------------------------------
@@ -48,13 +49,10 @@ def test_es__two_requests_per_uncontended_rename(backend, es_mounts, depth):
     assert intent_docs(backend) == {}
 
 
-@ES8_AND_ENGINES
-def test_es__one_request_in_flight_is_shared(backend, es_mounts):
-    """es_inflight=1: while the mount's one request is out (each held
-    300 ms), the lock operations of the other renames queue and leave
-    together; six renames in six directories, each with its own outcome."""
-    n = 6
-    (a,) = es_mounts(backend, "A", lease_ttl=60, opts={"A": ["es_inflight=1"]})
+def _bulks_of_renames_while_held(backend, a, n):
+    """Renames d<i>/f to d<i>/g for i < N on mount A all at once while the
+    store holds each request 300 ms; every rename must succeed. Returns the
+    _bulk requests the store served for them."""
     for i in range(n):
         makedirs(a, "d%d" % i)
         write(a, "d%d/f" % i)
@@ -65,9 +63,19 @@ def test_es__one_request_in_flight_is_shared(backend, es_mounts):
         for op in ops:
             op.join(30)
             assert op.error is None
-        bulks = backend.stats()["requests"].get("bulk", 0)
+        return backend.stats()["requests"].get("bulk", 0)
     finally:
         backend.latency(0)
+
+
+@ES8_AND_ENGINES
+def test_es__one_request_in_flight_is_shared(backend, es_mounts):
+    """es_inflight=1: while the mount's one request is out (each held
+    300 ms), the lock operations of the other renames queue and leave
+    together; six renames in six directories, each with its own outcome."""
+    n = 6
+    (a,) = es_mounts(backend, "A", lease_ttl=60, opts={"A": ["es_inflight=1"]})
+    bulks = _bulks_of_renames_while_held(backend, a, n)
     # alone, each rename sends two: here the first acquire goes alone, the
     # other five leave in one request, and the releases share the same way
     assert 2 <= bulks <= n, bulks
@@ -86,19 +94,7 @@ def test_es__no_group_commit_sends_each_rename_alone(backend, es_mounts):
     after the mount's 1 s timeout, and their resends count too."""
     n = 6
     (a,) = es_mounts(backend, "A", lease_ttl=60, opts={"A": ["no_es_group_commit"]})
-    for i in range(n):
-        makedirs(a, "d%d" % i)
-        write(a, "d%d/f" % i)
-    backend.latency(300)
-    try:
-        backend.reset_stats()
-        ops = [start_op(os.rename, a.path("d%d/f" % i), a.path("d%d/g" % i)) for i in range(n)]
-        for op in ops:
-            op.join(30)
-            assert op.error is None
-        bulks = backend.stats()["requests"].get("bulk", 0)
-    finally:
-        backend.latency(0)
+    bulks = _bulks_of_renames_while_held(backend, a, n)
     assert bulks == 2 * n, bulks
     for i in range(n):
         assert os.listdir(a.bpath("d%d" % i)) == ["g"]
@@ -364,6 +360,33 @@ def test_es__tls_with_private_ca(tmp_path_factory, mount_factory, tmp_path):
         emu.stop()
 
 
+@pytest.mark.emulator_only("TLS with a private CA is the emulator's option")
+def test_es__tls_with_private_ca(tmp_path_factory, mount_factory, tmp_path):
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+                    "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    emu = start_emulator(tmp_path_factory, "es8", ["--tls-cert", str(cert), "--tls-key", str(key)])
+    try:
+        assert emu.url.startswith("https://")
+        # without the CA: refused at mount time, at once (waiting for the
+        # store to come up does not make its certificate trusted)
+        m = mount_factory(opts=es_opts(emu, "A"), name="mntnoca", start=False)
+        t0 = time.monotonic()
+        r = subprocess.run(m.cmd(), capture_output=True, text=True, timeout=30)
+        assert r.returncode == 1
+        assert time.monotonic() - t0 < 5, r.stderr
+        assert "retrying" not in r.stderr, r.stderr
+        ok = mount_factory(opts=es_opts(emu, "A", "es_cacert=%s" % cert), name="mntca")
+        os.mkdir(ok.path("d"))
+        os.rename(ok.path("d"), ok.path("e"))
+        assert ctl(emu, "check", extra=["--es_cacert=%s" % cert]).returncode == 0
+        ok.stop()
+    finally:
+        emu.stop()
+
+
 def _daemons_of(mnt):
     """PIDs of the treelockfs processes whose argv names MNT (ours)."""
     pids = []
@@ -408,7 +431,7 @@ def test_es__relative_cacert_serves_once_daemonised(tmp_path_factory, tmp_path, 
         r = subprocess.run([BIN, str(backing), str(mnt), "-o",
                             ",".join(es_opts(emu, "A", "es_cacert=cert.pem", "max_threads=8"))],
                            capture_output=True, text=True, timeout=120)
-        pids = _daemons_of(str(mnt))
+        pids = daemons_of(str(mnt))
         assert r.returncode == 0, r.stderr
         assert is_mounted(str(mnt))
         monkeypatch.undo()
@@ -443,12 +466,9 @@ def test_es__relative_cacert_serves_once_daemonised(tmp_path_factory, tmp_path, 
         assert os.path.isdir(os.path.join(str(mnt), "q"))
     finally:
         detach(str(mnt))
-        deadline = time.monotonic() + 30
-        while pids and time.monotonic() < deadline:
-            pids = [p for p in pids if _alive(p)]
-            time.sleep(0.05)
+        gone = wait_gone(pids, 30)
         emu.stop()
-    assert not pids, "treelockfs did not exit after the unmount"
+    assert gone, "treelockfs did not exit after the unmount"
 
 
 @ES8_AND_ALL_ENGINES

@@ -28,6 +28,7 @@ import time
 import pytest
 
 from conftest import BIN, Mount, is_mounted, run_as
+from mounts import daemons_of, wait_gone
 
 MOUNT_FUSE = next((p for p in ("/sbin/mount.fuse3", "/usr/sbin/mount.fuse3") if os.path.exists(p)),
                   None)
@@ -80,40 +81,6 @@ def tree():
         unmount(dirs["mnt"])
     if not is_mounted(dirs["mnt"]):
         shutil.rmtree(top, ignore_errors=True)
-
-
-def daemons_of(mnt):
-    """PIDs of treelockfs processes whose argv names MNT (the ones we started)."""
-    pids = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % name, "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if argv and os.path.basename(argv[0]) == b"treelockfs" and mnt.encode() in argv:
-            pids.append(int(name))
-    return pids
-
-
-def alive(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return not f.read().rsplit(") ", 1)[1].startswith("Z")
-    except (OSError, IndexError):
-        return False
-
-
-def wait_gone(pids, timeout=15):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pids = [p for p in pids if alive(p)]
-        if not pids:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def unmount(mnt):
