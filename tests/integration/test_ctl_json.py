@@ -35,8 +35,10 @@ def validated(r, kind):
     return doc
 
 
-pytestmark = pytest.mark.skipif(jsonschema is None,
-                                reason="no python3 jsonschema (Debian package python3-jsonschema)")
+# the lock store's protocol: the same code on every libfuse (run-tests.sh)
+pytestmark = [pytest.mark.lock_store,
+              pytest.mark.skipif(jsonschema is None,
+                                 reason="no python3 jsonschema (Debian package python3-jsonschema)")]
 
 
 @pytest.mark.nofuse

@@ -14,6 +14,9 @@ from es_helpers import (INDEX, ctl, docs, emu, emu_module, es_mounts, es_opts, e
                         forget_mount, held_by, intent_docs, lock_docs, owner_id, start_op,
                         wait_for)
 
+# the lock store's protocol: the same code on every libfuse (run-tests.sh)
+pytestmark = pytest.mark.lock_store
+
 
 def fsname(m, *parts):
     return os.path.join(os.fsencode(m.mnt), *[os.fsencode(p) if isinstance(p, str) else p

@@ -19,6 +19,9 @@ from es_helpers import (ES8_AND_ENGINES, ctl, emu, emu_module, es_mounts,  # noq
                         forget_mount, held_by, intent_docs, lock_docs, owner_id, owner_ids,
                         start_op, wait_for)
 
+# the lock store's protocol: the same code on every libfuse (run-tests.sh)
+pytestmark = pytest.mark.lock_store
+
 TTL = 2.0
 # The store's documented bound (2 x lease_ttl + lease_ttl/3 + one 200 ms
 # backoff step) plus slack for request latency on a shared 2-core machine: a

@@ -15,6 +15,9 @@ from conftest import open_tree, run_as
 from es_helpers import (ES8_AND_ENGINES, INDEX, ctl, emu, emu_module, es_mounts, es_opts,  # noqa: F401,E501
                         es_request, forget_mount, held_by, lock_docs, start_op, wait_for)
 
+# the lock store's protocol: the same code on every libfuse (run-tests.sh)
+pytestmark = pytest.mark.lock_store
+
 OTHER_USER = 4243
 
 

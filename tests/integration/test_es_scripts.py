@@ -9,6 +9,9 @@ from conftest import makedirs, write
 from es_helpers import (ES8_AND_ALL_ENGINES, ES8_AND_ENGINES, ctl, emu, emu_module, es_mounts, es_request,  # noqa: F401
                         held_by, intent_docs, lock_docs, start_op, wait_for)
 
+# the lock store's protocol: the same code on every libfuse (run-tests.sh)
+pytestmark = pytest.mark.lock_store
+
 SCRIPT_IDS = ["treelockfs-%s-v1" % n for n in ("acqs", "acqx", "rel", "mark", "unmark", "evict")]
 
 

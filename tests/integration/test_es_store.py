@@ -387,28 +387,6 @@ def test_es__tls_with_private_ca(tmp_path_factory, mount_factory, tmp_path):
         emu.stop()
 
 
-def _daemons_of(mnt):
-    """PIDs of the treelockfs processes whose argv names MNT (ours)."""
-    pids = []
-    for name in os.listdir("/proc"):
-        try:
-            with open("/proc/%s/cmdline" % name, "rb") as f:
-                argv = f.read().split(b"\0")
-        except (OSError, ValueError):
-            continue
-        if argv and os.path.basename(argv[0]) == b"treelockfs" and mnt.encode() in argv:
-            pids.append(int(name))
-    return pids
-
-
-def _alive(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return not f.read().rsplit(") ", 1)[1].startswith("Z")
-    except (OSError, IndexError):
-        return False
-
-
 @pytest.mark.emulator_only("TLS with a private CA is the emulator's option")
 def test_es__relative_cacert_serves_once_daemonised(tmp_path_factory, tmp_path, monkeypatch):
     """es_cacert=cert.pem named from the caller's directory: the daemon

@@ -15,6 +15,9 @@ from es_helpers import (ES8_AND_ENGINES, es_mounts, intent_docs, lock_docs,  # n
                         start_emulator, wait_for)
 from test_storm import _OK_ERRORS, build_tree, contents, storm
 
+# the lock store's protocol: the same code on every libfuse (run-tests.sh)
+pytestmark = pytest.mark.lock_store
+
 STRESS_SECONDS = float(os.environ.get("TREELOCKFS_STRESS_SECONDS", "60"))
 # ENOLCK while the store restarts; ESTALE where the other mount changed a
 # name this mount's kernel had cached (as over NFS); ELOOP where this
