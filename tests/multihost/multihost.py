@@ -596,7 +596,10 @@ class Host(object):
             pass
         unmount(mnt)
         try:
-            rc = p.wait(15)
+            # a daemon ends its session within lock_timeout, and a slow
+            # store on a busy machine makes it take all of it: a daemon
+            # killed here would count as a crash
+            rc = p.wait(self.run.args.lock_timeout + 120)
         except subprocess.TimeoutExpired:
             p.kill()
             rc = p.wait(10)
