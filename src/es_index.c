@@ -62,9 +62,10 @@ int es_index_read_mapping(struct es_client *c, char **strategy, bool *keyword_pa
 	return 0;
 }
 
-/* PUT /<index> with our mapping. Returns 0 (created, or created by
- * another client meanwhile), -EAGAIN (try again), -ENOLCK (refused,
- * logged), -ENOMEM. */
+/* PUT /<index> with our mapping. Returns 0 (created), 1 (it exists:
+ * created by another client meanwhile, or never gone: a read that did
+ * not find it came before the cluster had recovered its state), -EAGAIN
+ * (try again), -ENOLCK (refused, logged), -ENOMEM. */
 static int create_index(struct es_client *c, enum tl_strategy s, int64_t deadline)
 {
 	struct httpc_response r;
@@ -88,8 +89,7 @@ static int create_index(struct es_client *c, enum tl_strategy s, int64_t deadlin
 		       lockplan_strategy_name(s));
 		err = 0;
 	} else if (r.status == 400 && strcmp(type, "resource_already_exists_exception") == 0) {
-		tl_log(LOG_INFO, "lock index '%s' was created by another client", c->index);
-		err = 0;
+		err = 1;
 	} else if (cc == ES_CALL_RETRY) {
 		err = -EAGAIN;
 	} else {
@@ -113,10 +113,14 @@ int es_index_verify(struct es_client *c, enum tl_strategy s, char **have, int64_
 	err = es_index_read_mapping(c, have, &kw, deadline);
 	if (err == -ENOENT) {
 		err = create_index(c, s, deadline);
-		if (err)
+		if (err < 0)
 			return err;
-		tl_log(LOG_WARNING, "lock index '%s' was missing (lost by the store?): re-created "
-		       "it for lock_strategy=%s", c->index, want);
+		if (err == 0)
+			tl_log(LOG_WARNING, "lock index '%s' was missing (lost by the store?): "
+			       "re-created it for lock_strategy=%s", c->index, want);
+		else
+			tl_log(LOG_NOTICE, "lock index '%s' was not found, then found existing "
+			       "(the cluster recovering its state?): nothing re-created", c->index);
 		err = es_index_read_mapping(c, have, &kw, deadline);
 	}
 	if (err)
@@ -332,8 +336,10 @@ int es_index_bootstrap(struct es_client *c, enum tl_strategy s, bool for_ctl, in
 	err = es_index_read_mapping(c, &have, &kw, deadline);
 	if (err == -ENOENT && !for_ctl) {
 		err = create_index(c, s, deadline);
-		if (err)
+		if (err < 0)
 			return err;
+		if (err > 0)
+			tl_log(LOG_INFO, "lock index '%s' was created by another client", c->index);
 		err = es_index_read_mapping(c, &have, &kw, deadline);
 	}
 	if (err == -ENOENT && for_ctl)

@@ -25,12 +25,14 @@
 #include "lockstore.h"
 #include "lockstore_es.h"
 #include "lockstore_i.h"
+#include "log.h"
 #include "responder.h"
 #include "tlclock.h"
 #include "unit.h"
 
 struct fake {
 	bool index_exists;
+	int mapping_404;       /* the next N GET _mapping say 404 even so */
 	char strategy[16];
 	int root_status;       /* GET / status, 200 by default */
 	int bulk_503;          /* answer the next N bulks with 503 */
@@ -184,7 +186,9 @@ static int fake_es(struct responder *r, const struct resp_req *req, char **body)
 		return f->root_status ? f->root_status : 200;
 	}
 	if (strcmp(req->method, "GET") == 0 && strcmp(req->path, "/locks/_mapping") == 0) {
-		if (!f->index_exists) {
+		if (!f->index_exists || f->mapping_404 > 0) {
+			if (f->mapping_404 > 0)
+				f->mapping_404--;
 			*body = strdup("{\"error\":{\"type\":\"index_not_found_exception\"},\"status\":404}");
 			return 404;
 		}
@@ -196,6 +200,11 @@ static int fake_es(struct responder *r, const struct resp_req *req, char **body)
 		return 200;
 	}
 	if (strcmp(req->method, "PUT") == 0 && strcmp(req->path, "/locks") == 0) {
+		if (f->index_exists) {
+			*body = strdup("{\"error\":{\"type\":\"resource_already_exists_exception\"},"
+				       "\"status\":400}");
+			return 400;
+		}
 		f->index_exists = true;
 		snprintf(f->strategy, sizeof(f->strategy), "%s",
 			 strstr(req->body, "\"strategy\":\"tree\"") ? "tree" : "other");
@@ -1364,6 +1373,67 @@ START_TEST(test_lockstore_es__bulk_count)
 }
 END_TEST
 
+/* es_index_verify() on the store of FX, with stderr (the log) captured
+ * into LOG (SIZE bytes). Returns its result; *HAVE as it sets it. */
+static int verify_logged(struct fixture *fx, char **have, char *log, size_t size)
+{
+	struct httpc_config hc = {.urls = fx->r.url, .timeout_ms = 5000};
+	struct es_client c;
+	int saved, level = tl_log_level, err;
+	FILE *tmp = tmpfile();
+	size_t n;
+
+	ck_assert_ptr_nonnull(tmp);
+	ck_assert_int_eq(es_client_open(&c, &hc, "locks"), 0);
+	fflush(stderr);
+	saved = dup(2);
+	ck_assert_int_ge(saved, 0);
+	ck_assert_int_eq(dup2(fileno(tmp), 2), 2);
+	tl_log_set_level(LOG_INFO);
+	err = es_index_verify(&c, TL_STRATEGY_TREE, have, 0);
+	tl_log_set_level(level);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	rewind(tmp);
+	n = fread(log, 1, size - 1, tmp);
+	log[n] = '\0';
+	fclose(tmp);
+	es_client_close(&c);
+	return err;
+}
+
+START_TEST(test_lockstore_es__index_not_seen_but_there_is_not_called_lost)
+{
+	struct fixture fx;
+	char log[4096], *have = NULL;
+
+	/* the heartbeat's check reads no index (an engine answers so while
+	 * it recovers its cluster state after a full restart), tries to
+	 * create it and is told it exists: nothing was lost or re-created */
+	fx_init(&fx);
+	fx.f.index_exists = true;
+	fx.f.mapping_404 = 1;
+	ck_assert_int_eq(verify_logged(&fx, &have, log, sizeof(log)), 0);
+	ck_assert_str_eq(have, "tree");
+	ck_assert_int_eq(count(&fx, "PUT", "/locks"), 1);
+	ck_assert_msg(!strstr(log, "was missing"), "%s", log);
+	ck_assert_msg(strstr(log, "nothing re-created"), "%s", log);
+	free(have);
+	have = NULL;
+	fx_done(&fx);
+
+	/* really gone: re-created, and said so */
+	fx_init(&fx);
+	ck_assert_int_eq(verify_logged(&fx, &have, log, sizeof(log)), 0);
+	ck_assert_str_eq(have, "tree");
+	ck_assert_int_eq(count(&fx, "PUT", "/locks"), 1);
+	ck_assert_msg(strstr(log, "was missing (lost by the store?): re-created"), "%s", log);
+	free(have);
+	fx_done(&fx);
+}
+END_TEST
+
 START_TEST(test_lockstore_es__request_timeout_from_deadline)
 {
 	struct httpc_config hc = {.urls = "http://127.0.0.1:9", .timeout_ms = 5000};
@@ -1430,6 +1500,7 @@ Suite *make_suite_lockstore_es(void)
 	tcase_add_test(tc, test_lockstore_es__handed_off_releases_open_no_slot);
 	tcase_add_test(tc, test_lockstore_es__slow_request_holds_up_nobody);
 	tcase_add_test(tc, test_lockstore_es__bulk_count);
+	tcase_add_test(tc, test_lockstore_es__index_not_seen_but_there_is_not_called_lost);
 	tcase_add_test(tc, test_lockstore_es__request_timeout_from_deadline);
 	tcase_add_test(tc, test_lockstore_es__retry_pause_within_deadline);
 	suite_add_tcase(s, tc);
