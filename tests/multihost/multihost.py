@@ -25,11 +25,40 @@ rename and its result; a nemesis meanwhile, at random times:
   skew    the host's treelockfs is mounted again with its wall clock
           minutes off (libfaketime; skipped with the reason without it)
 
+and, on a cluster of engine nodes (--nodes 3 or more; each node in a
+namespace of its own, the mounts given every node's URL, tried in turn),
+faults of the cluster, each lasting --cluster-fault-s seconds (by default
+35-50, past the engines' fault detection of about 30 s: follower and
+leader checks every 1 s, 10 s timeout, 3 tries):
+
+  node-cut         a node's link goes down (cut from the other nodes and
+                   from every mount; the majority keeps going), then up
+  primary-cut      the node holding the lock index's primary shard (asked
+                   at fault time, _cat/shards) is cut from the other nodes
+                   and from some mounts, while at least one mount still
+                   reaches it: blackhole routes in the namespaces (a
+                   partial partition, no link down, no firewall needed)
+  minority-mount   a node is cut from the other two, and a host's mount
+                   from those two but not from it: the mount's requests
+                   can reach the minority node alone
+  node-pause       SIGSTOP of a node's JVM (the primary's half of the
+                   time) for the fault's length, then SIGCONT
+  cluster-restart  every node is killed (kill -9) and started again on
+                   its data and on the ports the mounts know
+                   (tests/engines/start --same-ports)
+  slow-disk        the primary's node's disk (each node's home is an ext4
+                   file system on a loop device of its own) is throttled
+                   to 20 writes and 1 MB a second (cgroup v1 blkio of the
+                   root cgroup, that device only; an fsync of 4 KB goes
+                   from ~4 ms to ~300 ms); skipped with the reason
+                   without loop devices or blkio throttling
+
 Afterwards every mount is stopped, dead owners are reaped
 (treelockctl reap --dead), and checker.py judges the logs, the final tree
 and what is left in the lock index.
 
     multihost.py run [--hosts 3] [--duration 45] [--runs 1] [--engine emulator|opensearch]
+                     [--nodes 3 [--rtt-ms R] [--kinds K,K...] [--es-timeout-ms MS]]
     multihost.py limit [--pause 6]     the known limit (a rename stuck in a
                                        hung backing call), measured
 
@@ -67,6 +96,11 @@ CTL = program("treelockctl")
 
 INDEX = "treelockfs-locks"
 KINDS = ("cut", "pause", "kill", "engine", "skew")
+# faults of an engine cluster (--nodes 3 or more)
+CLUSTER_KINDS = ("node-cut", "primary-cut", "minority-mount", "node-pause",
+                 "cluster-restart", "slow-disk")
+ALL_KINDS = KINDS + CLUSTER_KINDS
+BLKIO = "/sys/fs/cgroup/blkio"
 FAKETIME_LIBS = ("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
                  "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
                  "/usr/lib/faketime/libfaketimeMT.so.1")
@@ -179,6 +213,14 @@ class Net(object):
 
     def link(self, i, up):
         sh("ip", "-n", self.ns[i], "link", "set", "eth0", "up" if up else "down")
+
+    def drop(self, i, addr, on=True):
+        """Namespace I sends nothing more to ADDR (a blackhole route: the
+        packets vanish, as in a partition; no firewall needed), or again
+        (ON false). Dropping both ways, or either way for TCP, cuts the
+        two apart while each keeps its other links."""
+        sh("ip", "-n", self.ns[i], "route", "add" if on else "del", "blackhole",
+           addr + "/32", check=on)
 
     def down(self):
         for kind, name in reversed(self.made):
@@ -450,7 +492,7 @@ class Cluster(Server):
     def mount_url(self):
         return ";".join(self.urls)
 
-    def start(self, timeout=420):
+    def start(self, timeout=420, same_ports=False):
         pf = os.path.join(self.work, "cluster.ports")
         if os.path.exists(pf):
             os.unlink(pf)
@@ -462,8 +504,8 @@ class Cluster(Server):
             [ENGINE_START, self.name, "--nodes", str(self.nodes), "--port-file", pf,
              "--data", self.data, "--netns", ",".join(self.net.ns[self.first:self.first
                                                                   + self.nodes]),
-             "--addrs", ",".join(self.addrs)], stdin=subprocess.DEVNULL, stdout=log,
-            stderr=log, env=env, start_new_session=True)
+             "--addrs", ",".join(self.addrs)] + (["--same-ports"] if same_ports else []),
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True)
         log.close()
         deadline = time.monotonic() + timeout + 30
         while time.monotonic() < deadline and self.proc.poll() is None:
@@ -493,6 +535,103 @@ class Cluster(Server):
             except ProcessLookupError:
                 pass
         self.stop()
+
+    def ns_index(self, k):
+        """NET's index of node K's namespace (K from 0)."""
+        return self.first + k
+
+    def node_pid(self, k):
+        with open(os.path.join(self.data, "node-%d.pid" % (k + 1))) as f:
+            return int(f.read())
+
+    def restart(self, pause):
+        """kill -9 of every node, PAUSE seconds, then every node started
+        again on its data and on the ports the mounts know."""
+        for pid in self.node_pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if self.proc:
+            try:
+                self.proc.wait(60)    # the start script exits once its nodes are gone
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+            self.proc = None
+        time.sleep(pause)
+        self.start(same_ports=True)
+
+    def primary(self, index):
+        """The node (from 0) holding INDEX's primary shard, asked of any node
+        that answers; None when none knows one."""
+        for url in self.urls:
+            try:
+                st, body = http(url + "/_cat/shards/" + index + "?format=json", timeout=10)
+            except (OSError, ValueError):
+                continue
+            if st != 200:
+                continue
+            for c in body:
+                if c.get("prirep") == "p" and c.get("state") == "STARTED":
+                    name = c.get("node") or ""
+                    if name.startswith("node-"):
+                        return int(name[5:]) - 1
+        return None
+
+    # ---- a disk of each node's own, made slow on demand ----
+
+    @staticmethod
+    def disk_missing():
+        """Why a node's disk cannot be made slow here (a loop device with
+        ext4 and cgroup v1 blkio throttling), or None."""
+        for tool, pkg in (("losetup", "mount"), ("mkfs.ext4", "e2fsprogs"),
+                          ("lsblk", "util-linux")):
+            if not shutil.which(tool):
+                return "no %s (Debian package %s)" % (tool, pkg)
+        if not os.path.exists("/dev/loop-control"):
+            return "no loop devices (/dev/loop-control)"
+        if not os.path.exists(BLKIO + "/blkio.throttle.write_iops_device"):
+            return "no cgroup v1 blkio throttling (%s)" % BLKIO
+        return None
+
+    def make_disks(self, size="2G"):
+        """Node K's home (DIR/node-K) on an ext4 file system of its own,
+        on a loop device: self.disks[K] = (device, MAJ:MIN)."""
+        self.disks = []
+        for k in range(self.nodes):
+            img = os.path.join(self.work, "disk%d.img" % k)
+            home = os.path.join(self.data, "node-%d" % (k + 1))
+            os.makedirs(home, exist_ok=True)
+            with open(img, "wb") as f:
+                f.truncate(int(size[:-1]) << 30)
+            sh("mkfs.ext4", "-q", "-F", img)
+            dev = sh("losetup", "--find", "--show", img).stdout.strip()
+            self.disks.append((dev, None, None))
+            sh("mount", dev, home)
+            majmin = sh("lsblk", "-ndo", "MAJ:MIN", dev).stdout.strip()
+            self.disks[-1] = (dev, majmin, home)
+
+    def slow_disk(self, k, on, iops=20, bps=1 << 20):
+        """Node K's disk throttled to IOPS writes and BPS bytes a second
+        (blkio of the root cgroup, for that device only: every write to
+        it, the kernel's writeback and journal included), or no more."""
+        majmin = self.disks[k][1]
+        for f, v in (("write_iops_device", iops), ("write_bps_device", bps)):
+            with open(BLKIO + "/blkio.throttle." + f, "w") as fh:
+                fh.write("%s %d\n" % (majmin, v if on else 0))
+
+    def drop_disks(self):
+        for k, (dev, majmin, home) in reversed(list(enumerate(getattr(self, "disks", [])))):
+            if majmin:
+                try:
+                    self.slow_disk(k, False)
+                except OSError:
+                    pass
+            if home:
+                sh("umount", home, check=False)
+            sh("losetup", "-d", dev, check=False)
+        self.disks = []
 
     def replicate(self, index, replicas, timeout=120):
         """Gives INDEX REPLICAS replicas (no auto-expansion) and waits for
@@ -678,7 +817,8 @@ class Run(object):
         self.engine = None
         self.hosts = []
         self.workers = []
-        self.faults = {k: 0 for k in KINDS}
+        self.faults = {k: 0 for k in ALL_KINDS}
+        self.dropped = []     # (namespace index, address) blackholed now
         self.skipped = {}
         # a pause aimed at a host holding locks lands, most of the time,
         # in these 20 ms between the grant and the lease check: the case
@@ -692,7 +832,8 @@ class Run(object):
             self.mount_timeout = 150
             # a write waits for two replicas too: more than the second a
             # single node gets (the later option wins)
-            self.extra_opts += ["es_start_timeout=120", "es_timeout_ms=5000"]
+            self.extra_opts += ["es_start_timeout=120", "es_timeout_ms=%d"
+                                % (getattr(args, "es_timeout_ms", None) or 5000)]
 
     def note(self, kind, host=None, **kw):
         ev = dict(kw, t=mono_ns(), kind=kind)
@@ -773,6 +914,8 @@ class Run(object):
             time.sleep(self.rnd.uniform(0.2, 1.5))
             self.engine.start()
             self.note("engine", phase="end")
+        elif kind in CLUSTER_KINDS:
+            self.cluster_fault(kind, h)
         elif kind == "skew":
             minutes = self.rnd.choice([-1, 1]) * self.rnd.randint(3, 30)
             skew = "%+dm" % minutes
@@ -786,11 +929,94 @@ class Run(object):
             self.note("skew", h.name, pid=h.proc.pid, skew=skew, phase="end")
         self.faults[kind] += 1
 
+    def cut(self, a, b):
+        """Namespaces A and B (NET's indexes) no longer reach each other."""
+        for i, j in ((a, b), (b, a)):
+            self.net.drop(i, self.net.host_addr(j))
+            self.dropped.append((i, self.net.host_addr(j)))
+
+    def heal(self):
+        """Every cut of self.cut undone."""
+        while self.dropped:
+            i, addr = self.dropped.pop()
+            self.net.drop(i, addr, False)
+
+    def cluster_fault(self, kind, h):
+        """The faults of an engine cluster; H is a host picked at random."""
+        a, c = self.args, self.engine
+        secs = self.rnd.uniform(*getattr(a, "cluster_fault_s", (35.0, 50.0)))
+        others = lambda k: [j for j in range(c.nodes) if j != k]  # noqa: E731
+        if kind == "node-cut":
+            # the node's link down: cut from the other nodes and every mount
+            k = self.rnd.randrange(c.nodes)
+            self.note(kind, node=k + 1, secs=secs, phase="start")
+            self.net.link(c.ns_index(k), False)
+            time.sleep(secs)
+            self.net.link(c.ns_index(k), True)
+            self.note(kind, node=k + 1, phase="end")
+        elif kind == "primary-cut":
+            k = c.primary(INDEX)
+            if k is None:
+                raise RuntimeError("no node knows the primary of %s" % INDEX)
+            # some mounts (at least one) still reach it, the rest do not
+            reach = sorted(self.rnd.sample(range(len(self.hosts)),
+                                           self.rnd.randint(1, len(self.hosts))))
+            self.note(kind, node=k + 1, reached_by=["h%d" % i for i in reach], secs=secs,
+                      phase="start")
+            for j in others(k):
+                self.cut(c.ns_index(k), c.ns_index(j))
+            for i in range(len(self.hosts)):
+                if i not in reach:
+                    self.cut(i, c.ns_index(k))
+            time.sleep(secs)
+            self.heal()
+            self.note(kind, node=k + 1, phase="end")
+        elif kind == "minority-mount":
+            # node K cut from the other nodes; host H cut from those others
+            # but not from K: its mount's requests can go to K alone (a
+            # mount has every node's URL and tries them in turn)
+            k = self.rnd.randrange(c.nodes)
+            self.note(kind, h.name, node=k + 1, secs=secs, phase="start")
+            for j in others(k):
+                self.cut(c.ns_index(k), c.ns_index(j))
+                self.cut(h.i, c.ns_index(j))
+            time.sleep(secs)
+            self.heal()
+            self.note(kind, h.name, node=k + 1, phase="end")
+        elif kind == "node-pause":
+            # the primary's node half of the time, any node otherwise
+            k = c.primary(INDEX) if self.rnd.random() < 0.5 else None
+            if k is None:
+                k = self.rnd.randrange(c.nodes)
+            pid = c.node_pid(k)
+            self.note(kind, node=k + 1, jvm=pid, secs=secs, phase="start")
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                time.sleep(secs)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            self.note(kind, node=k + 1, jvm=pid, phase="end")
+        elif kind == "cluster-restart":
+            self.note(kind, phase="start")
+            c.restart(self.rnd.uniform(0.5, 3))
+            self.note(kind, phase="end")
+        elif kind == "slow-disk":
+            k = c.primary(INDEX)
+            if k is None:
+                raise RuntimeError("no node knows the primary of %s" % INDEX)
+            self.note(kind, node=k + 1, secs=secs, phase="start")
+            c.slow_disk(k, True)
+            try:
+                time.sleep(secs)
+            finally:
+                c.slow_disk(k, False)
+            self.note(kind, node=k + 1, phase="end")
+
     def nemesis(self, until_ns, bound_ns=None):
         """Injects faults until UNTIL_NS and, with BOUND_NS, on past it until
         every kind has been injected once (a busy machine makes each fault
         take longer), but not past BOUND_NS."""
-        kinds = [k for k in KINDS if k not in self.skipped]
+        kinds = [k for k in ALL_KINDS if k not in self.skipped]
         order = kinds[:]
         self.rnd.shuffle(order)
         time.sleep(self.args.settle)
@@ -832,9 +1058,16 @@ class Run(object):
             self.skipped["skew"] = ("no libfaketime (Debian package faketime): clock skew "
                                     "not injected")
         if self.nodes > 1 and "engine" in a.kinds:
-            self.skipped["engine"] = ("a restart of the whole cluster is not injected on "
-                                      "a cluster (its nodes would come back on new ports)")
-        for k in KINDS:
+            self.skipped["engine"] = ("on a cluster, a restart of every node is the fault "
+                                      "cluster-restart")
+        for k in CLUSTER_KINDS:
+            if k in a.kinds and self.nodes < 3:
+                self.skipped[k] = "a fault of an engine cluster: needs --nodes 3 or more"
+        if "slow-disk" in a.kinds and self.nodes >= 3:
+            why = Cluster.disk_missing()
+            if why:
+                self.skipped["slow-disk"] = why + ": no slow disk injected"
+        for k in ALL_KINDS:
             if k not in a.kinds:
                 self.skipped.setdefault(k, "not selected")
         self.make_tree()
@@ -855,6 +1088,8 @@ class Run(object):
                 else:
                     for i in range(len(self.net.ns)):
                         self.net.set_delay(i, rtt / 2.0)
+            if self.nodes > 1 and "slow-disk" not in self.skipped:
+                self.engine.make_disks()
             self.engine.start()
             for i in range(a.hosts):
                 h = Host(self, i)
@@ -957,10 +1192,22 @@ class Run(object):
                         p.kill()
                 unmount(h.mnt)
                 unmount(h.cache_mnt)
+        try:
+            self.heal()
+        except RuntimeError:
+            pass            # the namespaces go below anyway
         if self.engine:
+            if isinstance(self.engine, Cluster):
+                for pid in self.engine.node_pids():
+                    try:
+                        os.kill(pid, signal.SIGCONT)
+                    except ProcessLookupError:
+                        pass
             self.engine.stop()
             if isinstance(self.engine, OpenSearch):
                 self.engine.fwd.close()
+            if isinstance(self.engine, Cluster):
+                self.engine.drop_disks()
         self.net.down()
 
 
@@ -968,7 +1215,7 @@ def cmd_run(a):
     rc = cannot_run()
     if rc is not None:
         return rc
-    total = {k: 0 for k in KINDS}
+    total = {k: 0 for k in ALL_KINDS}
     nviol = 0
     for n in range(a.runs):
         seed = a.seed if a.seed is not None else random.randrange(1 << 30)
@@ -1034,7 +1281,13 @@ def main(argv=None):
     r.add_argument("--rtt-ms", type=float, default=0,
                    help="netem delay making every round trip between namespaces this long")
     r.add_argument("--heap", default="256m", help="heap per cluster node")
-    r.add_argument("--kinds", default=",".join(KINDS), help="faults to inject (comma-separated)")
+    r.add_argument("--kinds", help="faults to inject (comma-separated; default: %s, and "
+                   "with --nodes 3 or more also %s)" % (",".join(KINDS), ",".join(CLUSTER_KINDS)))
+    r.add_argument("--es-timeout-ms", type=int,
+                   help="es_timeout_ms of every mount on a cluster (default 5000)")
+    r.add_argument("--cluster-fault-s", type=float, nargs=2, default=(35.0, 50.0),
+                   help="seconds a fault of the cluster lasts: a uniform range (by default "
+                   "past the engines' fault detection, about 30 s)")
     r.add_argument("--lease-ttl", type=int, default=2)
     r.add_argument("--lock-timeout", type=int, default=5)
     r.add_argument("--settle", type=float, default=2, help="seconds before the first fault")
@@ -1050,8 +1303,10 @@ def main(argv=None):
     lim.add_argument("--lock-timeout", type=int, default=10)
     a = ap.parse_args(argv)
     if a.cmd == "run":
+        if a.kinds is None:
+            a.kinds = ",".join(ALL_KINDS if a.nodes >= 3 else KINDS)
         a.kinds = [k for k in a.kinds.split(",") if k]
-        bad = set(a.kinds) - set(KINDS)
+        bad = set(a.kinds) - set(ALL_KINDS)
         if bad:
             ap.error("unknown fault kinds: %s" % ", ".join(sorted(bad)))
         return cmd_run(a)
