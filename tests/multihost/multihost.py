@@ -178,6 +178,7 @@ class Net(object):
         self.subnet = self._free_subnet()
         self.addr = self.subnet + ".1"
         self.made = []
+        self.dropped = []     # (namespace index, address) blackholed now
 
     @staticmethod
     def _free_subnet():
@@ -222,7 +223,21 @@ class Net(object):
         sh("ip", "-n", self.ns[i], "route", "add" if on else "del", "blackhole",
            addr + "/32", check=on)
 
+    def cut(self, i, j):
+        """Namespaces I and J no longer reach each other (each keeps its
+        other links): a drop both ways, undone by heal()."""
+        for a, b in ((i, j), (j, i)):
+            self.drop(a, self.host_addr(b))
+            self.dropped.append((a, self.host_addr(b)))
+
+    def heal(self):
+        """Every cut undone."""
+        while self.dropped:
+            i, addr = self.dropped.pop()
+            self.drop(i, addr, False)
+
     def down(self):
+        self.dropped = []
         for kind, name in reversed(self.made):
             if kind == "netns":
                 subprocess.run(["ip", "netns", "del", name], capture_output=True)
@@ -579,58 +594,18 @@ class Cluster(Server):
                         return int(name[5:]) - 1
         return None
 
-    # ---- a disk of each node's own, made slow on demand ----
-
-    @staticmethod
-    def disk_missing():
-        """Why a node's disk cannot be made slow here (a loop device with
-        ext4 and cgroup v1 blkio throttling), or None."""
-        for tool, pkg in (("losetup", "mount"), ("mkfs.ext4", "e2fsprogs"),
-                          ("lsblk", "util-linux")):
-            if not shutil.which(tool):
-                return "no %s (Debian package %s)" % (tool, pkg)
-        if not os.path.exists("/dev/loop-control"):
-            return "no loop devices (/dev/loop-control)"
-        if not os.path.exists(BLKIO + "/blkio.throttle.write_iops_device"):
-            return "no cgroup v1 blkio throttling (%s)" % BLKIO
-        return None
-
-    def make_disks(self, size="2G"):
-        """Node K's home (DIR/node-K) on an ext4 file system of its own,
-        on a loop device: self.disks[K] = (device, MAJ:MIN)."""
+    def make_disks(self):
+        """Node K's home (DIR/node-K) on a Disk of its own: self.disks[K]."""
         self.disks = []
         for k in range(self.nodes):
-            img = os.path.join(self.work, "disk%d.img" % k)
-            home = os.path.join(self.data, "node-%d" % (k + 1))
-            os.makedirs(home, exist_ok=True)
-            with open(img, "wb") as f:
-                f.truncate(int(size[:-1]) << 30)
-            sh("mkfs.ext4", "-q", "-F", img)
-            dev = sh("losetup", "--find", "--show", img).stdout.strip()
-            self.disks.append((dev, None, None))
-            sh("mount", dev, home)
-            majmin = sh("lsblk", "-ndo", "MAJ:MIN", dev).stdout.strip()
-            self.disks[-1] = (dev, majmin, home)
-
-    def slow_disk(self, k, on, iops=20, bps=1 << 20):
-        """Node K's disk throttled to IOPS writes and BPS bytes a second
-        (blkio of the root cgroup, for that device only: every write to
-        it, the kernel's writeback and journal included), or no more."""
-        majmin = self.disks[k][1]
-        for f, v in (("write_iops_device", iops), ("write_bps_device", bps)):
-            with open(BLKIO + "/blkio.throttle." + f, "w") as fh:
-                fh.write("%s %d\n" % (majmin, v if on else 0))
+            d = Disk(os.path.join(self.work, "disk%d.img" % k),
+                     os.path.join(self.data, "node-%d" % (k + 1)))
+            self.disks.append(d)
+            d.make()
 
     def drop_disks(self):
-        for k, (dev, majmin, home) in reversed(list(enumerate(getattr(self, "disks", [])))):
-            if majmin:
-                try:
-                    self.slow_disk(k, False)
-                except OSError:
-                    pass
-            if home:
-                sh("umount", home, check=False)
-            sh("losetup", "-d", dev, check=False)
+        for d in reversed(getattr(self, "disks", [])):
+            d.drop()
         self.disks = []
 
     def replicate(self, index, replicas, timeout=120):
@@ -652,6 +627,61 @@ class Cluster(Server):
         if st != 200:
             raise RuntimeError("shards of %s: %s %s" % (index, st, body))
         return [{"prirep": c["prirep"], "state": c["state"], "node": c["node"]} for c in body]
+
+
+class Disk(object):
+    """An ext4 file system on a loop device (a file IMG), mounted on MNT,
+    whose writes can be made slow: blkio throttling of the root cgroup
+    (cgroup v1) for that device alone, so every write to it, the
+    kernel's writeback and journal included, is held to the limits."""
+
+    def __init__(self, img, mnt, size=2 << 30):
+        self.img, self.mnt, self.size = img, mnt, size
+        self.dev = self.majmin = None
+        self.mounted = False
+
+    @staticmethod
+    def missing():
+        """Why a disk cannot be made slow here, or None."""
+        for tool, pkg in (("losetup", "mount"), ("mkfs.ext4", "e2fsprogs"),
+                          ("lsblk", "util-linux")):
+            if not shutil.which(tool):
+                return "no %s (Debian package %s)" % (tool, pkg)
+        if not os.path.exists("/dev/loop-control"):
+            return "no loop devices (/dev/loop-control)"
+        if not os.path.exists(BLKIO + "/blkio.throttle.write_iops_device"):
+            return "no cgroup v1 blkio throttling (%s)" % BLKIO
+        return None
+
+    def make(self):
+        os.makedirs(self.mnt, exist_ok=True)
+        with open(self.img, "wb") as f:
+            f.truncate(self.size)
+        sh("mkfs.ext4", "-q", "-F", self.img)
+        self.dev = sh("losetup", "--find", "--show", self.img).stdout.strip()
+        self.majmin = sh("lsblk", "-ndo", "MAJ:MIN", self.dev).stdout.strip()
+        sh("mount", self.dev, self.mnt)
+        self.mounted = True
+
+    def slow(self, on, iops=20, bps=1 << 20):
+        """Writes held to IOPS a second and BPS bytes a second, or free."""
+        for f, v in (("write_iops_device", iops), ("write_bps_device", bps)):
+            with open(BLKIO + "/blkio.throttle." + f, "w") as fh:
+                fh.write("%s %d\n" % (self.majmin, v if on else 0))
+
+    def drop(self):
+        """Unthrottled, unmounted, the loop device detached (by path)."""
+        if self.majmin:
+            try:
+                self.slow(False)
+            except OSError:
+                pass
+        if self.mounted:
+            sh("umount", self.mnt, check=False)
+            self.mounted = False
+        if self.dev:
+            sh("losetup", "-d", self.dev, check=False)
+            self.dev = self.majmin = None
 
 
 class Host(object):
@@ -818,7 +848,6 @@ class Run(object):
         self.hosts = []
         self.workers = []
         self.faults = {k: 0 for k in ALL_KINDS}
-        self.dropped = []     # (namespace index, address) blackholed now
         self.skipped = {}
         # a pause aimed at a host holding locks lands, most of the time,
         # in these 20 ms between the grant and the lease check: the case
@@ -929,18 +958,6 @@ class Run(object):
             self.note("skew", h.name, pid=h.proc.pid, skew=skew, phase="end")
         self.faults[kind] += 1
 
-    def cut(self, a, b):
-        """Namespaces A and B (NET's indexes) no longer reach each other."""
-        for i, j in ((a, b), (b, a)):
-            self.net.drop(i, self.net.host_addr(j))
-            self.dropped.append((i, self.net.host_addr(j)))
-
-    def heal(self):
-        """Every cut of self.cut undone."""
-        while self.dropped:
-            i, addr = self.dropped.pop()
-            self.net.drop(i, addr, False)
-
     def cluster_fault(self, kind, h):
         """The faults of an engine cluster; H is a host picked at random."""
         a, c = self.args, self.engine
@@ -964,12 +981,12 @@ class Run(object):
             self.note(kind, node=k + 1, reached_by=["h%d" % i for i in reach], secs=secs,
                       phase="start")
             for j in others(k):
-                self.cut(c.ns_index(k), c.ns_index(j))
+                self.net.cut(c.ns_index(k), c.ns_index(j))
             for i in range(len(self.hosts)):
                 if i not in reach:
-                    self.cut(i, c.ns_index(k))
+                    self.net.cut(i, c.ns_index(k))
             time.sleep(secs)
-            self.heal()
+            self.net.heal()
             self.note(kind, node=k + 1, phase="end")
         elif kind == "minority-mount":
             # node K cut from the other nodes; host H cut from those others
@@ -978,10 +995,10 @@ class Run(object):
             k = self.rnd.randrange(c.nodes)
             self.note(kind, h.name, node=k + 1, secs=secs, phase="start")
             for j in others(k):
-                self.cut(c.ns_index(k), c.ns_index(j))
-                self.cut(h.i, c.ns_index(j))
+                self.net.cut(c.ns_index(k), c.ns_index(j))
+                self.net.cut(h.i, c.ns_index(j))
             time.sleep(secs)
-            self.heal()
+            self.net.heal()
             self.note(kind, h.name, node=k + 1, phase="end")
         elif kind == "node-pause":
             # the primary's node half of the time, any node otherwise
@@ -1005,11 +1022,11 @@ class Run(object):
             if k is None:
                 raise RuntimeError("no node knows the primary of %s" % INDEX)
             self.note(kind, node=k + 1, secs=secs, phase="start")
-            c.slow_disk(k, True)
+            c.disks[k].slow(True)
             try:
                 time.sleep(secs)
             finally:
-                c.slow_disk(k, False)
+                c.disks[k].slow(False)
             self.note(kind, node=k + 1, phase="end")
 
     def nemesis(self, until_ns, bound_ns=None):
@@ -1064,7 +1081,7 @@ class Run(object):
             if k in a.kinds and self.nodes < 3:
                 self.skipped[k] = "a fault of an engine cluster: needs --nodes 3 or more"
         if "slow-disk" in a.kinds and self.nodes >= 3:
-            why = Cluster.disk_missing()
+            why = Disk.missing()
             if why:
                 self.skipped["slow-disk"] = why + ": no slow disk injected"
         for k in ALL_KINDS:
@@ -1193,7 +1210,7 @@ class Run(object):
                 unmount(h.mnt)
                 unmount(h.cache_mnt)
         try:
-            self.heal()
+            self.net.heal()
         except RuntimeError:
             pass            # the namespaces go below anyway
         if self.engine:
