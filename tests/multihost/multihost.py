@@ -26,7 +26,8 @@ rename and its result; a nemesis meanwhile, at random times:
           minutes off (libfaketime; skipped with the reason without it)
 
 and, on a cluster of engine nodes (--nodes 3 or more; each node in a
-namespace of its own, the mounts given every node's URL, tried in turn),
+namespace of its own, the mounts given every node's URL, tried in turn,
+and by default lease_ttl=30, lock_timeout=60, es_timeout_ms=10000),
 faults of the cluster, each lasting --cluster-fault-s seconds (by default
 35-50, past the engines' fault detection of about 30 s: follower and
 leader checks every 1 s, 10 s timeout, 3 tries):
@@ -1301,12 +1302,14 @@ def main(argv=None):
     r.add_argument("--kinds", help="faults to inject (comma-separated; default: %s, and "
                    "with --nodes 3 or more also %s)" % (",".join(KINDS), ",".join(CLUSTER_KINDS)))
     r.add_argument("--es-timeout-ms", type=int,
-                   help="es_timeout_ms of every mount on a cluster (default 5000)")
+                   help="es_timeout_ms of every mount on a cluster (default 5000; with --nodes 3 or more 10000)")
     r.add_argument("--cluster-fault-s", type=float, nargs=2, default=(35.0, 50.0),
                    help="seconds a fault of the cluster lasts: a uniform range (by default "
                    "past the engines' fault detection, about 30 s)")
-    r.add_argument("--lease-ttl", type=int, default=2)
-    r.add_argument("--lock-timeout", type=int, default=5)
+    r.add_argument("--lease-ttl", type=int,
+                   help="lease_ttl of every mount (default 2; with --nodes 3 or more 30)")
+    r.add_argument("--lock-timeout", type=int,
+                   help="lock_timeout of every mount (default 5; with --nodes 3 or more 60)")
     r.add_argument("--settle", type=float, default=2, help="seconds before the first fault")
     r.add_argument("--quiet", type=float, default=6, help="seconds without new faults at the end")
     r.add_argument("--gap", type=float, nargs=2, default=(0.5, 2.5),
@@ -1320,6 +1323,18 @@ def main(argv=None):
     lim.add_argument("--lock-timeout", type=int, default=10)
     a = ap.parse_args(argv)
     if a.cmd == "run":
+        # timings: short ones for the emulator's quick runs; on a cluster,
+        # what a user would choose against fault detection of ~30 s (a
+        # failover takes 30-40 s): requests given up after 10 s so the next
+        # node is tried well within a lease, a lease that outlives most
+        # failovers, and renames that wait through one instead of failing
+        cl = a.nodes >= 3
+        if a.lease_ttl is None:
+            a.lease_ttl = 30 if cl else 2
+        if a.lock_timeout is None:
+            a.lock_timeout = 60 if cl else 5
+        if a.es_timeout_ms is None and cl:
+            a.es_timeout_ms = 10000
         if a.kinds is None:
             a.kinds = ",".join(ALL_KINDS if a.nodes >= 3 else KINDS)
         a.kinds = [k for k in a.kinds.split(",") if k]
