@@ -25,11 +25,41 @@ rename and its result; a nemesis meanwhile, at random times:
   skew    the host's treelockfs is mounted again with its wall clock
           minutes off (libfaketime; skipped with the reason without it)
 
+and, on a cluster of engine nodes (--nodes 3 or more; each node in a
+namespace of its own, the mounts given every node's URL, tried in turn,
+and by default lease_ttl=30, lock_timeout=60, es_timeout_ms=10000),
+faults of the cluster, each lasting --cluster-fault-s seconds (by default
+35-50, past the engines' fault detection of about 30 s: follower and
+leader checks every 1 s, 10 s timeout, 3 tries):
+
+  node-cut         a node's link goes down (cut from the other nodes and
+                   from every mount; the majority keeps going), then up
+  primary-cut      the node holding the lock index's primary shard (asked
+                   at fault time, _cat/shards) is cut from the other nodes
+                   and from some mounts, while at least one mount still
+                   reaches it: blackhole routes in the namespaces (a
+                   partial partition, no link down, no firewall needed)
+  minority-mount   a node is cut from the other two, and a host's mount
+                   from those two but not from it: the mount's requests
+                   can reach the minority node alone
+  node-pause       SIGSTOP of a node's JVM (the primary's half of the
+                   time) for the fault's length, then SIGCONT
+  cluster-restart  every node is killed (kill -9) and started again on
+                   its data and on the ports the mounts know
+                   (tests/engines/start --same-ports)
+  slow-disk        the primary's node's disk (each node's home is an ext4
+                   file system on a loop device of its own) is throttled
+                   to 20 writes and 1 MB a second (cgroup v1 blkio of the
+                   root cgroup, that device only; an fsync of 4 KB goes
+                   from ~4 ms to ~300 ms); skipped with the reason
+                   without loop devices or blkio throttling
+
 Afterwards every mount is stopped, dead owners are reaped
 (treelockctl reap --dead), and checker.py judges the logs, the final tree
 and what is left in the lock index.
 
     multihost.py run [--hosts 3] [--duration 45] [--runs 1] [--engine emulator|opensearch]
+                     [--nodes 3 [--rtt-ms R] [--kinds K,K...] [--es-timeout-ms MS]]
     multihost.py limit [--pause 6]     the known limit (a rename stuck in a
                                        hung backing call), measured
 
@@ -67,6 +97,11 @@ CTL = program("treelockctl")
 
 INDEX = "treelockfs-locks"
 KINDS = ("cut", "pause", "kill", "engine", "skew")
+# faults of an engine cluster (--nodes 3 or more)
+CLUSTER_KINDS = ("node-cut", "primary-cut", "minority-mount", "node-pause",
+                 "cluster-restart", "slow-disk")
+ALL_KINDS = KINDS + CLUSTER_KINDS
+BLKIO = "/sys/fs/cgroup/blkio"
 FAKETIME_LIBS = ("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
                  "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
                  "/usr/lib/faketime/libfaketimeMT.so.1")
@@ -144,6 +179,7 @@ class Net(object):
         self.subnet = self._free_subnet()
         self.addr = self.subnet + ".1"
         self.made = []
+        self.dropped = []     # (namespace index, address) blackholed now
 
     @staticmethod
     def _free_subnet():
@@ -180,7 +216,29 @@ class Net(object):
     def link(self, i, up):
         sh("ip", "-n", self.ns[i], "link", "set", "eth0", "up" if up else "down")
 
+    def drop(self, i, addr, on=True):
+        """Namespace I sends nothing more to ADDR (a blackhole route: the
+        packets vanish, as in a partition; no firewall needed), or again
+        (ON false). Dropping both ways, or either way for TCP, cuts the
+        two apart while each keeps its other links."""
+        sh("ip", "-n", self.ns[i], "route", "add" if on else "del", "blackhole",
+           addr + "/32", check=on)
+
+    def cut(self, i, j):
+        """Namespaces I and J no longer reach each other (each keeps its
+        other links): a drop both ways, undone by heal()."""
+        for a, b in ((i, j), (j, i)):
+            self.drop(a, self.host_addr(b))
+            self.dropped.append((a, self.host_addr(b)))
+
+    def heal(self):
+        """Every cut undone."""
+        while self.dropped:
+            i, addr = self.dropped.pop()
+            self.drop(i, addr, False)
+
     def down(self):
+        self.dropped = []
         for kind, name in reversed(self.made):
             if kind == "netns":
                 subprocess.run(["ip", "netns", "del", name], capture_output=True)
@@ -450,7 +508,7 @@ class Cluster(Server):
     def mount_url(self):
         return ";".join(self.urls)
 
-    def start(self, timeout=420):
+    def start(self, timeout=420, same_ports=False):
         pf = os.path.join(self.work, "cluster.ports")
         if os.path.exists(pf):
             os.unlink(pf)
@@ -462,8 +520,8 @@ class Cluster(Server):
             [ENGINE_START, self.name, "--nodes", str(self.nodes), "--port-file", pf,
              "--data", self.data, "--netns", ",".join(self.net.ns[self.first:self.first
                                                                   + self.nodes]),
-             "--addrs", ",".join(self.addrs)], stdin=subprocess.DEVNULL, stdout=log,
-            stderr=log, env=env, start_new_session=True)
+             "--addrs", ",".join(self.addrs)] + (["--same-ports"] if same_ports else []),
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True)
         log.close()
         deadline = time.monotonic() + timeout + 30
         while time.monotonic() < deadline and self.proc.poll() is None:
@@ -494,6 +552,63 @@ class Cluster(Server):
                 pass
         self.stop()
 
+    def ns_index(self, k):
+        """NET's index of node K's namespace (K from 0)."""
+        return self.first + k
+
+    def node_pid(self, k):
+        with open(os.path.join(self.data, "node-%d.pid" % (k + 1))) as f:
+            return int(f.read())
+
+    def restart(self, pause):
+        """kill -9 of every node, PAUSE seconds, then every node started
+        again on its data and on the ports the mounts know."""
+        for pid in self.node_pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if self.proc:
+            try:
+                self.proc.wait(60)    # the start script exits once its nodes are gone
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+            self.proc = None
+        time.sleep(pause)
+        self.start(same_ports=True)
+
+    def primary(self, index):
+        """The node (from 0) holding INDEX's primary shard, asked of any node
+        that answers; None when none knows one."""
+        for url in self.urls:
+            try:
+                st, body = http(url + "/_cat/shards/" + index + "?format=json", timeout=10)
+            except (OSError, ValueError):
+                continue
+            if st != 200:
+                continue
+            for c in body:
+                if c.get("prirep") == "p" and c.get("state") == "STARTED":
+                    name = c.get("node") or ""
+                    if name.startswith("node-"):
+                        return int(name[5:]) - 1
+        return None
+
+    def make_disks(self):
+        """Node K's home (DIR/node-K) on a Disk of its own: self.disks[K]."""
+        self.disks = []
+        for k in range(self.nodes):
+            d = Disk(os.path.join(self.work, "disk%d.img" % k),
+                     os.path.join(self.data, "node-%d" % (k + 1)))
+            self.disks.append(d)
+            d.make()
+
+    def drop_disks(self):
+        for d in reversed(getattr(self, "disks", [])):
+            d.drop()
+        self.disks = []
+
     def replicate(self, index, replicas, timeout=120):
         """Gives INDEX REPLICAS replicas (no auto-expansion) and waits for
         every copy to be allocated and started (green)."""
@@ -513,6 +628,61 @@ class Cluster(Server):
         if st != 200:
             raise RuntimeError("shards of %s: %s %s" % (index, st, body))
         return [{"prirep": c["prirep"], "state": c["state"], "node": c["node"]} for c in body]
+
+
+class Disk(object):
+    """An ext4 file system on a loop device (a file IMG), mounted on MNT,
+    whose writes can be made slow: blkio throttling of the root cgroup
+    (cgroup v1) for that device alone, so every write to it, the
+    kernel's writeback and journal included, is held to the limits."""
+
+    def __init__(self, img, mnt, size=2 << 30):
+        self.img, self.mnt, self.size = img, mnt, size
+        self.dev = self.majmin = None
+        self.mounted = False
+
+    @staticmethod
+    def missing():
+        """Why a disk cannot be made slow here, or None."""
+        for tool, pkg in (("losetup", "mount"), ("mkfs.ext4", "e2fsprogs"),
+                          ("lsblk", "util-linux")):
+            if not shutil.which(tool):
+                return "no %s (Debian package %s)" % (tool, pkg)
+        if not os.path.exists("/dev/loop-control"):
+            return "no loop devices (/dev/loop-control)"
+        if not os.path.exists(BLKIO + "/blkio.throttle.write_iops_device"):
+            return "no cgroup v1 blkio throttling (%s)" % BLKIO
+        return None
+
+    def make(self):
+        os.makedirs(self.mnt, exist_ok=True)
+        with open(self.img, "wb") as f:
+            f.truncate(self.size)
+        sh("mkfs.ext4", "-q", "-F", self.img)
+        self.dev = sh("losetup", "--find", "--show", self.img).stdout.strip()
+        self.majmin = sh("lsblk", "-ndo", "MAJ:MIN", self.dev).stdout.strip()
+        sh("mount", self.dev, self.mnt)
+        self.mounted = True
+
+    def slow(self, on, iops=20, bps=1 << 20):
+        """Writes held to IOPS a second and BPS bytes a second, or free."""
+        for f, v in (("write_iops_device", iops), ("write_bps_device", bps)):
+            with open(BLKIO + "/blkio.throttle." + f, "w") as fh:
+                fh.write("%s %d\n" % (self.majmin, v if on else 0))
+
+    def drop(self):
+        """Unthrottled, unmounted, the loop device detached (by path)."""
+        if self.majmin:
+            try:
+                self.slow(False)
+            except OSError:
+                pass
+        if self.mounted:
+            sh("umount", self.mnt, check=False)
+            self.mounted = False
+        if self.dev:
+            sh("losetup", "-d", self.dev, check=False)
+            self.dev = self.majmin = None
 
 
 class Host(object):
@@ -681,7 +851,7 @@ class Run(object):
         self.engine = None
         self.hosts = []
         self.workers = []
-        self.faults = {k: 0 for k in KINDS}
+        self.faults = {k: 0 for k in ALL_KINDS}
         self.skipped = {}
         # a pause aimed at a host holding locks lands, most of the time,
         # in these 20 ms between the grant and the lease check: the case
@@ -695,7 +865,8 @@ class Run(object):
             self.mount_timeout = 150
             # a write waits for two replicas too: more than the second a
             # single node gets (the later option wins)
-            self.extra_opts += ["es_start_timeout=120", "es_timeout_ms=5000"]
+            self.extra_opts += ["es_start_timeout=120", "es_timeout_ms=%d"
+                                % (getattr(args, "es_timeout_ms", None) or 5000)]
 
     def note(self, kind, host=None, **kw):
         ev = dict(kw, t=mono_ns(), kind=kind)
@@ -776,6 +947,8 @@ class Run(object):
             time.sleep(self.rnd.uniform(0.2, 1.5))
             self.engine.start()
             self.note("engine", phase="end")
+        elif kind in CLUSTER_KINDS:
+            self.cluster_fault(kind, h)
         elif kind == "skew":
             minutes = self.rnd.choice([-1, 1]) * self.rnd.randint(3, 30)
             skew = "%+dm" % minutes
@@ -789,11 +962,82 @@ class Run(object):
             self.note("skew", h.name, pid=h.proc.pid, skew=skew, phase="end")
         self.faults[kind] += 1
 
+    def cluster_fault(self, kind, h):
+        """The faults of an engine cluster; H is a host picked at random."""
+        a, c = self.args, self.engine
+        secs = self.rnd.uniform(*getattr(a, "cluster_fault_s", (35.0, 50.0)))
+        others = lambda k: [j for j in range(c.nodes) if j != k]  # noqa: E731
+        if kind == "node-cut":
+            # the node's link down: cut from the other nodes and every mount
+            k = self.rnd.randrange(c.nodes)
+            self.note(kind, node=k + 1, secs=secs, phase="start")
+            self.net.link(c.ns_index(k), False)
+            time.sleep(secs)
+            self.net.link(c.ns_index(k), True)
+            self.note(kind, node=k + 1, phase="end")
+        elif kind == "primary-cut":
+            k = c.primary(INDEX)
+            if k is None:
+                raise RuntimeError("no node knows the primary of %s" % INDEX)
+            # some mounts (at least one) still reach it, the rest do not
+            reach = sorted(self.rnd.sample(range(len(self.hosts)),
+                                           self.rnd.randint(1, len(self.hosts))))
+            self.note(kind, node=k + 1, reached_by=["h%d" % i for i in reach], secs=secs,
+                      phase="start")
+            for j in others(k):
+                self.net.cut(c.ns_index(k), c.ns_index(j))
+            for i in range(len(self.hosts)):
+                if i not in reach:
+                    self.net.cut(i, c.ns_index(k))
+            time.sleep(secs)
+            self.net.heal()
+            self.note(kind, node=k + 1, phase="end")
+        elif kind == "minority-mount":
+            # node K cut from the other nodes; host H cut from those others
+            # but not from K: its mount's requests can go to K alone (a
+            # mount has every node's URL and tries them in turn)
+            k = self.rnd.randrange(c.nodes)
+            self.note(kind, h.name, node=k + 1, secs=secs, phase="start")
+            for j in others(k):
+                self.net.cut(c.ns_index(k), c.ns_index(j))
+                self.net.cut(h.i, c.ns_index(j))
+            time.sleep(secs)
+            self.net.heal()
+            self.note(kind, h.name, node=k + 1, phase="end")
+        elif kind == "node-pause":
+            # the primary's node half of the time, any node otherwise
+            k = c.primary(INDEX) if self.rnd.random() < 0.5 else None
+            if k is None:
+                k = self.rnd.randrange(c.nodes)
+            pid = c.node_pid(k)
+            self.note(kind, node=k + 1, jvm=pid, secs=secs, phase="start")
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                time.sleep(secs)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            self.note(kind, node=k + 1, jvm=pid, phase="end")
+        elif kind == "cluster-restart":
+            self.note(kind, phase="start")
+            c.restart(self.rnd.uniform(0.5, 3))
+            self.note(kind, phase="end")
+        elif kind == "slow-disk":
+            k = c.primary(INDEX)
+            if k is None:
+                raise RuntimeError("no node knows the primary of %s" % INDEX)
+            self.note(kind, node=k + 1, secs=secs, phase="start")
+            c.disks[k].slow(True)
+            try:
+                time.sleep(secs)
+            finally:
+                c.disks[k].slow(False)
+            self.note(kind, node=k + 1, phase="end")
+
     def nemesis(self, until_ns, bound_ns=None):
         """Injects faults until UNTIL_NS and, with BOUND_NS, on past it until
         every kind has been injected once (a busy machine makes each fault
         take longer), but not past BOUND_NS."""
-        kinds = [k for k in KINDS if k not in self.skipped]
+        kinds = [k for k in ALL_KINDS if k not in self.skipped]
         order = kinds[:]
         self.rnd.shuffle(order)
         time.sleep(self.args.settle)
@@ -835,9 +1079,16 @@ class Run(object):
             self.skipped["skew"] = ("no libfaketime (Debian package faketime): clock skew "
                                     "not injected")
         if self.nodes > 1 and "engine" in a.kinds:
-            self.skipped["engine"] = ("a restart of the whole cluster is not injected on "
-                                      "a cluster (its nodes would come back on new ports)")
-        for k in KINDS:
+            self.skipped["engine"] = ("on a cluster, a restart of every node is the fault "
+                                      "cluster-restart")
+        for k in CLUSTER_KINDS:
+            if k in a.kinds and self.nodes < 3:
+                self.skipped[k] = "a fault of an engine cluster: needs --nodes 3 or more"
+        if "slow-disk" in a.kinds and self.nodes >= 3:
+            why = Disk.missing()
+            if why:
+                self.skipped["slow-disk"] = why + ": no slow disk injected"
+        for k in ALL_KINDS:
             if k not in a.kinds:
                 self.skipped.setdefault(k, "not selected")
         self.make_tree()
@@ -858,6 +1109,8 @@ class Run(object):
                 else:
                     for i in range(len(self.net.ns)):
                         self.net.set_delay(i, rtt / 2.0)
+            if self.nodes > 1 and "slow-disk" not in self.skipped:
+                self.engine.make_disks()
             self.engine.start()
             for i in range(a.hosts):
                 h = Host(self, i)
@@ -960,10 +1213,22 @@ class Run(object):
                         p.kill()
                 unmount(h.mnt)
                 unmount(h.cache_mnt)
+        try:
+            self.net.heal()
+        except RuntimeError:
+            pass            # the namespaces go below anyway
         if self.engine:
+            if isinstance(self.engine, Cluster):
+                for pid in self.engine.node_pids():
+                    try:
+                        os.kill(pid, signal.SIGCONT)
+                    except ProcessLookupError:
+                        pass
             self.engine.stop()
             if isinstance(self.engine, OpenSearch):
                 self.engine.fwd.close()
+            if isinstance(self.engine, Cluster):
+                self.engine.drop_disks()
         self.net.down()
 
 
@@ -971,7 +1236,7 @@ def cmd_run(a):
     rc = cannot_run()
     if rc is not None:
         return rc
-    total = {k: 0 for k in KINDS}
+    total = {k: 0 for k in ALL_KINDS}
     nviol = 0
     for n in range(a.runs):
         seed = a.seed if a.seed is not None else random.randrange(1 << 30)
@@ -1037,9 +1302,17 @@ def main(argv=None):
     r.add_argument("--rtt-ms", type=float, default=0,
                    help="netem delay making every round trip between namespaces this long")
     r.add_argument("--heap", default="256m", help="heap per cluster node")
-    r.add_argument("--kinds", default=",".join(KINDS), help="faults to inject (comma-separated)")
-    r.add_argument("--lease-ttl", type=int, default=2)
-    r.add_argument("--lock-timeout", type=int, default=5)
+    r.add_argument("--kinds", help="faults to inject (comma-separated; default: %s, and "
+                   "with --nodes 3 or more also %s)" % (",".join(KINDS), ",".join(CLUSTER_KINDS)))
+    r.add_argument("--es-timeout-ms", type=int,
+                   help="es_timeout_ms of every mount on a cluster (default 5000; with --nodes 3 or more 10000)")
+    r.add_argument("--cluster-fault-s", type=float, nargs=2, default=(35.0, 50.0),
+                   help="seconds a fault of the cluster lasts: a uniform range (by default "
+                   "past the engines' fault detection, about 30 s)")
+    r.add_argument("--lease-ttl", type=int,
+                   help="lease_ttl of every mount (default 2; with --nodes 3 or more 30)")
+    r.add_argument("--lock-timeout", type=int,
+                   help="lock_timeout of every mount (default 5; with --nodes 3 or more 60)")
     r.add_argument("--settle", type=float, default=2, help="seconds before the first fault")
     r.add_argument("--quiet", type=float, default=6, help="seconds without new faults at the end")
     r.add_argument("--gap", type=float, nargs=2, default=(0.5, 2.5),
@@ -1053,8 +1326,22 @@ def main(argv=None):
     lim.add_argument("--lock-timeout", type=int, default=10)
     a = ap.parse_args(argv)
     if a.cmd == "run":
+        # timings: short ones for the emulator's quick runs; on a cluster,
+        # what a user would choose against fault detection of ~30 s (a
+        # failover takes 30-40 s): requests given up after 10 s so the next
+        # node is tried well within a lease, a lease that outlives most
+        # failovers, and renames that wait through one instead of failing
+        cl = a.nodes >= 3
+        if a.lease_ttl is None:
+            a.lease_ttl = 30 if cl else 2
+        if a.lock_timeout is None:
+            a.lock_timeout = 60 if cl else 5
+        if a.es_timeout_ms is None and cl:
+            a.es_timeout_ms = 10000
+        if a.kinds is None:
+            a.kinds = ",".join(ALL_KINDS if a.nodes >= 3 else KINDS)
         a.kinds = [k for k in a.kinds.split(",") if k]
-        bad = set(a.kinds) - set(KINDS)
+        bad = set(a.kinds) - set(ALL_KINDS)
         if bad:
             ap.error("unknown fault kinds: %s" % ", ".join(sorted(bad)))
         return cmd_run(a)

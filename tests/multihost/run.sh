@@ -8,6 +8,14 @@
 # tests/multihost/multihost.py run --runs N --duration S [--engine opensearch]; on
 # a cluster of engine nodes in namespaces of their own, links with a round
 # trip of R ms (tc netem): add --nodes 3 --rtt-ms R (R = 0.2, 1, 5).
+# With --nodes 3 the nemesis also partitions the cluster (kinds node-cut,
+# primary-cut, minority-mount, node-pause, cluster-restart, slow-disk; see
+# multihost.py's docstring; the mounts then get lease_ttl=30,
+# lock_timeout=60, es_timeout_ms=10000), e.g. 30 minutes of them on
+# OpenSearch 3:
+# tests/multihost/multihost.py run --engine opensearch3 --nodes 3 --heap 384m
+#   --kinds node-cut,primary-cut,minority-mount,node-pause,cluster-restart,slow-disk,kill
+#   --duration 1800 --max-duration 2400 --quiet 30 --report FILE
 TIER=multihost WHAT="multihost tests"
 . "$(dirname "$0")/../lib.sh"
 need_pytest
