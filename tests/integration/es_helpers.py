@@ -179,7 +179,8 @@ def es_request(emu, method, path, body=None, ctype="application/json"):
     if data is not None:
         req.add_header("Content-Type", ctype)
     try:
-        with urllib.request.urlopen(req, timeout=30) as r:
+        # generous: a busy machine's node may answer in many seconds
+        with urllib.request.urlopen(req, timeout=120) as r:
             return r.status, json.loads(r.read() or b"null")
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read() or b"null")

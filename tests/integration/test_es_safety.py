@@ -317,7 +317,7 @@ def test_es__document_plan_in_chunks_is_all_or_nothing(backend, es_mounts):
         # past the deadline a bulk gets a short grace and what it could not
         # finish is kept for the heartbeat: on a busy machine that takes a
         # while
-        wait_for(only_the_guides_lock, 120, what="every lock and mark of the refused plan let go")
+        wait_for(only_the_guides_lock, 300, what="every lock and mark of the refused plan let go")
         if refused in a.log():
             break
         print("\nlock_timeout=%d: the plan was not answered in time; again" % lock_timeout)
@@ -331,7 +331,8 @@ def test_es__document_plan_in_chunks_is_all_or_nothing(backend, es_mounts):
     os.rename(a.path("big"), a.path("big2"))
     a.set_option("lock_timeout=20")  # what the daemon's exit may take
     assert len(os.listdir(a.path("big2"))) == 2500
-    wait_for(lambda: lock_docs(backend) == {}, 30, what="the rename's locks released")
+    # three chunks of releases, each a bulk a busy node answers slowly
+    wait_for(lambda: lock_docs(backend) == {}, 300, what="the rename's locks released")
 
 
 # minutes a backend: on the es8 emulator and one real engine, not on each
