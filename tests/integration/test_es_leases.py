@@ -1,7 +1,8 @@
 """Dead holders (issue 4): owner leases, take-over at conflict time, fencing
 of a mount cut from the store, intents of dead owners, writer preference.
-lease_ttl=2 throughout, so a take-over is due 2 x 2 s after the holder's
-last renewal. A take-over is judged by its outcome: it happens (within
+A holder that dies has lease_ttl=2, so a take-over is due 2 x 2 s after
+its last renewal; a mount whose lease must not lapse has a long one
+(PATIENT), or one scaled by the store's answer time (run_scaled). A take-over is judged by its outcome: it happens (within
 lock_timeout, 15 s, where the dead holder would hold for a minute); its
 time against the documented bound is printed, not asserted (a busy machine
 makes it later, or earlier when the holder's renewals were already late
