@@ -16,6 +16,8 @@ before the next one starts, so at most one real engine runs at a time and
 each starts once per session.
 """
 
+import time
+
 import pytest
 
 import backends
@@ -125,6 +127,30 @@ def backend(backend_session):
     """The session's backend of this parameter, reset: no lock index, no
     counters, no faults."""
     return backend_session.reset()
+
+
+def answer_time(backend, n=3):
+    """The slowest of N small requests to BACKEND (GET / through the URL
+    the mounts use), in seconds: what a busy machine makes of the store's
+    answers right now."""
+    worst = 0.0
+    for _ in range(n):
+        t0 = time.monotonic()
+        backends._http(backend.url, "GET", "/", timeout=120)
+        worst = max(worst, time.monotonic() - t0)
+    return worst
+
+
+def timing_scale(backend, prompt=0.1, most=8):
+    """The factor (1, 2, 4 or 8) by which a test multiplies the short store
+    timings it needs (a lease that must lapse within the test, a holder's
+    ttl against a slow store): 1 while BACKEND answers within PROMPT
+    seconds, doubled for each doubling of its answer time beyond that."""
+    t = answer_time(backend)
+    scale = 1
+    while t > prompt * scale and scale < most:
+        scale *= 2
+    return scale
 
 
 def skip_unselected(items):

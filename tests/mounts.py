@@ -51,6 +51,32 @@ def is_mounted(path):
     return False
 
 
+def mounted_elsewhere(path):
+    """True when a mount at PATH (resolved) is in another mount namespace:
+    one made (e.g. by unshare, by another suite running beside this one)
+    while PATH was mounted holds a copy of the mount, and the kernel ends
+    a FUSE connection only with its last copy, so an unmount here does not
+    end the daemon."""
+    path = os.path.realpath(path)
+    ours = os.readlink("/proc/self/ns/mnt")
+    seen = {ours}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            ns = os.readlink("/proc/%s/ns/mnt" % pid)
+            if ns in seen:
+                continue
+            seen.add(ns)
+            with open("/proc/%s/mountinfo" % pid, encoding="utf-8",
+                      errors="surrogateescape") as f:
+                if any(line.split()[4].encode().decode("unicode_escape") == path for line in f):
+                    return True
+        except (OSError, IndexError):
+            continue
+    return False
+
+
 def mounts_below(path):
     """The mount points of this mount namespace strictly below PATH."""
     path = os.path.realpath(path).rstrip("/") + "/"

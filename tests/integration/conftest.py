@@ -26,8 +26,8 @@ FUSERMOUNT = shutil.which("fusermount3")
 
 sys.path.insert(0, os.path.join(SRCDIR, "tests"))
 import backend_fixtures  # noqa: E402
-from mounts import (detach, errno_of, is_mounted, mounts_below, outcome, program, read_file, require_built,  # noqa: E402,F401,E501
-                    run_steps, stop_mounts, unbuilt, wait_for, write_file)
+from mounts import (detach, errno_of, is_mounted, mounted_elsewhere, mounts_below, outcome, program,  # noqa: E402,F401,E501
+                    read_file, require_built, run_steps, stop_mounts, unbuilt, wait_for, write_file)
 from backend_fixtures import backend, backend_session  # noqa: E402,F401
 
 BIN = program("treelockfs")
@@ -222,11 +222,23 @@ class Mount:
         if self.proc is None:
             return
         detach(self.mnt)
-        try:
-            rc = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            rc = None
+        deadline = time.monotonic() + timeout
+        termed = False
+        while True:
+            try:
+                rc = self.proc.wait(timeout=1)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            if time.monotonic() >= deadline:
+                self.kill()
+                rc = None
+                break
+            if not termed and mounted_elsewhere(self.mnt):
+                # a copy of the mount in another mount namespace keeps the
+                # connection open: stopped as an init system would
+                self.proc.send_signal(signal.SIGTERM)
+                termed = True
         self.logf.close()
         proc, self.proc = self.proc, None
         if check:

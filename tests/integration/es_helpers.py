@@ -25,7 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRCDIR = os.environ.get("TREELOCKFS_SRCDIR") or os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(SRCDIR, "tests"))
 
-from backend_fixtures import emulator_fixture, start_emulator  # noqa: E402,F401
+from backend_fixtures import emulator_fixture, start_emulator, timing_scale  # noqa: E402,F401
 from backends import INDEX  # noqa: E402,F401
 
 from conftest import CTL  # noqa: E402
@@ -54,21 +54,83 @@ def es_opts(emu, owner, *extra, lease_ttl=2, url=None):
             "lease_ttl=%s" % lease_ttl, "lock_timeout=15", "es_timeout_ms=1000"] + list(extra)
 
 
+# options for a mount whose lease and requests are not what a test is
+# about: a lease that does not lapse and requests that do not time out
+# however slowly a busy machine's store answers; its lock_timeout, which
+# bounds only how long a failing test waits, generous as well
+PATIENT = ["lease_ttl=60", "es_timeout_ms=30000", "lock_timeout=120"]
+
+
 @pytest.fixture
 def es_mounts(mount_factory, tmp_path):
     """es_mounts(emu, "A", "B", opts={"A": [...]}) -> list of mounts of one
-    backing directory, each with its own owner= name."""
-    backing = tmp_path / "backing"
-    backing.mkdir(exist_ok=True)
-
-    def make(emu, *owners, opts=None, lease_ttl=2):
+    backing directory, each with its own owner= name. A later option of
+    OPTS overrides the default one (e.g. "lease_ttl=30" for one mount).
+    TAG names another set (its own backing directory and mount points),
+    for a scenario run again (run_scaled)."""
+    def make(emu, *owners, opts=None, lease_ttl=2, tag=""):
+        backing = tmp_path / ("backing" + tag)
+        backing.mkdir(exist_ok=True)
         out = []
         for o in owners:
             extra = (opts or {}).get(o, [])
             out.append(mount_factory(opts=es_opts(emu, o, *extra, lease_ttl=lease_ttl),
-                                     backing=backing, name="mnt" + o))
+                                     backing=backing, name="mnt" + o + tag))
         return out
     return make
+
+
+# what a mount logs when its own lease lapsed (es_lease.c, lockstore_es.c,
+# fs_rename.c): the store answered too late for its lease_ttl, and others
+# may rightly take its locks over. (Not "was removed by another client":
+# that is what a mount robbed of a live lease logs.)
+LEASE_TROUBLE = ("lapsed (no renewal for", "has no fresh lease", "lease is no longer fresh")
+# ... and when a request of its own ran out of es_timeout_ms
+REQUEST_TIMED_OUT = "Operation timed out after"
+
+
+def lease_trouble(*mounts):
+    """The lines of the mounts' logs saying a lease of theirs lapsed."""
+    return [line for m in mounts for line in m.log().splitlines()
+            if any(w in line for w in LEASE_TROUBLE)]
+
+
+def timed_out_requests(*mounts):
+    """The lines of the mounts' logs saying a request ran out of time."""
+    return [line for m in mounts for line in m.log().splitlines() if REQUEST_TIMED_OUT in line]
+
+
+def not_held(why, *mounts):
+    """From a scenario of run_scaled whose setup did not hold: stops MOUNTS
+    (their daemons may exit as they can) and returns WHY."""
+    for m in mounts:
+        if m.proc is not None:
+            m.stop(check=False)
+    return why
+
+
+def run_scaled(backend, scenario, tries=3):
+    """Runs SCENARIO(scale, tag) for a test that needs short store timings
+    (a lease that lapses within the test, a holder's lease against a slow
+    store): SCALE multiplies them, starting from the store's answer time
+    now (timing_scale), TAG names the attempt's mounts (es_mounts). The
+    scenario asserts its outcome, or returns why its own setup did not
+    hold (not_held: e.g. the mount that had to keep its lease logged that
+    it lapsed); then it runs again with the timings doubled, on a reset
+    backend, TRIES times in all, and the test fails saying why each did."""
+    scale = timing_scale(backend)
+    reasons = []
+    for i in range(tries):
+        if i:
+            backend.reset()
+        why = scenario(scale, "-%d" % i if i else "")
+        if why is None:
+            return scale
+        print("\ntimings x%d did not hold (%s): again with x%d" % (scale, why, 2 * scale))
+        reasons.append("x%d: %s" % (scale, why))
+        scale *= 2
+    pytest.fail("the store answered too slowly for this test's timings %d times, each time "
+                "doubled:\n%s" % (tries, "\n".join(reasons)), pytrace=False)
 
 
 def docs(b):
@@ -117,7 +179,8 @@ def es_request(emu, method, path, body=None, ctype="application/json"):
     if data is not None:
         req.add_header("Content-Type", ctype)
     try:
-        with urllib.request.urlopen(req, timeout=30) as r:
+        # generous: a busy machine's node may answer in many seconds
+        with urllib.request.urlopen(req, timeout=120) as r:
             return r.status, json.loads(r.read() or b"null")
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read() or b"null")

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import CTL, SRCDIR, makedirs
 from es_helpers import (ctl, emu, emu_module, es_mounts, forget_mount, held_by,  # noqa: F401
-                        owner_id, start_op, wait_for)
+                        lease_trouble, not_held, owner_id, run_scaled, start_op, wait_for)
 
 try:
     import jsonschema
@@ -47,10 +47,32 @@ def test_ctl_json__schema_is_valid():
 
 
 def test_ctl_json__every_command(backend, es_mounts):
-    a, b = es_mounts(backend, "A", "B", opts={"A": ["rename_delay_ms=60000"]})
+    # A holds locks, then dies: it must keep its one owner id until then,
+    # so its lease_ttl is scaled by the store's answer time (and doubled
+    # again should A log that it lapsed all the same); short enough that
+    # A is found dead soon after (2 x lease_ttl)
+    def scenario(scale, tag):
+        ttl = 3 * scale
+        patient = ["lock_timeout=120", "es_timeout_ms=30000"]
+        a, b = es_mounts(backend, "A", "B", tag=tag, lease_ttl=ttl,
+                         opts={"A": ["rename_delay_ms=600000"] + patient, "B": patient})
+        try:
+            return every_command(backend, a, b, ttl)
+        except AssertionError:
+            lapsed = lease_trouble(a, b)
+            if lapsed:
+                # A's rename would hold for minutes: A goes as it would have
+                a.kill(signal.SIGKILL)
+                forget_mount(a)
+                return not_held("a lease lapsed: %s" % lapsed[0], b)
+            raise
+    run_scaled(backend, scenario)
+
+
+def every_command(backend, a, b, ttl):
     makedirs(a, "d", "src")
     hung = start_op(os.rename, a.path("d/src"), a.path("d/dst"))
-    wait_for(lambda: held_by(backend, "/d/src"), 10, what="A's locks")
+    wait_for(lambda: held_by(backend, "/d/src"), 120, what="A's locks")
 
     doc = validated(ctl(backend, "check", "--json"), "check")
     assert doc["status"] == "ok" and doc["mapping_ours"] is True
@@ -69,7 +91,7 @@ def test_ctl_json__every_command(backend, es_mounts):
     doc = validated(ctl(backend, "owners", "--json", "--no-wait"), "owners")
     names = {o["name"] for o in doc["owners"]}
     assert {"A", "B"} <= names
-    assert all(o["ttl_ms"] == 2000 for o in doc["owners"])
+    assert all(o["ttl_ms"] == ttl * 1000 for o in doc["owners"]), doc
 
     doc = validated(ctl(backend, "intents", "--json", "--all", "--no-wait"), "intents")
     ours = [i for i in doc["intents"] if i["owner"] == a_owner]
@@ -77,16 +99,17 @@ def test_ctl_json__every_command(backend, es_mounts):
     assert (ours[0]["from"], ours[0]["to"]) == ("/d/src", "/d/dst")
 
     # A dies: its intent is a dead owner's, which intents lists by default
+    # (once it has watched A's lease stand still for 2 x lease_ttl)
     a.kill(signal.SIGKILL)
     forget_mount(a)
     hung.join(5)
 
     def dead_intent():
-        r = ctl(backend, "intents", "--json")
+        r = ctl(backend, "intents", "--json", timeout=300)
         d = validated(r, "intents")
         return [i for i in d["intents"] if i["owner"] == a_owner and
                 i["owner_state"] == "dead"]
-    found = wait_for(dead_intent, 60, what="A's intent as a dead owner's")
+    found = wait_for(dead_intent, 300, what="A's intent as a dead owner's")
     assert found[0]["age_ms"] is None or found[0]["age_ms"] >= 0
 
 

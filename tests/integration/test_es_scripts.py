@@ -7,7 +7,7 @@ import pytest
 
 from conftest import makedirs, write
 from es_helpers import (ES8_AND_ALL_ENGINES, ES8_AND_ENGINES, ctl, emu, emu_module, es_mounts, es_request,  # noqa: F401
-                        held_by, intent_docs, lock_docs, start_op, wait_for)
+                        held_by, intent_docs, lock_docs, not_held, run_scaled, start_op, wait_for)
 
 # the lock store's protocol: the same code on every libfuse (run-tests.sh)
 pytestmark = pytest.mark.lock_store
@@ -123,22 +123,31 @@ def test_es__scripts_deleted_while_mounted(backend, es_mounts):
 @ES8_AND_ENGINES
 def test_es__scripts_deleted_while_holding(backend, es_mounts):
     # the release was built by id; it meets the missing scripts and is
-    # sent again inline: nothing stays locked
-    # no heartbeat during the test: its check would store them again
-    (a,) = es_mounts(backend, "A", opts={"A": ["rename_delay_ms=2000"]}, lease_ttl=60)
-    makedirs(a, "p/q")
-    write(a, "p/q/f")
-    op = start_op(os.rename, a.path("p/q/f"), a.path("p/q/g"))
-    wait_for(lambda: held_by(backend, "/p/q/f"), 10, what="locks")
-    for sid in SCRIPT_IDS:
-        assert es_request(backend, "DELETE", "/_scripts/" + sid)[0] == 200
-    op.join(20)
-    assert op.error is None
-    wait_for(lambda: lock_docs(backend) == {}, 10, what="locks released")
-    assert intent_docs(backend) == {}
-    assert "sending them inline from now on" in a.log()
-    os.rename(a.path("p/q/g"), a.path("p/q/h"))
-    assert lock_docs(backend) == {}
+    # sent again inline: nothing stays locked. The rename holds for 2 s,
+    # scaled by the store's answer time, and again doubled when the
+    # scripts were not all deleted before it let go (a busy store)
+    def scenario(scale, tag):
+        # no heartbeat during the test: its check would store them again
+        (a,) = es_mounts(backend, "A", tag=tag, lease_ttl=60,
+                         opts={"A": ["rename_delay_ms=%d" % (2000 * scale), "lock_timeout=120",
+                                     "es_timeout_ms=30000"]})
+        makedirs(a, "p/q")
+        write(a, "p/q/f")
+        op = start_op(os.rename, a.path("p/q/f"), a.path("p/q/g"))
+        wait_for(lambda: held_by(backend, "/p/q/f"), 120, what="locks")
+        for sid in SCRIPT_IDS:
+            assert es_request(backend, "DELETE", "/_scripts/" + sid)[0] == 200
+        if not op.is_alive():
+            op.finish()
+            return not_held("the rename let go before the scripts were deleted", a)
+        op.finish(300)
+        assert op.error is None, (op.error, a.log())
+        wait_for(lambda: lock_docs(backend) == {}, 120, what="locks released")
+        assert intent_docs(backend) == {}
+        assert "sending them inline from now on" in a.log()
+        os.rename(a.path("p/q/g"), a.path("p/q/h"))
+        assert lock_docs(backend) == {}
+    run_scaled(backend, scenario)
 
 
 @pytest.mark.emulator_only("a store that fails one API for a while is the emulator's fault")

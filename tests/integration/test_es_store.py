@@ -15,7 +15,7 @@ import backends
 from conftest import BIN, detach, is_mounted, makedirs, write
 from es_helpers import (ES8_AND_ALL_ENGINES, ES8_AND_ENGINES, INDEX, Op, ctl, docs,  # noqa: F401
                         emu, emu_module, es_mounts, es_opts, es_request, forget_mount, held_by, intent_docs,
-                        lock_docs, quote_id, start_emulator, start_op, wait_for)
+                        lock_docs, PATIENT, quote_id, start_emulator, start_op, wait_for)
 from mounts import daemons_of, wait_gone
 
 
@@ -107,16 +107,19 @@ def test_es__no_group_commit_sends_each_rename_alone(backend, es_mounts):
 
 @pytest.mark.backends("emulator", "engines", "opensearch3")
 def test_es__guide_scenario_across_mounts(backend, es_mounts):
-    a, b = es_mounts(backend, "A", "B", opts={"A": ["rename_delay_ms=1500"]})
+    # leases that hold on a busy machine: a lapsed one would rightly be
+    # taken over, which is not this test's subject
+    a, b = es_mounts(backend, "A", "B", opts={"A": ["rename_delay_ms=1500"] + PATIENT,
+                                              "B": PATIENT})
     makedirs(a, "clinton", "projects", "elasticsearch")
     write(a, "clinton/projects/elasticsearch/README.txt", "guide")
     big = start_op(os.rename, a.path("clinton"), a.path("bill"))
-    wait_for(lambda: held_by(backend, "/clinton"), 5, what="A's lock on /clinton")
+    wait_for(lambda: held_by(backend, "/clinton"), 120, what="A's lock on /clinton")
     small = start_op(os.rename, b.path("clinton/projects/elasticsearch/README.txt"),
                      b.path("clinton/projects/elasticsearch/README.asciidoc"))
-    big.join(10)
-    small.join(10)
-    assert big.error is None
+    big.finish(300)
+    small.finish(300)
+    assert big.error is None, (big.error, a.log())
     # the second waited for the first, then found its source gone
     assert small.errno == errno.ENOENT
     with open(b.path("bill/projects/elasticsearch/README.txt")) as f:
@@ -129,8 +132,8 @@ def test_es__guide_scenario_across_mounts(backend, es_mounts):
 def test_es__disjoint_renames_overlap(backend, es_mounts):
     """B's rename, started while A holds its locks, takes its own at once:
     both are held together, and B never met a conflict."""
-    a, b = es_mounts(backend, "A", "B", opts={"A": ["rename_delay_ms=4000"],
-                                          "B": ["rename_delay_ms=4000"]})
+    a, b = es_mounts(backend, "A", "B", opts={"A": ["rename_delay_ms=4000"] + PATIENT,
+                                              "B": ["rename_delay_ms=4000"] + PATIENT})
     for d in ("x", "y"):
         makedirs(a, d)
         write(a, d + "/f")
@@ -140,7 +143,7 @@ def test_es__disjoint_renames_overlap(backend, es_mounts):
     wait_for(lambda: held_by(backend, "/y/f"), 30, what="B's locks")
     overlapped = held_by(backend, "/x/f") is not None
     for op in (first, second):
-        op.join(30)
+        op.finish(300)
         assert op.error is None
     assert overlapped, "A's locks were gone when B got its own"
     st = b.stats()
@@ -195,14 +198,14 @@ def guide_shared(emu, key):
 
 
 def test_es__guide_lock_blocks_mount(backend, es_mounts):
-    (a,) = es_mounts(backend, "A")
+    (a,) = es_mounts(backend, "A", opts={"A": PATIENT})
     makedirs(a, "clinton", "projects")
     assert guide_exclusive(backend, "/clinton") == 201
     op = start_op(os.rename, a.path("clinton/projects"), a.path("clinton/p2"))
     time.sleep(1.0)
     assert op.is_alive(), "the mount ignored the guide's exclusive lock on an ancestor"
     assert es_request(backend, "DELETE", "/%s/_doc/%s" % (INDEX, quote_id("/clinton")))[0] == 200
-    op.join(10)
+    op.finish(300)
     assert op.error is None and op.elapsed >= 1.0
     # a guide-style shared lock lets shared holders in, blocks exclusive
     status, _ = guide_shared(backend, "/clinton")
@@ -213,17 +216,19 @@ def test_es__guide_lock_blocks_mount(backend, es_mounts):
     assert op.is_alive(), "the mount took /clinton exclusive over a guide shared lock"
     es_request(backend, "POST", "/%s/_update/%s" % (INDEX, quote_id("/clinton")),
                {"script": {"source": GUIDE_RELEASE, "lang": "painless"}})
-    op.join(10)
+    op.finish(300)
     assert op.error is None
     assert lock_docs(backend) == {}
 
 
 def test_es__mount_lock_blocks_guide(backend, es_mounts):
-    (a,) = es_mounts(backend, "A", opts={"A": ["rename_delay_ms=2000"]})
+    # the mount holds long enough for the guide's four requests on a busy
+    # machine (checked below)
+    (a,) = es_mounts(backend, "A", opts={"A": ["rename_delay_ms=10000"] + PATIENT})
     makedirs(a, "p", "q")
     write(a, "p/q/r")
     op = start_op(os.rename, a.path("p/q/r"), a.path("p/q/s"))
-    wait_for(lambda: held_by(backend, "/p/q/r"), 5, what="the mount's locks")
+    wait_for(lambda: held_by(backend, "/p/q/r"), 120, what="the mount's locks")
     # exclusive held by the mount: the guide's create and shared update fail
     assert guide_exclusive(backend, "/p/q/r") == 409
     status, body = guide_shared(backend, "/p/q/r")
@@ -233,7 +238,8 @@ def test_es__mount_lock_blocks_guide(backend, es_mounts):
     status, _ = guide_shared(backend, "/p")
     assert status == 200
     assert held_by(backend, "/p")["lock_count"] == 2
-    op.join(10)
+    assert op.is_alive(), "the mount let go before the guide's requests were answered"
+    op.finish(300)
     assert op.error is None
     assert held_by(backend, "/p")["lock_count"] == 1  # the guide's share is left
     es_request(backend, "POST", "/%s/_update/%s" % (INDEX, quote_id("/p")),
@@ -451,14 +457,18 @@ def test_es__relative_cacert_serves_once_daemonised(tmp_path_factory, tmp_path, 
 
 @ES8_AND_ALL_ENGINES
 def test_es__ctl_check_and_locks(backend, es_mounts):
-    # owners/intents watch each owner until its seq_no moves (up to lease_ttl/3)
-    (a,) = es_mounts(backend, "A", opts={"A": ["rename_delay_ms=5000"]})
+    # owners/intents watch each owner until its seq_no moves (up to
+    # lease_ttl/3); the rename holds its locks through the five treelockctl
+    # runs below, and its lease holds too, on a busy machine (checked at
+    # the end)
+    (a,) = es_mounts(backend, "A", opts={"A": ["rename_delay_ms=15000", "lease_ttl=6",
+                                               "es_timeout_ms=30000", "lock_timeout=120"]})
     makedirs(a, "u", "v")
     r = ctl(backend, "check")
     assert r.returncode == 0, r.stderr
     assert "strategy: tree" in r.stdout
     op = start_op(os.rename, a.path("u/v"), a.path("u/w"))
-    wait_for(lambda: held_by(backend, "/u/v"), 5, what="locks")
+    wait_for(lambda: held_by(backend, "/u/v"), 120, what="locks")
     r = ctl(backend, "locks")
     assert r.returncode == 0
     assert "/u/v" in r.stdout and "exclusive" in r.stdout and "/u " in r.stdout
@@ -469,7 +479,8 @@ def test_es__ctl_check_and_locks(backend, es_mounts):
     assert "alive" in r.stdout and "A:" in r.stdout
     r = ctl(backend, "intents", "--all")
     assert "rename '/u/v' -> '/u/w'" in r.stdout
-    op.join(10)
+    assert op.is_alive(), "the rename let go before treelockctl had looked"
+    op.finish(300)
     assert op.error is None
     assert ctl(backend, "bogus").returncode == 1
     t0 = time.monotonic()
@@ -480,23 +491,25 @@ def test_es__ctl_check_and_locks(backend, es_mounts):
 @pytest.mark.parametrize("strategy", ["global", "document"])
 @ES8_AND_ENGINES
 def test_es__global_and_document_strategies(backend, es_mounts, strategy):
-    a, b = es_mounts(backend, "A", "B", opts={"A": ["lock_strategy=" + strategy, "rename_delay_ms=1000"],
-                                          "B": ["lock_strategy=" + strategy]})
+    a, b = es_mounts(backend, "A", "B",
+                     opts={"A": ["lock_strategy=" + strategy, "rename_delay_ms=1000"] + PATIENT,
+                           "B": ["lock_strategy=" + strategy] + PATIENT})
     makedirs(a, "clinton", "projects")
     write(a, "clinton/projects/README.txt")
     op = start_op(os.rename, a.path("clinton"), a.path("bill"))
     if strategy == "global":
-        src = wait_for(lambda: held_by(backend, "global"), 5, what="the global lock")
+        src = wait_for(lambda: held_by(backend, "global"), 120, what="the global lock")
     else:
         # X on the source, every entry below it, and the destination
-        wait_for(lambda: held_by(backend, "/clinton/projects/README.txt"), 5, what="document locks")
+        wait_for(lambda: held_by(backend, "/clinton/projects/README.txt"), 120,
+                 what="document locks")
         src = held_by(backend, "/clinton")
         assert held_by(backend, "/clinton/projects") and held_by(backend, "/bill")
     assert src["lock_type"] == "exclusive" and src["process_id"].startswith("A:")
     other = start_op(os.rename, b.path("clinton/projects/README.txt"),
                      b.path("clinton/projects/README.asciidoc"))
-    op.join(10)
-    other.join(10)
+    op.finish(300)
+    other.finish(300)
     assert op.error is None
     assert other.errno == errno.ENOENT
     assert lock_docs(backend) == {}
@@ -559,9 +572,9 @@ def test_es__kept_release_resent_before_the_heartbeat(backend, es_mounts):
     makedirs(a, "k")
     write(a, "k/f")
     op = start_op(os.rename, a.path("k/f"), a.path("k/g"))
-    wait_for(lambda: held_by(backend, "/k/f"), 5, what="the locks")
+    wait_for(lambda: held_by(backend, "/k/f"), 120, what="the locks")
     backend.fail("429", 3)  # every attempt of the release within its deadline
-    op.join(15)
+    op.finish(300)
     assert op.error is None
     assert "HTTP 429" in a.log() and "release kept for a later retry" in a.log(), a.log()
     wait_for(lambda: lock_docs(backend) == {} and intent_docs(backend) == {}, 10,
@@ -572,7 +585,7 @@ def test_es__kept_release_resent_before_the_heartbeat(backend, es_mounts):
 
 @ES8_AND_ENGINES
 def test_es__ctl_break(backend, es_mounts):
-    (a,) = es_mounts(backend, "A")
+    (a,) = es_mounts(backend, "A", opts={"A": PATIENT})
     makedirs(a, "x")
     assert guide_exclusive(backend, "/x") == 201
     # no terminal to confirm on: refused
