@@ -89,7 +89,7 @@ ENGINE_START = os.path.join(SRCDIR, "tests", "engines", "start")
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 import checker  # noqa: E402
-from mounts import detach, is_mounted, program  # noqa: E402
+from mounts import detach, is_mounted, mounted_elsewhere, program  # noqa: E402
 from mounts import unbuilt as _unbuilt  # noqa: E402
 
 BIN = program("treelockfs")
@@ -765,14 +765,27 @@ class Host(object):
         except ProcessLookupError:
             pass
         unmount(mnt)
-        try:
-            # a daemon ends its session within lock_timeout, and a slow
-            # store on a busy machine makes it take all of it: a daemon
-            # killed here would count as a crash
-            rc = p.wait(self.run.args.lock_timeout + 120)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            rc = p.wait(10)
+        # a daemon ends its session within lock_timeout, and a slow store
+        # on a busy machine makes it take all of it: a daemon killed here
+        # would count as a crash
+        deadline = time.monotonic() + self.run.args.lock_timeout + 120
+        termed = False
+        while True:
+            try:
+                rc = p.wait(1)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            if time.monotonic() >= deadline:
+                p.kill()
+                rc = p.wait(10)
+                break
+            if not termed and mounted_elsewhere(mnt):
+                # a copy of the mount in another mount namespace (made
+                # by a program beside this run) keeps the connection
+                # open after the unmount: stopped as an init system would
+                p.send_signal(signal.SIGTERM)
+                termed = True
         setattr(self, proc_attr, None)
         return rc
 
