@@ -179,7 +179,7 @@ class EngineBackend(object):
     kind = "engine"
     faults = COMMON_FAULTS
 
-    def __init__(self, engine, workdir=None, start_timeout=300):
+    def __init__(self, engine, workdir=None, start_timeout=600):
         self.engine = engine
         self.name = engine
         self.flavor = engine
@@ -199,7 +199,8 @@ class EngineBackend(object):
         log = open(os.path.join(self.workdir, "start.log"), "wb")
         self.proc = subprocess.Popen([ENGINE_START, self.engine, "--port-file", port_file,
                                       "--data", os.path.join(self.workdir, "data")],
-                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                     env=dict(os.environ, ENGINE_START_TIMEOUT=str(self.start_timeout)))
         log.close()
         deadline = time.monotonic() + self.start_timeout
         while not os.path.exists(port_file):

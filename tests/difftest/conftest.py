@@ -54,10 +54,13 @@ class _Node:
         pf = os.path.join(data, "port")
         self.log_path = os.path.join(data, "start.log")
         self.log = open(self.log_path, "wb")
+        # a JVM on a busy 2-core machine takes minutes to start
+        wait = float(os.environ.get("DIFFTEST_START_TIMEOUT", "600"))
         self.proc = subprocess.Popen(
             [os.path.join(TOP, "tests", "engines", "start"), engine, "--port-file", pf,
-             "--data", os.path.join(data, "d")], stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + float(os.environ.get("DIFFTEST_START_TIMEOUT", "400"))
+             "--data", os.path.join(data, "d")], stdout=self.log, stderr=subprocess.STDOUT,
+            env=dict(os.environ, ENGINE_START_TIMEOUT=str(int(wait))))
+        deadline = time.monotonic() + wait + 30
         while not os.path.exists(pf):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
