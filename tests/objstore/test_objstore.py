@@ -141,8 +141,10 @@ def removal_during_move(store, a_root, b_root, s3, sub, n=150, victim=75):
     th = threading.Thread(target=mv)
     th.start()
     key = "/%s/%s" % (sub, MOVING)
-    deadline = time.monotonic() + 30
+    # generous: at a load average of 40 the store took more than 30 s
+    deadline = time.monotonic() + 180
     while key not in store.docs():
+        assert th.is_alive(), "host A's move ended before its locks were seen"
         assert time.monotonic() < deadline, "host A's locks never showed"
         time.sleep(0.01)
     # the move is under way: its first copy is in the bucket (a busy machine
