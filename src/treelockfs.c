@@ -11,6 +11,7 @@
 #include <config.h>
 
 #include <curl/curl.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
@@ -350,6 +351,18 @@ static void stop_watch_end(struct stop_watch *w)
 	w->running = false;
 }
 
+/* libfuse cancels its worker threads when the session ends, and glibc
+ * loads the unwinder a cancellation needs (libgcc_s) only at the first
+ * one: a daemon out of descriptors then (every inode the kernel remembers
+ * holds one) cannot open it, and glibc aborts the process. Loaded now, it
+ * is found among the loaded objects then, without a descriptor. This
+ * function can't fail: where it cannot be loaded, nothing changes. */
+static void unwinder_preload(void)
+{
+	if (!dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_NODELETE))
+		tl_log(LOG_DEBUG, "cannot load libgcc_s.so.1 ahead: %s", dlerror());
+}
+
 int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -454,6 +467,7 @@ int main(int argc, char *argv[])
 	}
 	fs.se = se;
 	raise_nofile_limit();
+	unwinder_preload();
 	fs.backing_fd = open(cfg.backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fs.backing_fd == -1) {
 		tl_log(LOG_ERR, "cannot open BACKING '%s': %s", cfg.backing, strerror(errno));

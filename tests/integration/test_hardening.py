@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import BIN, Mount, is_mounted, open_tree, run_as, write
+from conftest import BIN, Mount, detach, is_mounted, open_tree, run_as, write
 
 NOBODY = 65534
 
@@ -185,7 +185,7 @@ def _start_limited(b, m, soft, hard, opts=()):
 
 def _stop(proc, logf, m):
     subprocess.run(["fusermount3", "-u", "-z", m], check=False)
-    rc = proc.wait(timeout=15)
+    rc = proc.wait(timeout=120)
     logf.close()
     return rc
 
@@ -246,6 +246,45 @@ def test_hardening__out_of_fds_is_enfile_and_warned_once(dirs):
         assert _stop(proc, logf, m) == 0
     text = open(log).read()
     assert text.count("open-file limit") == 1, text[-2000:]
+
+
+def test_hardening__out_of_fds_at_exit_still_exits_cleanly(dirs):
+    """A daemon stopped while every descriptor it may have is taken: its
+    session's worker threads are cancelled on the way out, and a C
+    library that loads its unwinder only then (glibc: libgcc_s, at the
+    first pthread_cancel) cannot open it and aborts the process."""
+    b, m = dirs
+    n = 1500
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < n + 100:
+        pytest.skip("hard open-file limit %d is below the %d this test holds" % (hard, n + 100))
+    _fill(b, n)
+    proc, logf, log = _start_limited(b, m, 1024, 1024)
+    held = []
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (n + 100, hard))
+        for i in range(n):
+            try:
+                held.append(os.open(os.path.join(m, "f%05d" % i), os.O_PATH | os.O_NOFOLLOW))
+            except OSError as e:
+                assert e.errno == errno.ENFILE, e
+                break
+        assert len(held) > 900, len(held)
+        # stopped while the descriptors are still taken
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=120)
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        logf.close()
+        detach(m)
+    text = open(log).read()
+    assert rc == 0, text[-2000:]
+    assert "libgcc_s" not in text, text[-2000:]
 
 
 # D10 -----------------------------------------------------------------------
