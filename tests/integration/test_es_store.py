@@ -369,33 +369,6 @@ def test_es__tls_with_private_ca(tmp_path_factory, mount_factory, tmp_path):
 
 
 @pytest.mark.emulator_only("TLS with a private CA is the emulator's option")
-def test_es__tls_with_private_ca(tmp_path_factory, mount_factory, tmp_path):
-    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
-                    "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1"],
-                   check=True, capture_output=True)
-    emu = start_emulator(tmp_path_factory, "es8", ["--tls-cert", str(cert), "--tls-key", str(key)])
-    try:
-        assert emu.url.startswith("https://")
-        # without the CA: refused at mount time, at once (waiting for the
-        # store to come up does not make its certificate trusted)
-        m = mount_factory(opts=es_opts(emu, "A"), name="mntnoca", start=False)
-        t0 = time.monotonic()
-        r = subprocess.run(m.cmd(), capture_output=True, text=True, timeout=30)
-        assert r.returncode == 1
-        assert time.monotonic() - t0 < 5, r.stderr
-        assert "retrying" not in r.stderr, r.stderr
-        ok = mount_factory(opts=es_opts(emu, "A", "es_cacert=%s" % cert), name="mntca")
-        os.mkdir(ok.path("d"))
-        os.rename(ok.path("d"), ok.path("e"))
-        assert ctl(emu, "check", extra=["--es_cacert=%s" % cert]).returncode == 0
-        ok.stop()
-    finally:
-        emu.stop()
-
-
-@pytest.mark.emulator_only("TLS with a private CA is the emulator's option")
 def test_es__relative_cacert_serves_once_daemonised(tmp_path_factory, tmp_path, monkeypatch):
     """es_cacert=cert.pem named from the caller's directory: the daemon
     leaves that directory when it goes to the background and its request
