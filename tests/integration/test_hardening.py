@@ -190,6 +190,17 @@ def _stop(proc, logf, m):
     return rc
 
 
+def _hold_names(m, n, held):
+    """Opens names f00000.. of mount M (O_PATH: a lookup, no open) into
+    HELD, up to N; returns the error that stopped it, or None."""
+    for i in range(n):
+        try:
+            held.append(os.open(os.path.join(m, "f%05d" % i), os.O_PATH | os.O_NOFOLLOW))
+        except OSError as e:
+            return e
+    return None
+
+
 def _fill(b, n):
     for i in range(n):
         with open(os.path.join(b, "f%05d" % i), "w"):
@@ -228,12 +239,7 @@ def test_hardening__out_of_fds_is_enfile_and_warned_once(dirs):
     held, err = [], None
     try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (n + 100, hard))
-        for i in range(n):
-            try:
-                held.append(os.open(os.path.join(m, "f%05d" % i), os.O_PATH | os.O_NOFOLLOW))
-            except OSError as e:
-                err = e
-                break
+        err = _hold_names(m, n, held)
         # ENFILE, never EMFILE: the caller's own table is not the one full
         assert err is not None and err.errno == errno.ENFILE, (len(held), err)
         assert len(held) > 900, len(held)
@@ -263,12 +269,8 @@ def test_hardening__out_of_fds_at_exit_still_exits_cleanly(dirs):
     held = []
     try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (n + 100, hard))
-        for i in range(n):
-            try:
-                held.append(os.open(os.path.join(m, "f%05d" % i), os.O_PATH | os.O_NOFOLLOW))
-            except OSError as e:
-                assert e.errno == errno.ENFILE, e
-                break
+        err = _hold_names(m, n, held)
+        assert err is not None and err.errno == errno.ENFILE, (len(held), err)
         assert len(held) > 900, len(held)
         # stopped while the descriptors are still taken
         proc.send_signal(signal.SIGTERM)
