@@ -13,9 +13,10 @@ import ctypes
 import errno
 import os
 import struct
-import time
 
 import pytest
+
+from mounts import wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0,
                                 reason="open_by_handle_at and drop_caches need root")
@@ -156,13 +157,13 @@ def test_export__forgotten_files_kept_as_many_as_export_remember(mount_factory):
     # returns: a file whose forget is still on its way reads. A file read is
     # known again and forgotten again by the next drop; a stale one stays
     # stale. So drop until the forgets have arrived (2 stale), or a minute.
-    deadline = time.monotonic() + 60
-    while True:
+    def settled():
         forget_inodes()
         got = sorted(str(read_by_handle(m.mnt, handles[n])) for n in "abc")
-        if got.count(str(errno.ESTALE)) >= 2 or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
+        return got if got.count(str(errno.ESTALE)) >= 2 else None
+
+    got = wait_for(settled, timeout=60, step=0.2,
+                   what="the kernel's forgets to reach the daemon (2 of 3 handles stale)")
     assert len([g for g in got if g == str(errno.ESTALE)]) == 2, got
     assert len([g for g in got if g.startswith("b'")]) == 1, got
     assert sorted(os.listdir(m.mnt)) == ["a", "b", "c"]  # still serving
