@@ -183,6 +183,14 @@ class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
+    def handle_error(self, request, client_address):
+        # a client that hangs up mid-answer (a mount unmounted, a timed-out
+        # request) is part of the weather the proxy exists for, not a fault
+        # of its own: no traceback for it
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return
+        super().handle_error(request, client_address)
+
 
 class Proxy:
     """A proxy on 127.0.0.1 in front of 127.0.0.1:UPSTREAM_PORT."""
