@@ -1,8 +1,9 @@
 """bench/plot draws the picture of a saved bench/run result.
 
-Run on the result BENCHMARKS.md cites: an SVG with a bar per filesystem and
-workload, the same bytes twice (no date in it), and a clear error for a
-file that is not a result. Skipped, with the reason, where Debian's
+Run on the results BENCHMARKS.md cites: for bench/run's, an SVG with a bar
+per filesystem and workload; for bench/es-cluster's, a line per setting and
+spread over the processes; the same bytes twice (no date in it), and a
+clear error for a file that is not a result. Skipped, with the reason, where Debian's
 python3-matplotlib is missing (bench/plot then exits 77).
 """
 import json
@@ -16,6 +17,7 @@ from conftest import SRCDIR
 
 PLOT = os.path.join(SRCDIR, "bench", "plot")
 RESULT = os.path.join(SRCDIR, "bench", "results", "20261127-030106-full.json")
+CLUSTER = os.path.join(SRCDIR, "bench", "results", "20261127-es-cluster-warm.json")
 PYTHON = os.environ.get("PYTHON") or "/usr/bin/python3"
 
 
@@ -51,6 +53,28 @@ def test_bench__plot_draws_every_filesystem_and_workload(tmp_path):
     assert len(re.findall(r'<g id="patch_', svg)) >= len(bars)
     again = tmp_path / "again.svg"
     assert plot(RESULT, "-o", str(again)).returncode == 0
+    assert again.read_bytes() == out.read_bytes()
+
+
+@pytest.mark.nofuse
+def test_bench__plot_draws_an_es_cluster_run_by_setting_and_spread(tmp_path):
+    out = tmp_path / "cluster.svg"
+    r = plot(CLUSTER, "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    svg = out.read_text()
+    with open(CLUSTER) as f:
+        res = json.load(f)
+    lines = {(k.split("/")[1], int(k.split("/")[3])) for k in res
+             if k.count("/") == 5 and "/tp/" in k and "/disjoint/" in k}
+    assert lines == {("on", 1), ("on", 3), ("off", 1), ("off", 3)}
+    # the legend names every line (matplotlib writes text as glyph paths
+    # and keeps the string in a comment)
+    for name, hosts in lines:
+        label = "%s, %d host%s" % (name, hosts, "" if hosts == 1 else "s")
+        assert "<!-- %s -->" % label in svg, label
+    assert "opensearch 2.19.1" in svg and "renaming processes" in svg
+    again = tmp_path / "again.svg"
+    assert plot(CLUSTER, "-o", str(again)).returncode == 0
     assert again.read_bytes() == out.read_bytes()
 
 
