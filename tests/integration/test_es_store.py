@@ -15,7 +15,8 @@ import backends
 from conftest import BIN, detach, is_mounted, makedirs, write
 from es_helpers import (ES8_AND_ALL_ENGINES, ES8_AND_ENGINES, INDEX, Op, ctl, docs,  # noqa: F401
                         emu, emu_module, es_mounts, es_opts, es_request, forget_mount, held_by, intent_docs,
-                        lock_docs, PATIENT, quote_id, start_emulator, start_op, wait_for)
+                        lock_docs, not_held, PATIENT, quote_id, run_scaled, start_emulator,
+                        start_op, wait_for)
 from mounts import daemons_of, wait_gone
 
 
@@ -518,22 +519,35 @@ def test_es__store_paused_while_holding(backend, es_mounts):
     """The store stops answering after the locks were taken: the rename
     ends (renamed, or ENOLCK when the lease went stale meanwhile) and the
     locks it could not release are released once the store is back."""
-    (a,) = es_mounts(backend, "A", opts={"A": ["rename_delay_ms=800", "es_timeout_ms=400",
-                                           "lock_timeout=3"]})
-    makedirs(a, "h")
-    write(a, "h/f")
-    op = start_op(os.rename, a.path("h/f"), a.path("h/g"))
-    wait_for(lambda: held_by(backend, "/h/f"), 5, what="the locks")
-    backend.pause()
-    try:
-        op.join(15)
-        assert not op.is_alive()
-        assert op.error is None or op.errno == errno.ENOLCK, op.error
-        assert lock_docs(backend) != {}  # still there: the release could not be sent
-    finally:
-        backend.resume()
-    wait_for(lambda: lock_docs(backend) == {} and intent_docs(backend) == {}, 10,
-             what="the kept release after resume")
+    def scenario(scale, tag):
+        # the rename holds its locks for 0.8 s (x SCALE, the store's answer
+        # time): the test must see them in the store within that window,
+        # and a slow store may even refuse the acquire in time
+        (a,) = es_mounts(backend, "A", tag=tag,
+                         opts={"A": ["rename_delay_ms=%d" % (800 * scale),
+                                     "es_timeout_ms=%d" % (400 * scale),
+                                     "lock_timeout=%d" % (3 * scale)]})
+        makedirs(a, "h")
+        write(a, "h/f")
+        op = start_op(os.rename, a.path("h/f"), a.path("h/g"))
+        deadline = time.monotonic() + 5 * scale
+        while not held_by(backend, "/h/f"):
+            if not op.is_alive() or time.monotonic() >= deadline:
+                op.join(30 * scale)
+                return not_held("the locks were not seen in the store while the rename "
+                                "held them (rename: %s)" % (op.error or "done"), a)
+            time.sleep(0.02)
+        backend.pause()
+        try:
+            op.join(15 * scale)
+            assert not op.is_alive()
+            assert op.error is None or op.errno == errno.ENOLCK, op.error
+            assert lock_docs(backend) != {}  # still there: the release could not be sent
+        finally:
+            backend.resume()
+        wait_for(lambda: lock_docs(backend) == {} and intent_docs(backend) == {}, 10 * scale,
+                 what="the kept release after resume")
+    run_scaled(backend, scenario)
 
 
 @ES8_AND_ENGINES
