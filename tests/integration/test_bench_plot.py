@@ -29,12 +29,20 @@ def plot(*args):
     return r
 
 
+def draw(result, tmp_path):
+    """RESULT drawn twice: the SVG's text, having checked that both
+    drawings succeeded and are the same bytes (no date in the picture)."""
+    out, again = tmp_path / "first.svg", tmp_path / "again.svg"
+    for svg in (out, again):
+        r = plot(result, "-o", str(svg))
+        assert r.returncode == 0, r.stderr
+    assert again.read_bytes() == out.read_bytes()
+    return out.read_text()
+
+
 @pytest.mark.nofuse
 def test_bench__plot_draws_every_filesystem_and_workload(tmp_path):
-    out = tmp_path / "run.svg"
-    r = plot(RESULT, "-o", str(out))
-    assert r.returncode == 0, r.stderr
-    svg = out.read_text()
+    svg = draw(RESULT, tmp_path)
     assert svg.lstrip().startswith("<?xml") and "<svg" in svg
     with open(RESULT) as f:
         table = json.load(f)["table"]
@@ -51,17 +59,11 @@ def test_bench__plot_draws_every_filesystem_and_workload(tmp_path):
             if table[row].get(w)]
     assert len(bars) == 55
     assert len(re.findall(r'<g id="patch_', svg)) >= len(bars)
-    again = tmp_path / "again.svg"
-    assert plot(RESULT, "-o", str(again)).returncode == 0
-    assert again.read_bytes() == out.read_bytes()
 
 
 @pytest.mark.nofuse
 def test_bench__plot_draws_an_es_cluster_run_by_setting_and_spread(tmp_path):
-    out = tmp_path / "cluster.svg"
-    r = plot(CLUSTER, "-o", str(out))
-    assert r.returncode == 0, r.stderr
-    svg = out.read_text()
+    svg = draw(CLUSTER, tmp_path)
     with open(CLUSTER) as f:
         res = json.load(f)
     lines = {(k.split("/")[1], int(k.split("/")[3])) for k in res
@@ -73,9 +75,6 @@ def test_bench__plot_draws_an_es_cluster_run_by_setting_and_spread(tmp_path):
         label = "%s, %d host%s" % (name, hosts, "" if hosts == 1 else "s")
         assert "<!-- %s -->" % label in svg, label
     assert "opensearch 2.19.1" in svg and "renaming processes" in svg
-    again = tmp_path / "again.svg"
-    assert plot(CLUSTER, "-o", str(again)).returncode == 0
-    assert again.read_bytes() == out.read_bytes()
 
 
 @pytest.mark.nofuse
