@@ -530,13 +530,16 @@ def test_es__store_paused_while_holding(backend, es_mounts):
         makedirs(a, "h")
         write(a, "h/f")
         op = start_op(os.rename, a.path("h/f"), a.path("h/g"))
-        deadline = time.monotonic() + 5 * scale
-        while not held_by(backend, "/h/f"):
-            if not op.is_alive() or time.monotonic() >= deadline:
-                op.join(30 * scale)
-                return not_held("the locks were not seen in the store while the rename "
-                                "held them (rename: %s)" % (op.error or "done"), a)
-            time.sleep(0.02)
+        try:
+            wait_for(lambda: held_by(backend, "/h/f") or not op.is_alive(), 5 * scale,
+                     what="the locks")
+            seen = op.is_alive()   # else the rename ended before they were seen
+        except AssertionError:
+            seen = False
+        if not seen:
+            op.join(30 * scale)
+            return not_held("the locks were not seen in the store while the rename "
+                            "held them (rename: %s)" % (op.error or "done"), a)
         backend.pause()
         try:
             op.join(15 * scale)
