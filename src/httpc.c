@@ -57,6 +57,9 @@ struct httpc {
 	uint64_t bytes_sent;        /* atomic */
 	uint64_t bytes_received;    /* atomic */
 	struct tl_hist seconds;     /* the attempts' durations (atomics) */
+	int64_t served_us;          /* atomic: monotonic us of the last answer
+				     * that was not a failure (no 5xx, no 429),
+				     * 0: none yet */
 	int64_t end_ms;             /* atomic; httpc_set_end(), 0: none */
 	pthread_key_t key;
 	struct httpc_handle *handles; /* protected by mutex */
@@ -367,6 +370,7 @@ void httpc_counters(const struct httpc *c, struct httpc_counters *out)
 	out->bytes_sent = stats_get(&c->bytes_sent);
 	out->bytes_received = stats_get(&c->bytes_received);
 	out->seconds = &c->seconds;
+	out->served_us = __atomic_load_n(&c->served_us, __ATOMIC_RELAXED);
 }
 
 static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
@@ -576,6 +580,8 @@ static int request_node(struct httpc *c, struct httpc_handle *h, int i, const ch
 	}
 	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &resp->status);
 	stats_add(&c->bytes_received, b.len);
+	if (resp->status > 0 && resp->status < 500 && resp->status != 429)
+		__atomic_store_n(&c->served_us, tl_mono_us(), __ATOMIC_RELAXED);
 	resp->body = buf_detach(&b, &resp->len);
 	if (!resp->body) {
 		err = -ENOMEM;

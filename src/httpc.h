@@ -112,6 +112,8 @@ uint64_t httpc_requests(const struct httpc *c);
 struct httpc_counters {
 	uint64_t requests, failures, bytes_sent, bytes_received;
 	const struct tl_hist *seconds; /* lives as long as the client */
+	int64_t served_us;  /* monotonic us of the last answer that was not a
+			     * failure (neither 5xx nor 429), 0: none yet */
 };
 void httpc_counters(const struct httpc *c, struct httpc_counters *out);
 

@@ -5,6 +5,12 @@
  *              |  \--ENOLCK (store failed)--> backoff --> try
  *              |  \--EACCES (store refuses us)--> ENOLCK at once
  *              \-- deadline passed --> abandon marks --> EBUSY / ENOLCK
+ *                                    (ENOLCK: the store is marked down)
+ *
+ *   circuit:  up --an acquire failed on the store until its deadline--> down
+ *             down: acquires fail at once (ENOLCK), waiting ones give up;
+ *                   one probe a second tries the store once (PROBE_US)
+ *             down --any answer of the store that is not a failure--> up
  *
  *   hold:     keys --plan (endpoints if the store takes them)--> acquire
  *             --> hold log "acquire" ... hold log "release" --> release
@@ -29,6 +35,12 @@
 #define BACKOFF_MIN_US 1000
 #define BACKOFF_MAX_US 200000
 #define WAIT_LOG_MS 1000
+/* While the store is down: how often one acquire may try it, and the
+ * budget of that one try. Renames in one directory queue behind each
+ * other in the kernel, so the budget is what a probe can add to their
+ * wait: short, and far above any round trip of a store that answers. */
+#define PROBE_EVERY_US 1000000
+#define PROBE_US 500000
 
 static struct timespec us_to_ts(int64_t us)
 {
@@ -118,6 +130,79 @@ static void holder_id(char *buf, size_t size, const char *owner, uint64_t ticket
 	buf[o] = '\0';
 }
 
+/* ---- the store's circuit ---------------------------------------------- */
+
+bool lockmgr_store_down(const struct lockmgr *m)
+{
+	return __atomic_load_n(&m->down_us, __ATOMIC_RELAXED) != 0;
+}
+
+/* True when the store answered (not a failure) at or after SINCE_US. */
+static bool store_served_since(struct lockmgr *m, int64_t since_us)
+{
+	struct tl_store_metrics sm;
+
+	if (!m->store->ops->metrics)
+		return true;
+	lockstore_metrics_init(&sm);
+	m->store->ops->metrics(m->store, &sm);
+	return sm.served_us < 0 || sm.served_us >= since_us;
+}
+
+/* Marks the store down after an acquire failed on it for WAITED_US; the
+ * first of several such acquires says so. */
+static void circuit_open(struct lockmgr *m, int64_t now, int64_t waited_us)
+{
+	int64_t up = 0;
+
+	__atomic_store_n(&m->probe_us, now, __ATOMIC_RELAXED);
+	if (__atomic_compare_exchange_n(&m->down_us, &up, now, false, __ATOMIC_RELAXED,
+					__ATOMIC_RELAXED))
+		tl_log(LOG_ERR,
+		       "the lock store has failed for %" PRId64 " ms: until it answers again, "
+		       "renames fail at once with ENOLCK instead of waiting",
+		       waited_us / 1000);
+}
+
+/* Marks the store up again, when it was down since DOWN. */
+static void circuit_close(struct lockmgr *m, int64_t down)
+{
+	if (down && __atomic_compare_exchange_n(&m->down_us, &down, 0, false, __ATOMIC_RELAXED,
+						 __ATOMIC_RELAXED))
+		tl_log(LOG_NOTICE, "the lock store answers again after %" PRId64
+		       " ms down: renames take their locks again", (tl_mono_us() - down) / 1000);
+}
+
+/* With the store down: true when this acquire may probe it now (the first
+ * to ask once PROBE_EVERY_US passed since the last probe). */
+static bool circuit_probe(struct lockmgr *m, int64_t now)
+{
+	int64_t last = __atomic_load_n(&m->probe_us, __ATOMIC_RELAXED);
+
+	return now - last >= PROBE_EVERY_US &&
+	       __atomic_compare_exchange_n(&m->probe_us, &last, now, false, __ATOMIC_RELAXED,
+					   __ATOMIC_RELAXED);
+}
+
+/* Refuses an acquire at once because the store is down. */
+static int circuit_refuse(struct lockmgr *m, const struct tl_plan *plan, int64_t start)
+{
+	static int64_t logged_us;
+	int64_t now = tl_mono_us(), last = __atomic_load_n(&logged_us, __ATOMIC_RELAXED);
+	char desc[600];
+
+	stats_add(&m->stats.errors, 1);
+	stats_add(&m->stats.store_down_refusals, 1);
+	/* one line a minute is enough to see it go on */
+	if (now - last >= 60 * 1000000 &&
+	    __atomic_compare_exchange_n(&logged_us, &last, now, false, __ATOMIC_RELAXED,
+					__ATOMIC_RELAXED))
+		tl_log(LOG_WARNING, "%s refused after %" PRId64 " ms: the lock store is down "
+		       "(%" PRIu64 " refused so far)", plan_desc(plan, desc, sizeof(desc)),
+		       (now - start) / 1000, stats_get(&m->stats.store_down_refusals));
+	return lockstore_errno(-ENOLCK);
+}
+
 int lockmgr_acquire(struct lockmgr *m, const struct tl_plan *plan, uint32_t pid,
 		    struct tl_holder *h)
 {
@@ -129,6 +214,8 @@ int lockmgr_acquire(struct lockmgr *m, const struct tl_plan *plan, uint32_t pid,
 	char desc[600];
 	int err;
 	double timeout;
+	int64_t down;
+	bool probing = false;
 
 	__atomic_load(&m->timeout, &timeout, __ATOMIC_RELAXED);
 	deadline = start + (int64_t)(timeout * 1e6);
@@ -143,6 +230,19 @@ int lockmgr_acquire(struct lockmgr *m, const struct tl_plan *plan, uint32_t pid,
 	if (plan->n == 0) {
 		stats_add(&m->stats.acquired, 1);
 		return 0;
+	}
+	down = __atomic_load_n(&m->down_us, __ATOMIC_RELAXED);
+	if (down) {
+		if (store_served_since(m, down)) {
+			circuit_close(m, down);
+		} else if (circuit_probe(m, start)) {
+			/* one try with a short budget; the deadline is back after it */
+			probing = true;
+			if (start + PROBE_US < deadline)
+				h->deadline_us = start + PROBE_US;
+		} else {
+			return circuit_refuse(m, plan, start);
+		}
 	}
 	for (;;) {
 		int64_t now;
@@ -162,6 +262,24 @@ int lockmgr_acquire(struct lockmgr *m, const struct tl_plan *plan, uint32_t pid,
 			return lockstore_errno(-ENOLCK);
 		}
 		err = st->ops->try_acquire(st, plan, h, &why);
+		if (probing) {
+			probing = false;
+			h->deadline_us = deadline;
+		}
+		down = __atomic_load_n(&m->down_us, __ATOMIC_RELAXED);
+		if (down && (err != -ENOLCK || store_served_since(m, down))) {
+			circuit_close(m, down); /* the store answered */
+		} else if (down) {
+			/* down (this probe failed, or another acquire gave up
+			 * on this outage): so does this acquire */
+			if (attempt) {
+				if (st->ops->abandon)
+					st->ops->abandon(st, plan, h);
+				stats_sub(&m->stats.waiting, 1);
+				stats_record_wait(&m->stats, (uint64_t)(tl_mono_us() - start));
+			}
+			return circuit_refuse(m, plan, start);
+		}
 		if (err == 0)
 			break;
 		if (err == -EAGAIN)
@@ -208,6 +326,8 @@ int lockmgr_acquire(struct lockmgr *m, const struct tl_plan *plan, uint32_t pid,
 			stats_add(&m->stats.errors, 1);
 			tl_log(LOG_ERR, "%s failed after %" PRId64 " ms: lock store unavailable",
 			       plan_desc(plan, desc, sizeof(desc)), (now - start) / 1000);
+			if (!store_served_since(m, start))
+				circuit_open(m, tl_mono_us(), now - start);
 			return lockstore_errno(err);
 		}
 		if (err == -EAGAIN && st->ops->wait) {
@@ -327,6 +447,7 @@ void lockmgr_store_metrics(struct lockmgr *m, struct tl_store_metrics *out)
 	out->requests = m->store->ops->requests ? m->store->ops->requests(m->store) : 0;
 	if (m->store->ops->metrics)
 		m->store->ops->metrics(m->store, out);
+	out->store_down = out->served_us < 0 ? -1 : lockmgr_store_down(m);
 }
 
 /* Writes one line of rename hold H to the hold log (lockmgr_set_hold_log()):

@@ -8,6 +8,16 @@
  * A wait longer than a second is logged once; a timeout is logged with the
  * key and holder that blocked it.
  *
+ * The store's circuit: an acquire that gave up because the store failed
+ * until its deadline marks the store down. While it is down, acquires
+ * fail with ENOLCK at once instead of waiting out lock_timeout each
+ * (renames in one directory queue behind each other in the kernel, so
+ * waits that each start after the last one gave up would add up), and
+ * acquires that are waiting on a failing store give up too. Any answer of
+ * the store that is not a failure closes the circuit again (the lease
+ * heartbeat's, or a probe: at most one acquire at a time, and one a
+ * second, tries the store once with a short budget).
+ *
  * lockmgr_release() releases in reverse plan order (longest path first).
  *
  * The FUSE layer holds locks through lockmgr_hold_rename() and
@@ -36,6 +46,10 @@ struct lockmgr {
 	uint64_t next_ticket;      /* atomic */
 	int stopping;              /* atomic: lockmgr_shutdown() was called */
 	int hold_log_fd;           /* lockmgr_set_hold_log(), -1 for none */
+	int64_t down_us;           /* atomic: monotonic us since when the store
+				    * is known down (the circuit), 0: up */
+	int64_t probe_us;          /* atomic: when the last probe of a down
+				    * store started */
 	struct tl_stats stats;
 };
 
@@ -107,6 +121,9 @@ void lockmgr_unhold(struct lockmgr *m, struct tl_hold *h, int res);
  * on (new ones at once), and the store ends every request by END_MS
  * (monotonic ms; its shutdown op). Any thread; the first call counts. */
 void lockmgr_shutdown(struct lockmgr *m, int64_t end_ms);
+
+/* True while the store is known to be down (the circuit is open). */
+bool lockmgr_store_down(const struct lockmgr *m);
 
 /* Fencing before acting on held locks: returns 0 while our lease is
  * fresh, else counts the refusal and returns -ENOLCK. */

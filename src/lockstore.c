@@ -61,5 +61,7 @@ void lockstore_metrics_init(struct tl_store_metrics *m)
 		.lease_fresh = -1,
 		.owners_alive = -1,
 		.owners_dead = -1,
+		.served_us = -1,
+		.store_down = -1,
 	};
 }

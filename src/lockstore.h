@@ -89,6 +89,13 @@ struct tl_store_metrics {
 	int lease_fresh;           /* 1 fresh, 0 stale (fenced), -1 no lease */
 	int64_t owners_alive;      /* other owners seen alive, -1 unknown */
 	int64_t owners_dead;       /* other owners known dead, -1 unknown */
+	int64_t served_us;         /* CLOCK_MONOTONIC us of the store's last
+				    * answer that was not a failure (its
+				    * circuit, lockmgr.c), 0: none yet, -1:
+				    * the store cannot fail (mem) */
+	int store_down;            /* 1 while the lock manager holds the store
+				    * down (its circuit), 0 up, -1 the store
+				    * cannot fail; set by lockmgr */
 };
 
 /* Sets M to "nothing known". This function can't fail. */

@@ -740,6 +740,7 @@ static void es_metrics(struct lockstore *st, struct tl_store_metrics *m)
 	m->bytes_sent = hc.bytes_sent;
 	m->bytes_received = hc.bytes_received;
 	m->request_seconds = hc.seconds;
+	m->served_us = hc.served_us;
 	pthread_mutex_lock(&es->mutex);
 	if (es->started) {
 		m->lease_age_ms = es->renewed_ms > 0 ? now - es->renewed_ms : -1;

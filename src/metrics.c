@@ -160,6 +160,13 @@ int metrics_format(FILE *f, const struct tl_metrics_src *src)
 		stats_get(&s->fenced));
 	counter(f, src, "treelockfs_lock_store_errors_total",
 		"Lock operations that failed in the lock store (ENOLCK).", stats_get(&s->errors));
+	counter(f, src, "treelockfs_store_down_refusals_total",
+		"Lock plans refused at once (ENOLCK) because the lock store was down.",
+		stats_get(&s->store_down_refusals));
+	if (sm->store_down >= 0)
+		gauge(f, src, "treelockfs_store_down",
+		      "1 while the lock store is held down (renames fail at once), else 0.",
+		      sm->store_down);
 	gauge(f, src, "treelockfs_locks_held", "Lock plans of this mount holding their locks now.",
 	      (double)stats_get(&s->held));
 	gauge(f, src, "treelockfs_lock_waiters", "Lock plans of this mount waiting for locks now.",

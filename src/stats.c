@@ -128,11 +128,12 @@ size_t stats_format(const struct tl_stats *s, uint64_t store_requests, char *buf
 		     "timeouts %" PRIu64 "\n"
 		     "errors %" PRIu64 "\n"
 		     "fenced %" PRIu64 "\n"
+		     "store_down_refusals %" PRIu64 "\n"
 		     "store_requests %" PRIu64 "\n",
 		     stats_get(&s->renames), stats_get(&s->entry_ops), stats_get(&s->acquired),
 		     stats_get(&s->conflicts), stats_get(&s->waits), stats_wait_quantile(s, 0.5),
 		     stats_wait_quantile(s, 0.99), stats_get(&s->timeouts), stats_get(&s->errors),
-		     stats_get(&s->fenced), store_requests);
+		     stats_get(&s->fenced), stats_get(&s->store_down_refusals), store_requests);
 	if (n < 0)
 		return 0;
 	return (size_t)n < size ? (size_t)n : size - 1;

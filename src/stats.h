@@ -47,6 +47,8 @@ struct tl_stats {
 	uint64_t timeouts;     /* EBUSY after lock_timeout */
 	uint64_t errors;       /* ENOLCK: store failures, lost lease */
 	uint64_t fenced;       /* renames refused because our lease was stale */
+	uint64_t store_down_refusals; /* plans refused at once: the store was
+				       * known down (lockmgr.h) */
 	uint64_t held;         /* gauge: plans holding their locks now */
 	uint64_t waiting;      /* gauge: plans waiting for their locks now */
 	uint64_t results[TL_RES_COUNT]; /* renames answered, by result */

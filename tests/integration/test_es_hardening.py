@@ -189,6 +189,55 @@ def test_es__mount_start_waits_for_store_paused_at_start(emu, mount_factory, tmp
     assert "retrying" in m.log()
 
 
+# ---- a store outage: no directory closed for longer than lock_timeout ------------------------
+
+
+def metric(m, name):
+    with open(m.path(".treelockfs/metrics")) as f:
+        for line in f:
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_es__store_outage_closes_no_directory_past_lock_timeout(emu, es_mounts):
+    """With the store paused, renames queued in one directory (the kernel
+    lets one at a time in, and makes lookups there wait too) each used
+    to wait out lock_timeout in turn: root's touch of a new name there
+    waited for all of them. Once one gave up on the outage, the others
+    fail at once, so the touch answers within lock_timeout (+1 s)."""
+    timeout = 2
+    (a,) = es_mounts(emu, "A", opts={"A": ["lock_timeout=%d" % timeout, "es_timeout_ms=500"]})
+    os.mkdir(a.path("d"))
+    for i in range(10):
+        open(a.path("d/f%d" % i), "w").close()
+    emu.admin("POST", "/_esemu/pause")
+    try:
+        ops = [start_op(os.rename, a.path("d/f%d" % i), a.path("d/g%d" % i)) for i in range(10)]
+        # the first rename's request to the paused store timed out (it
+        # tries again until lock_timeout); the others queue behind it
+        wait_for(lambda: metric(a, "treelockfs_store_request_failures_total") >= 1, 10,
+                 what="a rename's request to the paused store timed out")
+        t0 = time.monotonic()
+        open(a.path("d/new"), "w").close()
+        took = time.monotonic() - t0
+        for op in ops:
+            op.join(60)
+            assert not op.is_alive()
+            assert op.errno == errno.ENOLCK, op.error
+        assert took <= timeout + 1, "touch took %.1f s" % took
+        assert metric(a, "treelockfs_store_down") == 1
+        assert metric(a, "treelockfs_store_down_refusals_total") >= 1
+        assert sorted(os.listdir(a.bpath("d"))) == sorted(["new"] + ["f%d" % i for i in range(10)])
+        assert "renames fail at once" in a.log()
+    finally:
+        emu.admin("POST", "/_esemu/resume")
+    # the store answers again: the circuit closes, renames lock again
+    rename_eventually(a, "d/f0", "d/g0", timeout=15)
+    wait_for(lambda: metric(a, "treelockfs_store_down") == 0, 10, what="the store up again")
+    assert "the lock store answers again" in a.log()
+
+
 # ---- D14: a lost index ------------------------------------------------------------------------
 
 

@@ -14,6 +14,7 @@
 #include "lockmgr.h"
 #include "lockplan.h"
 #include "lockstore.h"
+#include "tlclock.h"
 #include "unit.h"
 
 static struct tl_config cfg;
@@ -305,6 +306,69 @@ START_TEST(test_lockmgr__store_failures)
 }
 END_TEST
 
+/* The store's circuit: a store whose failures lasted a whole deadline is
+ * held down, and later acquires are refused without asking it, until it
+ * answers again (its metrics say when it last did). */
+static int64_t fake_served_us;
+
+static void served_metrics(struct lockstore *s, struct tl_store_metrics *m)
+{
+	m->served_us = __atomic_load_n(&fake_served_us, __ATOMIC_RELAXED);
+}
+
+START_TEST(test_lockmgr__store_down_refuses_at_once_until_it_answers)
+{
+	static const struct lockstore_ops ops = {.name = "failing",
+						 .try_acquire = fail_try,
+						 .release = fail_release,
+						 .metrics = served_metrics};
+	struct lockstore fst = {.ops = &ops};
+	struct tl_store_metrics sm;
+	struct lockmgr m;
+	struct tl_plan *p = rplan("/a", "/b");
+	struct tl_holder h;
+	int i;
+
+	lockmgr_init(&m, &fst, 0.3, "unit");
+	fake_served_us = 0;
+	fail_calls = 0;
+	fail_err = -ENOLCK;
+	ck_assert(!lockmgr_store_down(&m));
+	ck_assert_int_eq(lockmgr_acquire(&m, p, 1, &h), -ENOLCK);
+	ck_assert_int_gt(fail_calls, 2);
+	ck_assert(lockmgr_store_down(&m));
+	lockmgr_store_metrics(&m, &sm);
+	ck_assert_int_eq(sm.store_down, 1);
+	/* within the probe interval: refused without a request */
+	fail_calls = 0;
+	for (i = 0; i < 5; i++)
+		ck_assert_int_eq(lockmgr_acquire(&m, p, 1, &h), -ENOLCK);
+	ck_assert_int_eq(fail_calls, 0);
+	ck_assert_uint_eq(stats_get(&m.stats.store_down_refusals), 5);
+	/* after it, one acquire probes: one request, then refused */
+	usleep(1100 * 1000);
+	ck_assert_int_eq(lockmgr_acquire(&m, p, 1, &h), -ENOLCK);
+	ck_assert_int_eq(fail_calls, 1);
+	ck_assert_int_eq(lockmgr_acquire(&m, p, 1, &h), -ENOLCK);
+	ck_assert_int_eq(fail_calls, 1);
+	ck_assert(lockmgr_store_down(&m));
+	/* the store answered (the lease heartbeat, say): up again */
+	__atomic_store_n(&fake_served_us, tl_mono_us(), __ATOMIC_RELAXED);
+	fail_err = 0;
+	ck_assert_int_eq(lockmgr_acquire(&m, p, 1, &h), 0);
+	ck_assert_int_eq(fail_calls, 2);
+	ck_assert(!lockmgr_store_down(&m));
+	lockmgr_store_metrics(&m, &sm);
+	ck_assert_int_eq(sm.store_down, 0);
+	/* a store that answered during the wait is not held down */
+	fail_err = -ENOLCK;
+	__atomic_store_n(&fake_served_us, tl_mono_us() + 10 * 1000000, __ATOMIC_RELAXED);
+	ck_assert_int_eq(lockmgr_acquire(&m, p, 1, &h), -ENOLCK);
+	ck_assert(!lockmgr_store_down(&m));
+	lockplan_free(p);
+}
+END_TEST
+
 START_TEST(test_lockmgr__stats_quantiles)
 {
 	struct tl_stats s;
@@ -475,6 +539,7 @@ Suite *make_suite_lockmgr(void)
 	tcase_add_test(tc, test_lockmgr__writer_preference);
 	tcase_add_test(tc, test_lockmgr__eight_threads_contending);
 	tcase_add_test(tc, test_lockmgr__store_failures);
+	tcase_add_test(tc, test_lockmgr__store_down_refuses_at_once_until_it_answers);
 	tcase_add_test(tc, test_lockmgr__stats_quantiles);
 	tcase_add_test(tc, test_lockmgr__hold_rename_endpoints_logged_in_full);
 	tcase_add_test(tc, test_lockmgr__hold_plan_form_by_store);
