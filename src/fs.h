@@ -77,16 +77,41 @@ struct ll_inode {
 	uint32_t gen;
 	struct file_handle *fh;  /* export_support: the backing's handle, or NULL */
 	struct ll_inode *id_next; /* export_support: chain by nodeid */
-	struct ll_inode *lru_prev, *lru_next; /* forgotten inodes, oldest first */
-	/* the four above: protected by fs->itab_mutex */
+	/* the inode's place on one of two lists: with an fd, the live list
+	 * (least recently looked up first); forgotten, the forgotten list
+	 * (oldest first) */
+	struct ll_inode *lru_prev, *lru_next;
+	/* the five above: protected by fs->itab_mutex */
 	/* the open files of a regular file while passthrough is in use, and
 	 * the backing id they all share (0: they go through the daemon);
 	 * fs_backing.c; protected by fs->itab_mutex */
 	uint32_t opens;
 	int backing_id;
+	/* where the kernel last learnt this inode (a non-directory's name in
+	 * the nodeid NAME_PARENT), kept only where the kernel cannot prune
+	 * (inode_note_name()); protected by fs->itab_mutex */
+	fuse_ino_t name_parent;
+	char *name;
 };
 
 struct plock_owner;
+
+/* A list of inodes through their lru_prev and lru_next (fs_inode.c). */
+struct inode_list {
+	struct ll_inode *head, *tail;
+	size_t n;
+};
+
+/* The thread that keeps the inodes with an fd below fs->fd_high (fs_inode.c). */
+struct inode_pruner {
+	pthread_t thread;
+	pthread_cond_t cond;      /* with fs->itab_mutex */
+	bool started, stop;       /* protected by itab_mutex */
+	bool no_prune;            /* the kernel has no FUSE_NOTIFY_PRUNE: only
+				   * the pruner thread reads and writes it */
+	uint64_t rounds;          /* atomic: rounds that asked the kernel */
+	uint64_t asked;           /* atomic: inodes asked to be forgotten */
+};
 
 /* Whether this mount uses FUSE passthrough (fs_backing.c), decided at
  * init: OFF (passthrough=off, or a libfuse without it), UNAVAILABLE
@@ -149,8 +174,13 @@ struct tlfs {
 	/* export_support (fs_inode.c, fs_export.c): every inode by nodeid,
 	 * the forgotten ones oldest first; all protected by itab_mutex */
 	struct ll_inode *idtab[TLFS_ITAB_SIZE];
-	struct ll_inode *forgotten_head, *forgotten_tail;
-	size_t forgotten_count;
+	struct inode_list forgotten;
+	/* the inodes that hold an fd, least recently looked up first; above
+	 * fd_high of them the pruner asks the kernel to forget the unused
+	 * ones down to fd_low (fs_inode.c); protected by itab_mutex */
+	struct inode_list live;
+	size_t fd_high, fd_low;
+	struct inode_pruner pruner;
 	uint32_t next_gen;
 	int export_mount_id;     /* BACKING's mount: handles of others are not kept */
 
@@ -214,6 +244,20 @@ void inode_unref(struct tlfs *fs, struct ll_inode *in, uint64_t n);
  * nodeid that names no file (never given, dropped, the file deleted) or
  * -errno. Needs CAP_DAC_READ_SEARCH for forgotten inodes. */
 int inode_ref_nodeid(struct tlfs *fs, fuse_ino_t id, struct ll_inode **out, struct stat *st);
+
+/* Notes that the kernel was just given IN (with a lookup reference) as
+ * NAME in PARENT: where the kernel cannot prune inodes by nodeid, the
+ * pruner invalidates that name instead (non-directories only). This
+ * function can't fail (without memory the name is not kept). */
+void inode_note_name(struct tlfs *fs, struct ll_inode *in, struct ll_inode *parent,
+		     const char *name);
+
+/* At init: whether the kernel prunes inodes by nodeid (FUSE protocol
+ * 7.45, FUSE_NOTIFY_PRUNE). This function can't fail. */
+void inode_pruner_init(struct tlfs *fs, const struct fuse_conn_info *conn);
+
+/* Inodes with an fd, and what the pruner did, for the stats. */
+void inode_fd_counts(struct tlfs *fs, uint64_t *live, uint64_t *asked);
 
 /* Notes BACKING's mount for export_support (after tlfs_prepare()).
  * Returns 0, or -errno when the backing filesystem gives no file handles. */

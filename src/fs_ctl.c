@@ -96,6 +96,7 @@ int ctl_render_metrics(void *arg, FILE *f)
 	};
 
 	src.data.file_lock_waiters = lockwait_count(&fs->waits);
+	inode_fd_counts(fs, &src.data.inode_fds, &src.data.inode_prunes);
 	/* a build or mount without passthrough shows no passthrough counters */
 	if (fs->pt != PT_OFF) {
 		src.data.passthrough_opens = &fs->pt_opens;
@@ -107,6 +108,7 @@ int ctl_render_metrics(void *arg, FILE *f)
 
 static int ctl_render_stats(struct tlfs *fs, fuse_req_t req, FILE *f)
 {
+	uint64_t fds, prunes;
 	char buf[2048];
 
 	(void)req;
@@ -121,6 +123,8 @@ static int ctl_render_stats(struct tlfs *fs, fuse_req_t req, FILE *f)
 		stats_get(&fs->pt_opens), stats_get(&fs->pt_fallbacks), stats_get(&fs->pt_ids));
 	/* forwarded flock()/fcntl() locks that wait now (fs_plock.c) */
 	fprintf(f, "file_lock_waits %u\n", lockwait_count(&fs->waits));
+	inode_fd_counts(fs, &fds, &prunes);
+	fprintf(f, "inode_fds %" PRIu64 "\ninode_prunes %" PRIu64 "\n", fds, prunes);
 	return 0;
 }
 

@@ -14,6 +14,21 @@
  * again with a different backing handle: its inode number was reused)
  * takes a new generation, so (nodeid, generation) never names two files.
  *
+ * Descriptors: every inode the kernel knows holds an O_PATH fd, and the
+ * kernel forgets inodes only when it reclaims memory, so one user who
+ * looks up names (a find, a touch loop) would take every descriptor the
+ * daemon may have, and every user would get ENFILE. So the inodes with an
+ * fd are kept on a list, least recently looked up first, and once more
+ * than fs->fd_high of them hold an fd (half the open-file limit), the
+ * pruner thread asks the kernel to forget the oldest down to fs->fd_low:
+ * by nodeid (FUSE_NOTIFY_PRUNE, protocol 7.45: the kernel drops what no
+ * one uses, and keeps the rest), or, on older kernels, by invalidating the
+ * name a non-directory was last looked up by (directories are left
+ * alone there: invalidating one would detach mounts made on it). The
+ * kernel's forgets then close the fds. The pruner runs apart from the
+ * request threads: a notification waits for the directory's lock, which
+ * a request in it may hold.
+ *
  * Lock order: fs->itab_mutex is a leaf, never held across a syscall.
  */
 #include <config.h>
@@ -27,7 +42,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stddef.h>
 #include <sys/fsuid.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/xattr.h>
@@ -122,18 +139,52 @@ static bool handle_equal(const struct file_handle *a, const struct file_handle *
 	       memcmp(a->f_handle, b->f_handle, a->handle_bytes) == 0;
 }
 
-static void forgotten_unlink(struct tlfs *fs, struct ll_inode *in)
+/* ---- the live and forgotten lists, with itab_mutex held ---- */
+
+static void list_unlink(struct inode_list *l, struct ll_inode *in)
 {
 	if (in->lru_prev)
 		in->lru_prev->lru_next = in->lru_next;
 	else
-		fs->forgotten_head = in->lru_next;
+		l->head = in->lru_next;
 	if (in->lru_next)
 		in->lru_next->lru_prev = in->lru_prev;
 	else
-		fs->forgotten_tail = in->lru_prev;
+		l->tail = in->lru_prev;
 	in->lru_prev = in->lru_next = NULL;
-	fs->forgotten_count--;
+	l->n--;
+}
+
+static void list_append(struct inode_list *l, struct ll_inode *in)
+{
+	in->lru_prev = l->tail;
+	in->lru_next = NULL;
+	if (l->tail)
+		l->tail->lru_next = in;
+	else
+		l->head = in;
+	l->tail = in;
+	l->n++;
+}
+
+/* IN (on the live list) was looked up again: last to be pruned. */
+static void live_touch(struct tlfs *fs, struct ll_inode *in)
+{
+	if (fs->live.tail != in) {
+		list_unlink(&fs->live, in);
+		list_append(&fs->live, in);
+	}
+}
+
+static void pruner_kick(struct tlfs *fs);
+
+/* IN got an fd: onto the live list, and the pruner woken when too many
+ * hold one. */
+static void live_add(struct tlfs *fs, struct ll_inode *in)
+{
+	list_append(&fs->live, in);
+	if (fs->fd_high && fs->live.n > fs->fd_high)
+		pruner_kick(fs);
 }
 
 /* Takes IN out of both hash tables; with itab_mutex held. */
@@ -169,6 +220,7 @@ static void inode_free(struct ll_inode *in)
 	if (in->fd >= 0)
 		close(in->fd);
 	free(in->fh);
+	free(in->name);
 	keys_memo_free(&in->key_memo);
 	free(in);
 }
@@ -187,6 +239,7 @@ struct ll_inode *inode_ref(struct tlfs *fs, int fd, const struct stat *st)
 	in = itab_find(fs, st);
 	if (in && in->fd >= 0) {
 		in->nlookup++;
+		live_touch(fs, in);
 		pthread_mutex_unlock(&fs->itab_mutex);
 		close(fd);
 		free(fh);
@@ -195,7 +248,7 @@ struct ll_inode *inode_ref(struct tlfs *fs, int fd, const struct stat *st)
 	}
 	if (in) {
 		/* forgotten: the same file again, or its inode number reused */
-		forgotten_unlink(fs, in);
+		list_unlink(&fs->forgotten, in);
 		other_file = !handle_equal(in->fh, fh);
 		if (other_file)
 			in->gen = gen_next(fs);
@@ -204,6 +257,7 @@ struct ll_inode *inode_ref(struct tlfs *fs, int fd, const struct stat *st)
 		in->fd = fd;
 		in->nlookup = 1;
 		in->type = st->st_mode & S_IFMT;
+		live_add(fs, in);
 		pthread_mutex_unlock(&fs->itab_mutex);
 		free(drop_fh);
 		if (other_file) /* the path its last key found was the other file's */
@@ -234,6 +288,7 @@ struct ll_inode *inode_ref(struct tlfs *fs, int fd, const struct stat *st)
 		in->id_next = fs->idtab[ih];
 		fs->idtab[ih] = in;
 	}
+	live_add(fs, in);
 	pthread_mutex_unlock(&fs->itab_mutex);
 	return in;
 }
@@ -249,8 +304,10 @@ struct ll_inode *inode_find_ref(struct tlfs *fs, const struct stat *st)
 	in = itab_find(fs, st);
 	if (in && in->fd < 0)
 		in = NULL; /* forgotten: inode_ref() takes it back with the new fd */
-	if (in)
+	if (in) {
 		in->nlookup++;
+		live_touch(fs, in);
+	}
 	pthread_mutex_unlock(&fs->itab_mutex);
 	if (in)
 		inode_mode_sent(in, st);
@@ -267,21 +324,15 @@ void inode_unref(struct tlfs *fs, struct ll_inode *in, uint64_t n)
 	pthread_mutex_lock(&fs->itab_mutex);
 	in->nlookup = in->nlookup > n ? in->nlookup - n : 0;
 	if (in->nlookup == 0 && in->fd >= 0) {
+		list_unlink(&fs->live, in);
 		if (in->fh && fs->cfg->export_remember > 0) {
 			/* forgotten: keep it findable by its handle */
 			close_fd = in->fd;
 			in->fd = -1;
-			in->lru_prev = fs->forgotten_tail;
-			in->lru_next = NULL;
-			if (fs->forgotten_tail)
-				fs->forgotten_tail->lru_next = in;
-			else
-				fs->forgotten_head = in;
-			fs->forgotten_tail = in;
-			fs->forgotten_count++;
-			if (fs->forgotten_count > fs->cfg->export_remember) {
-				drop = fs->forgotten_head;
-				forgotten_unlink(fs, drop);
+			list_append(&fs->forgotten, in);
+			if (fs->forgotten.n > fs->cfg->export_remember) {
+				drop = fs->forgotten.head;
+				list_unlink(&fs->forgotten, drop);
 				itab_remove(fs, drop);
 			}
 		} else {
@@ -372,6 +423,213 @@ int inode_ref_nodeid(struct tlfs *fs, fuse_ino_t id, struct ll_inode **out, stru
 	return 0;
 }
 
+/* ---- the pruner ---------------------------------------------------------- */
+
+/* FUSE_NOTIFY_PRUNE (protocol 7.45): a notification the libfuse of this
+ * build may not wrap, written as the kernel reads it */
+#define NOTIFY_PRUNE 9
+#define PRUNE_BATCH 256 /* nodeids a notification */
+
+struct prune_msg {
+	uint32_t len;   /* struct fuse_out_header */
+	int32_t code;
+	uint64_t unique;
+	uint32_t count; /* struct fuse_notify_prune_out */
+	uint32_t padding;
+	uint64_t spare;
+	uint64_t ids[PRUNE_BATCH];
+};
+
+/* What the pruner asks the kernel to forget: a nodeid, or (without
+ * FUSE_NOTIFY_PRUNE) a name in a parent's nodeid. */
+struct prune_item {
+	fuse_ino_t id;
+	fuse_ino_t parent;
+	char *name;
+};
+
+/* Asks the kernel to forget the unused inodes among IDS (N of them).
+ * Returns 0 or -errno (-EINVAL, -ENOSYS: the kernel has no such
+ * notification). */
+static int notify_prune(struct tlfs *fs, const struct prune_item *items, size_t n)
+{
+	struct prune_msg m;
+	size_t i, k;
+
+	for (i = 0; i < n; i += k) {
+		ssize_t len;
+
+		memset(&m, 0, offsetof(struct prune_msg, ids));
+		for (k = 0; k < PRUNE_BATCH && i + k < n; k++)
+			m.ids[k] = items[i + k].id;
+		len = (ssize_t)(offsetof(struct prune_msg, ids) + k * sizeof(uint64_t));
+		m.len = (uint32_t)len;
+		m.code = NOTIFY_PRUNE;
+		m.count = (uint32_t)k;
+		if (write(fuse_session_fd(fs->se), &m, (size_t)len) != len)
+			return -errno;
+	}
+	return 0;
+}
+
+/* Takes up to WANT of the least recently looked up inodes with an fd
+ * (non-directories with a known name, without FUSE_NOTIFY_PRUNE) into
+ * ITEMS and moves them last, so that the next round asks for others.
+ * With itab_mutex held. Returns how many. */
+static size_t prune_pick(struct tlfs *fs, struct prune_item *items, size_t want)
+{
+	struct ll_inode *in = fs->live.head, *next;
+	size_t n = 0, seen, total = fs->live.n;
+
+	for (seen = 0; in && n < want && seen < total; seen++, in = next) {
+		next = in->lru_next;
+		if (fs->pruner.no_prune) {
+			if (!in->name || in->type == S_IFDIR)
+				continue;
+			items[n].name = strdup(in->name);
+			if (!items[n].name)
+				break;
+			items[n].parent = in->name_parent;
+		}
+		items[n++].id = inode_id(fs, in);
+		live_touch(fs, in);
+	}
+	return n;
+}
+
+static void *pruner_main(void *arg)
+{
+	struct tlfs *fs = arg;
+	struct inode_pruner *p = &fs->pruner;
+	int64_t pause_ms = 10;
+	struct prune_item *items;
+	size_t n, want, i, before;
+	struct timespec ts;
+	int err;
+
+	pthread_mutex_lock(&fs->itab_mutex);
+	while (!p->stop) {
+		if (fs->live.n <= fs->fd_high) {
+			pause_ms = 10;
+			pthread_cond_wait(&p->cond, &fs->itab_mutex);
+			continue;
+		}
+		want = fs->live.n - fs->fd_low;
+		items = calloc(want, sizeof(*items));
+		n = items ? prune_pick(fs, items, want) : 0;
+		before = fs->live.n;
+		pthread_mutex_unlock(&fs->itab_mutex);
+
+		err = 0;
+		if (n && !p->no_prune) {
+			err = notify_prune(fs, items, n);
+			if (err == -EINVAL || err == -ENOSYS) {
+				p->no_prune = true;
+				tl_log(LOG_NOTICE, "the kernel cannot prune inodes by nodeid "
+						   "(FUSE_NOTIFY_PRUNE): files are forgotten by name "
+						   "instead, directories not at all");
+			}
+		} else {
+			for (i = 0; i < n && !err; i++) {
+				err = fuse_lowlevel_notify_inval_entry(fs->se, items[i].parent,
+								       items[i].name,
+								       strlen(items[i].name));
+				if (err == -ENOENT || err == -ENOTDIR)
+					err = 0; /* the name or its parent is gone: so be it */
+			}
+		}
+		if (n) {
+			__atomic_add_fetch(&p->rounds, 1, __ATOMIC_RELAXED);
+			__atomic_add_fetch(&p->asked, n, __ATOMIC_RELAXED);
+		}
+		for (i = 0; i < n; i++)
+			free(items[i].name);
+		free(items);
+		if (err == -ENODEV || err == -EBADF)
+			break; /* the session is over */
+
+		/* the forgets arrive on the request threads: wait for them,
+		 * longer while the kernel keeps what it was asked for (in use) */
+		pthread_mutex_lock(&fs->itab_mutex);
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += pause_ms * 1000000;
+		ts.tv_sec += ts.tv_nsec / 1000000000;
+		ts.tv_nsec %= 1000000000;
+		if (!p->stop)
+			pthread_cond_timedwait(&p->cond, &fs->itab_mutex, &ts);
+		if (fs->live.n + n / 8 >= before)
+			pause_ms = pause_ms * 2 > 1000 ? 1000 : pause_ms * 2;
+		else
+			pause_ms = 10;
+	}
+	pthread_mutex_unlock(&fs->itab_mutex);
+	return NULL;
+}
+
+/* With itab_mutex held: wakes the pruner, started at the first need
+ * (after the daemon forked, from a request thread: signals blocked). */
+static void pruner_kick(struct tlfs *fs)
+{
+	struct inode_pruner *p = &fs->pruner;
+
+	if (!fs->se || p->stop)
+		return;
+	if (!p->started) {
+		int err = pthread_create(&p->thread, NULL, pruner_main, fs);
+
+		if (err) {
+			tl_log(LOG_WARNING, "cannot start the inode pruner: %s", strerror(err));
+			fs->fd_high = 0; /* not again */
+			return;
+		}
+		p->started = true;
+		tl_log(LOG_NOTICE, "more than %zu inodes hold a descriptor: from now on the "
+				   "kernel is asked to forget the least recently used ones",
+		       fs->fd_high);
+		return;
+	}
+	pthread_cond_signal(&p->cond);
+}
+
+void inode_pruner_init(struct tlfs *fs, const struct fuse_conn_info *conn)
+{
+	fs->pruner.no_prune = conn->proto_major < 7 ||
+			      (conn->proto_major == 7 && conn->proto_minor < 45);
+}
+
+void inode_note_name(struct tlfs *fs, struct ll_inode *in, struct ll_inode *parent,
+		     const char *name)
+{
+	char *copy = NULL, *old = NULL;
+
+	if (!fs->pruner.no_prune || in == fs->root || in->ctl || in->type == S_IFDIR)
+		return;
+	pthread_mutex_lock(&fs->itab_mutex);
+	if (in->fd >= 0 && (!in->name || in->name_parent != inode_id(fs, parent) ||
+			    strcmp(in->name, name) != 0)) {
+		pthread_mutex_unlock(&fs->itab_mutex);
+		copy = strdup(name);
+		pthread_mutex_lock(&fs->itab_mutex);
+		if (copy && in->fd >= 0) {
+			old = in->name;
+			in->name = copy;
+			in->name_parent = inode_id(fs, parent);
+			copy = NULL;
+		}
+	}
+	pthread_mutex_unlock(&fs->itab_mutex);
+	free(copy);
+	free(old);
+}
+
+void inode_fd_counts(struct tlfs *fs, uint64_t *live, uint64_t *asked)
+{
+	pthread_mutex_lock(&fs->itab_mutex);
+	*live = fs->live.n;
+	pthread_mutex_unlock(&fs->itab_mutex);
+	*asked = __atomic_load_n(&fs->pruner.asked, __ATOMIC_RELAXED);
+}
+
 int inode_export_prepare(struct tlfs *fs)
 {
 	struct file_handle *fh;
@@ -440,11 +698,22 @@ void tlfs_proc_path(int fd, char buf[64])
 
 int tlfs_prepare(struct tlfs *fs)
 {
+	struct rlimit rl;
 	struct stat st;
 	int err;
 
 	pthread_mutex_init(&fs->itab_mutex, NULL);
 	pthread_mutex_init(&fs->plock_mutex, NULL);
+	pthread_cond_init(&fs->pruner.cond, NULL);
+	/* half the open-file limit for inodes; the rest for open files, the
+	 * store's connections and the daemon's own */
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+		rlim_t lim = rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > (1u << 30) ? (1u << 30)
+										      : rl.rlim_cur;
+
+		fs->fd_high = lim / 2 > 16 ? (size_t)(lim / 2) : 16;
+		fs->fd_low = fs->fd_high * 3 / 4;
+	}
 	/* here, in the main thread: the threads made later block its signal */
 	err = lockwait_init(&fs->waits, fs->cfg->lock_waiters_per_user, fs->cfg->lock_waiters);
 	if (err)
@@ -468,6 +737,14 @@ void tlfs_release(struct tlfs *fs)
 {
 	/* answered while the session still exists */
 	lockwait_destroy(&fs->waits);
+	if (fs->root) {
+		pthread_mutex_lock(&fs->itab_mutex);
+		fs->pruner.stop = true;
+		pthread_cond_signal(&fs->pruner.cond);
+		pthread_mutex_unlock(&fs->itab_mutex);
+		if (fs->pruner.started)
+			pthread_join(fs->pruner.thread, NULL);
+	}
 	/* the kernel need not forget every inode before the session ends */
 	for (size_t h = 0; h < TLFS_ITAB_SIZE; h++) {
 		while (fs->itab[h]) {

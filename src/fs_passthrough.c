@@ -184,6 +184,7 @@ static void ll_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_POSIX_ACL;
 		fs->posix_acl = true;
 	}
+	inode_pruner_init(fs, conn);
 	creds_killpriv_init(fs, conn); /* before backing_init(), which reads it */
 	backing_init(fs, conn);
 	lockmgr_start(&fs->mgr); /* a failure is logged; requests then fail with ENOLCK */
@@ -215,6 +216,8 @@ static void ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	err = creds_enter(fs, req);
 	if (!err)
 		err = do_lookup(fs, inode_get(fs, parent), name, &e);
+	if (!err && e.ino)
+		inode_note_name(fs, inode_get(fs, e.ino), inode_get(fs, parent), name);
 	reply_entry_or_err(fs, req, err, &e);
 }
 
@@ -452,6 +455,8 @@ static void ns_run(fuse_req_t req, struct ns_req *r)
 		res = ns_syscall(fs, r);
 	if (!res && creates)
 		res = do_lookup(fs, r->parent, r->name, &e);
+	if (!res && creates && e.ino)
+		inode_note_name(fs, inode_get(fs, e.ino), r->parent, r->name);
 	rename_unlock_entry(fs, &l);
 	if (res)
 		fuse_reply_err(req, -res);
@@ -708,6 +713,7 @@ static void ll_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	}
 	creds_noatime(fs, fd);
 	fi->fh = (uint64_t)fd;
+	inode_note_name(fs, inode_get(fs, e.ino), p, name);
 	e.generation = inode_gen(fs, e.ino);
 	backing_open(fs, req, inode_get(fs, e.ino), fd, fi);
 	if (fuse_reply_create(req, &e, fi) != 0) {

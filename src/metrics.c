@@ -207,6 +207,12 @@ int metrics_format(FILE *f, const struct tl_metrics_src *src)
 	gauge(f, src, "treelockfs_file_lock_waiters",
 	      "flock() and fcntl() lock requests through the mount waiting now.",
 	      src->data.file_lock_waiters);
+	gauge(f, src, "treelockfs_inode_descriptors",
+	      "Inodes the kernel knows that hold a descriptor on the backing file now.",
+	      (double)src->data.inode_fds);
+	counter(f, src, "treelockfs_inode_prunes_total",
+		"Inodes the kernel was asked to forget, to keep descriptors for everyone.",
+		src->data.inode_prunes);
 	if (src->data.passthrough_opens)
 		counter(f, src, "treelockfs_passthrough_opens_total",
 			"Files opened with their reads and writes passed to the backing file "

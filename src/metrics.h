@@ -29,6 +29,8 @@ struct tl_data_counters {
 	const uint64_t *passthrough_opens;
 	const uint64_t *passthrough_fallbacks;
 	unsigned int file_lock_waiters; /* flock()/fcntl() waits now */
+	uint64_t inode_fds;             /* inodes holding a descriptor now */
+	uint64_t inode_prunes;          /* inodes the kernel was asked to forget */
 };
 
 /* One scrape's sources; every pointer stays valid during the call. */

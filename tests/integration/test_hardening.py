@@ -6,11 +6,13 @@ the open-file limit, names that forge log lines, config files that are not
 files, passwords where others can read them, silent long waits, leaks.
 """
 import errno
+import json
 import os
 import resource
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -252,6 +254,93 @@ def test_hardening__out_of_fds_is_enfile_and_warned_once(dirs):
         assert _stop(proc, logf, m) == 0
     text = open(log).read()
     assert text.count("open-file limit") == 1, text[-2000:]
+
+
+_FLOOD = """
+import json, os, sys
+d, n = sys.argv[1], int(sys.argv[2])
+errs = {}
+for i in range(n):
+    p = os.path.join(d, "n%05d" % i)
+    try:
+        os.close(os.open(p, os.O_WRONLY | os.O_CREAT, 0o644))
+        os.stat(p)
+    except OSError as e:
+        errs[e.strerror] = errs.get(e.strerror, 0) + 1
+for i in range(0, n, 7):
+    try:
+        os.stat(os.path.join(d, "n%05d" % i))
+    except OSError as e:
+        errs[e.strerror] = errs.get(e.strerror, 0) + 1
+print(json.dumps(errs))
+"""
+
+_READ = """
+import json, os, sys
+d, stop = sys.argv[1], sys.argv[2]
+rounds, errs = 0, {}
+while True:
+    done = os.path.exists(stop)
+    try:
+        assert "readme" in os.listdir(d)
+        with open(os.path.join(d, "readme")) as f:
+            assert f.read() == "still here\\n"
+        rounds += 1
+    except OSError as e:
+        errs[e.strerror] = errs.get(e.strerror, 0) + 1
+    if done:
+        break
+print(json.dumps({"rounds": rounds, "errs": errs}))
+"""
+
+
+def _as_user(uid):
+    def fn():
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    return fn
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch users")
+def test_hardening__one_user_cannot_take_every_descriptor(tmp_path):
+    """Every inode the kernel knows holds a descriptor of the daemon, and
+    the kernel forgets inodes only under memory pressure: one user who
+    creates and stats names used to take them all, and every user's ls
+    and cat got ENFILE. With a limit of 1,500 descriptors, one user
+    touches and stats 20,000 names while another lists a directory and
+    reads a file all along: neither sees an error."""
+    flooder, reader = 4242, 4243
+    open_tree(tmp_path)
+    b, m = tmp_path / "backing", tmp_path / "mnt"
+    for d in (b, m):
+        d.mkdir()
+        d.chmod(0o755)
+    (b / "flood").mkdir()
+    os.chown(b / "flood", flooder, flooder)
+    (b / "other").mkdir()
+    (b / "other" / "readme").write_text("still here\n")
+    stop = tmp_path / "stop"
+    proc, logf, log = _start_limited(str(b), str(m), 1500, 1500, opts=["allow_other"])
+    try:
+        rd = subprocess.Popen([sys.executable, "-c", _READ, str(m / "other"), str(stop)],
+                              stdout=subprocess.PIPE, text=True, preexec_fn=_as_user(reader))
+        fl = subprocess.run([sys.executable, "-c", _FLOOD, str(m / "flood"), "20000"],
+                            capture_output=True, text=True, preexec_fn=_as_user(flooder),
+                            timeout=600)
+        stop.touch()
+        out, _ = rd.communicate(timeout=120)
+        assert fl.returncode == 0, fl.stderr[-2000:]
+        assert json.loads(fl.stdout) == {}, fl.stdout
+        seen = json.loads(out)
+        assert seen["errs"] == {} and seen["rounds"] > 0, seen
+        assert len(os.listdir(b / "flood")) == 20000
+        stats = dict(l.split(" ", 1) for l in (m / ".treelockfs" / "stats").read_text().splitlines())
+        assert int(stats["inode_prunes"]) > 0, stats
+        assert int(stats["inode_fds"]) <= 1500, stats
+    finally:
+        assert _stop(proc, logf, str(m)) == 0
+    assert "asked to forget" in open(log).read()
 
 
 def test_hardening__out_of_fds_at_exit_still_exits_cleanly(dirs):
