@@ -53,8 +53,11 @@
 enum ctl_kind { CTL_NONE, CTL_DIR, CTL_STATS, CTL_LOCKS, CTL_METRICS, CTL_OPTIONS, CTL_BACKING };
 
 /* One inode the kernel knows: one per (st_dev, st_ino) it looked up, with
- * a lookup count; the nodeid is its address. The root is fs->root. Control
- * entries are static inodes without fd (fs_ctl.c).
+ * a lookup count and a nodeid of its own (never an address). The root is
+ * fs->root (FUSE_ROOT_ID). Control entries are static inodes without fd,
+ * with the nodeids below TLFS_FIRST_ID (fs_ctl.c). */
+#define TLFS_FIRST_ID 16
+/*
  *
  * With export_support, an inode the kernel forgot stays in the table as a
  * "forgotten" inode (fd -1, the backing's file handle kept, never a
@@ -62,6 +65,7 @@ enum ctl_kind { CTL_NONE, CTL_DIR, CTL_STATS, CTL_LOCKS, CTL_METRICS, CTL_OPTION
  * again (fs_export.c); export_remember bounds how many are kept. */
 struct ll_inode {
 	struct ll_inode *next;   /* hash chain; protected by fs->itab_mutex */
+	fuse_ino_t id;           /* the nodeid; set once */
 	int fd;                  /* O_PATH | O_NOFOLLOW on the backing file */
 	dev_t dev;
 	ino_t ino;
@@ -76,7 +80,7 @@ struct ll_inode {
 	/* file handles: (nodeid, gen) names one file for the mount's life */
 	uint32_t gen;
 	struct file_handle *fh;  /* export_support: the backing's handle, or NULL */
-	struct ll_inode *id_next; /* export_support: chain by nodeid */
+	struct ll_inode *id_next; /* chain by nodeid (fs->idtab) */
 	/* the inode's place on one of two lists: with an fd, the live list
 	 * (least recently looked up first); forgotten, the forgotten list
 	 * (oldest first) */
@@ -171,9 +175,11 @@ struct tlfs {
 	 * held across a syscall */
 	pthread_mutex_t itab_mutex;
 	struct ll_inode *itab[TLFS_ITAB_SIZE]; /* protected by itab_mutex */
-	/* export_support (fs_inode.c, fs_export.c): every inode by nodeid,
-	 * the forgotten ones oldest first; all protected by itab_mutex */
+	/* every inode by nodeid, and the next nodeid to give; with
+	 * export_support (fs_export.c) the forgotten ones oldest first; all
+	 * protected by itab_mutex */
 	struct ll_inode *idtab[TLFS_ITAB_SIZE];
+	fuse_ino_t next_id;
 	struct inode_list forgotten;
 	/* the inodes that hold an fd, least recently looked up first; above
 	 * fd_high of them the pruner asks the kernel to forget the unused
@@ -456,6 +462,11 @@ int ctl_create_err(struct tlfs *fs, struct ll_inode *parent, const char *name);
  * Returns 0 or -ENOENT. */
 int ctl_lookup(struct tlfs *fs, struct ll_inode *parent, const char *name,
 	       struct fuse_entry_param *e);
+
+/* The control inode of nodeid ID (below TLFS_FIRST_ID), or NULL; and the
+ * nodeid of control inode IN. These can't fail. */
+struct ll_inode *ctl_inode_of(fuse_ino_t id);
+fuse_ino_t ctl_inode_id(const struct ll_inode *in);
 
 /* The attributes of a control inode of KIND. This function can't fail. */
 void ctl_stat(enum ctl_kind kind, struct stat *st);

@@ -195,7 +195,8 @@ enum {
 
 /* The control entry: one row per inode, by enum ctl_kind, for every place
  * that needs them (lookup, attributes, readdir, open, write). The inodes
- * are static, without fd; the kernel knows them by their address. */
+ * are static, without fd; the kernel knows them by the nodeids
+ * CTL_ID_BASE + kind, below TLFS_FIRST_ID. */
 static struct ctl_file {
 	const char *name;
 	struct ll_inode inode;
@@ -219,6 +220,20 @@ static struct ctl_file {
 };
 
 #define CTL_NFILES (sizeof(ctl_files) / sizeof(ctl_files[0]))
+#define CTL_ID_BASE 2
+
+_Static_assert(CTL_ID_BASE + CTL_NFILES <= TLFS_FIRST_ID, "control nodeids overlap inodes'");
+
+struct ll_inode *ctl_inode_of(fuse_ino_t id)
+{
+	return id >= CTL_ID_BASE + CTL_DIR && id < CTL_ID_BASE + CTL_NFILES ? &ctl_files[id - CTL_ID_BASE].inode
+								   : NULL;
+}
+
+fuse_ino_t ctl_inode_id(const struct ll_inode *in)
+{
+	return CTL_ID_BASE + (fuse_ino_t)in->ctl;
+}
 
 /* The files of the directory: ctl_files[CTL_FIRST_FILE .. CTL_NFILES - 1]. */
 #define CTL_FIRST_FILE (CTL_DIR + 1)
@@ -300,7 +315,7 @@ int ctl_lookup(struct tlfs *fs, struct ll_inode *parent, const char *name,
 		e->entry_timeout = fs->cfg->entry_timeout;
 	}
 	ctl_stat((enum ctl_kind)k, &e->attr);
-	e->ino = (fuse_ino_t)(uintptr_t)&ctl_files[k].inode;
+	e->ino = CTL_ID_BASE + (fuse_ino_t)k;
 	return 0;
 }
 

@@ -1,15 +1,17 @@
 /* fs_inode.c - the inode table, see fs.h (the caller's credentials: fs_creds.c)
  *
  * Inodes: one struct ll_inode per (st_dev, st_ino) the kernel looked up,
- * with a lookup count; the nodeid is its address. The root is fs->root.
+ * with a lookup count, found by nodeid in fs->idtab. Nodeids count up from
+ * TLFS_FIRST_ID and are never reused: they are not addresses, since file
+ * handles (name_to_handle_at(), no privilege needed) show them to every
+ * user. The root is fs->root.
  *
  * File handles (export_support): the kernel puts (nodeid, generation) in
  * a handle and, when it no longer has that inode, sends a lookup of "."
  * with the nodeid. So a forgotten inode is not freed but kept without its
  * fd and with the backing's own file handle (name_to_handle_at()), which
- * reopens it; its address stays taken, so its nodeid stays its own. Every
- * inode is also hashed by nodeid (fs->idtab): a nodeid from a handle is
- * trusted only when found there. At most export_remember forgotten inodes
+ * reopens it; its nodeid stays its own. A nodeid from a handle is trusted
+ * only when found in fs->idtab. At most export_remember forgotten inodes
  * are kept, oldest dropped first. Each new inode (and a forgotten one found
  * again with a different backing handle: its inode number was reused)
  * takes a new generation, so (nodeid, generation) never names two files.
@@ -54,16 +56,27 @@
 #include "log.h"
 
 
+static struct ll_inode *idtab_find(struct tlfs *fs, fuse_ino_t id);
+
 struct ll_inode *inode_get(struct tlfs *fs, fuse_ino_t ino)
 {
+	struct ll_inode *in;
+
 	if (ino == FUSE_ROOT_ID)
 		return fs->root;
-	return (struct ll_inode *)(uintptr_t)ino;
+	if (ino < TLFS_FIRST_ID)
+		return ctl_inode_of(ino);
+	pthread_mutex_lock(&fs->itab_mutex);
+	in = idtab_find(fs, ino);
+	pthread_mutex_unlock(&fs->itab_mutex);
+	return in;
 }
 
 fuse_ino_t inode_id(struct tlfs *fs, struct ll_inode *in)
 {
-	return in == fs->root ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)in;
+	if (in == fs->root)
+		return FUSE_ROOT_ID;
+	return in->ctl ? ctl_inode_id(in) : in->id;
 }
 
 uint64_t inode_gen(struct tlfs *fs, fuse_ino_t ino)
@@ -75,7 +88,7 @@ uint64_t inode_gen(struct tlfs *fs, fuse_ino_t ino)
 
 static size_t idhash(fuse_ino_t id)
 {
-	return (size_t)((id >> 4) * UINT64_C(0x9e3779b97f4a7c15) >> 32) % TLFS_ITAB_SIZE;
+	return (size_t)(id * UINT64_C(0x9e3779b97f4a7c15) >> 32) % TLFS_ITAB_SIZE;
 }
 
 static size_t ihash(dev_t dev, ino_t ino)
@@ -108,7 +121,7 @@ static struct ll_inode *idtab_find(struct tlfs *fs, fuse_ino_t id)
 	struct ll_inode *in;
 
 	for (in = fs->idtab[idhash(id)]; in; in = in->id_next)
-		if ((fuse_ino_t)(uintptr_t)in == id)
+		if (in->id == id)
 			break;
 	return in;
 }
@@ -198,9 +211,7 @@ static void itab_remove(struct tlfs *fs, struct ll_inode *in)
 			break;
 		}
 	}
-	if (!exporting(fs))
-		return;
-	for (pp = &fs->idtab[idhash((fuse_ino_t)(uintptr_t)in)]; *pp; pp = &(*pp)->id_next) {
+	for (pp = &fs->idtab[idhash(in->id)]; *pp; pp = &(*pp)->id_next) {
 		if (*pp == in) {
 			*pp = in->id_next;
 			break;
@@ -282,12 +293,11 @@ struct ll_inode *inode_ref(struct tlfs *fs, int fd, const struct stat *st)
 	in->fh = fh;
 	in->next = fs->itab[h];
 	fs->itab[h] = in;
-	if (exporting(fs)) {
-		size_t ih = idhash((fuse_ino_t)(uintptr_t)in);
-
-		in->id_next = fs->idtab[ih];
-		fs->idtab[ih] = in;
-	}
+	/* a nodeid is never given twice in a mount's life, and is no
+	 * address: file handles show it to anyone */
+	in->id = fs->next_id++;
+	in->id_next = fs->idtab[idhash(in->id)];
+	fs->idtab[idhash(in->id)] = in;
 	live_add(fs, in);
 	pthread_mutex_unlock(&fs->itab_mutex);
 	return in;
@@ -728,6 +738,8 @@ int tlfs_prepare(struct tlfs *fs)
 	fs->root->ino = st.st_ino;
 	fs->root->type = S_IFDIR;
 	fs->root->nlookup = 2;
+	fs->root->id = FUSE_ROOT_ID;
+	fs->next_id = TLFS_FIRST_ID;
 	fs->export_mount_id = -1;
 	return keys_init(&fs->keys, fs->backing_fd, lockmgr_other_writers_possible(&fs->mgr),
 			 fs->cfg->entry_timeout);

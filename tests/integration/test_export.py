@@ -243,3 +243,38 @@ def test_export__handles_hold_while_files_move_and_the_kernel_forgets(emnt):
     assert rounds >= 1
     assert sorted(os.listdir(emnt.path("d0")) + os.listdir(emnt.path("d1")) +
                   os.listdir(emnt.path("d2")) + os.listdir(emnt.path("d3"))) == sorted(where)
+
+
+def nodeid_of(path):
+    """The nodeid a FUSE file handle of PATH carries (its first two words)."""
+    h = handle_of(path)
+    hi, lo = struct.unpack_from("II", h, 8)
+    return hi << 32 | lo
+
+
+def mapped_ranges(pid):
+    out = []
+    with open("/proc/%d/maps" % pid) as f:
+        for line in f:
+            lo, hi = line.split()[0].split("-")
+            out.append((int(lo, 16), int(hi, 16)))
+    return out
+
+
+def test_export__nodeids_are_not_addresses(mnt):
+    """File handles need no privilege and show the nodeid: a nodeid that is
+    the daemon's address of the inode (or of a static control entry) would
+    tell anyone where its heap and its program lie. None of them falls in
+    a mapping of the daemon."""
+    os.makedirs(mnt.path("d/e"))
+    paths = [mnt.path("d"), mnt.path("d/e")]
+    for i in range(50):
+        p = mnt.path("d/e/f%d" % i)
+        open(p, "w").close()
+        paths.append(p)
+    paths += [mnt.path(".treelockfs"), mnt.path(".treelockfs/stats")]
+    ids = [nodeid_of(p) for p in paths]
+    assert len(set(ids)) == len(ids), ids
+    maps = mapped_ranges(mnt.proc.pid)
+    inside = [hex(i) for i in ids if any(lo <= i < hi for lo, hi in maps)]
+    assert inside == [], inside
