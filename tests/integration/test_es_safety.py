@@ -13,8 +13,8 @@ import pytest
 
 from conftest import open_tree, run_as
 from es_helpers import (ES8_AND_ENGINES, INDEX, ctl, emu, emu_module, es_mounts, es_opts,  # noqa: F401,E501
-                        es_request, forget_mount, held_by, lease_trouble, lock_docs, not_held,
-                        run_scaled, start_op, timed_out_requests, wait_for)
+                        es_request, forget_mount, held_by, intent_docs, lease_trouble, lock_docs,
+                        not_held, run_scaled, start_op, timed_out_requests, wait_for)
 
 # the lock store's protocol: the same code on every libfuse (run-tests.sh)
 pytestmark = pytest.mark.lock_store
@@ -343,6 +343,21 @@ def test_es__document_plan_in_chunks_is_all_or_nothing(backend, es_mounts):
     assert len(os.listdir(a.path("big2"))) == 2500
     # three chunks of releases, each a bulk a busy node answers slowly
     wait_for(lambda: lock_docs(backend) == {}, 300, what="the rename's locks released")
+
+
+def test_es__release_after_the_deadline_gets_its_own_time(emu, es_mounts):
+    """A rename that used up lock_timeout (here: held past it) releases a
+    plan of several chunks in full before it returns, instead of one
+    chunk's grace and the rest left to the heartbeat's resends (a large
+    directory's locks stayed in the store for half a minute)."""
+    (a,) = es_mounts(emu, "A", opts={"A": ["lock_strategy=document", "lock_timeout=6",
+                                           "rename_delay_ms=6500", "es_timeout_ms=30000"]},
+                     lease_ttl=30)
+    os.mkdir(a.path("big"))
+    fill(a.bpath("big"), 2500)
+    os.rename(a.path("big"), a.path("big2"))
+    assert lock_docs(emu) == {} and intent_docs(emu) == {}
+    assert "release kept" not in a.log(), a.log()[-2000:]
 
 
 # minutes a backend: on the es8 emulator and one real engine, not on each
