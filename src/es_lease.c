@@ -28,8 +28,10 @@
 #include "es_index.h"
 #include "es_kept.h"
 #include "es_lease.h"
+#include "es_owners.h"
 #include "es_retry.h"
 #include "httpc.h"
+#include "options.h"
 #include "log.h"
 #include "tlclock.h"
 
@@ -396,13 +398,32 @@ void es_lease_stop(struct es_store *es)
 		es->started = false;
 		es_kept_flush(es);
 		abandoned_flush(es, true);
-		/* a clean unmount ends the lease at once */
+		/* a clean unmount leaves nothing behind (what a rename cut
+		 * short by the end of the mount took, an intent whose delete
+		 * failed) and ends the lease at once; every request thread is
+		 * done by now, so nothing of ours is held for real */
 		if (es->owner_doc) {
-			char *id = es_docs_owner_id(es->owner);
+			/* the end of the mount cut what was in flight at the
+			 * end of its store budget; the clean-up gets a short
+			 * one of its own, within what the stop allows
+			 * (lock_timeout, of which 3/4 went to the requests) */
+			int64_t end = httpc_end(es->cl.http), now = tl_mono_ms();
+			int64_t grace = (int64_t)(es->base.cfg->lock_timeout * 1000) / 8;
+			size_t n;
 
-			if (id)
-				es_delete(&es->cl, id, NULL, true, 0);
-			free(id);
+			if (grace < ES_GRACE_MS)
+				grace = ES_GRACE_MS;
+			if (end && end < now + grace)
+				httpc_set_end(es->cl.http, now + grace);
+
+			if (es_reap_owner(es, es->owner, ES_REAP_DROP_INTENTS | ES_REAP_SELF, &n,
+					  0) != 0) {
+				char *id = es_docs_owner_id(es->owner);
+
+				if (id)
+					es_delete(&es->cl, id, NULL, true, 0);
+				free(id);
+			}
 		}
 	}
 	es_kept_free(es);

@@ -208,7 +208,7 @@ void es_takeover(struct es_store *es, const char *owner, char *const *extra, siz
 	if (b.len || b.err)
 		es_send_idempotent(es, &b, deadline);
 	buf_free(&b);
-	if (es_reap_owner(es, owner, false, &nlocks, deadline) == 0) {
+	if (es_reap_owner(es, owner, 0, &nlocks, deadline) == 0) {
 		struct es_observed *o;
 
 		pthread_mutex_lock(&es->mutex);
@@ -240,9 +240,11 @@ bool es_doc_names_owner(const cJSON *src, const char *owner)
 	       names_holder_of(src, "waiters", owner);
 }
 
-int es_reap_owner(struct es_store *es, const char *owner, bool drop_intents, size_t *nlocks,
+int es_reap_owner(struct es_store *es, const char *owner, unsigned int how, size_t *nlocks,
 		  int64_t deadline)
 {
+	bool drop_intents = how & ES_REAP_DROP_INTENTS;
+	size_t nintents = 0;
 	struct buf b = BUF_INIT;
 	cJSON *q = NULL, *root;
 	const cJSON *hit;
@@ -256,7 +258,7 @@ int es_reap_owner(struct es_store *es, const char *owner, bool drop_intents, siz
 	 * exclusive locks name (a term query); an operator's reap reads every
 	 * document, so that shares and waiter marks that no intent names go
 	 * too (holders and waiters are not indexed). */
-	if (!drop_intents) {
+	if (!(how & ES_REAP_EVERY_DOC)) {
 		q = cJSON_CreateObject();
 		cJSON_AddStringToObject(cJSON_AddObjectToObject(q, "term"), "owner", owner);
 	}
@@ -289,6 +291,7 @@ int es_reap_owner(struct es_store *es, const char *owner, bool drop_intents, siz
 			if (drop_intents) {
 				es_docs_delete(&b, hid);
 				nitems++;
+				nintents++;
 			}
 		} else if (es_docs_is_lock_id(hid)) {
 			es_docs_evict(&b, hid, owner, stored);
@@ -319,7 +322,11 @@ int es_reap_owner(struct es_store *es, const char *owner, bool drop_intents, siz
 	if (id)
 		es_delete(&es->cl, id, NULL, true, deadline);
 	free(id);
-	tl_log(LOG_NOTICE, "reaped owner '%s': %zu lock documents changed", owner, *nlocks);
+	if (!(how & ES_REAP_SELF))
+		tl_log(LOG_NOTICE, "reaped owner '%s': %zu lock documents changed", owner, *nlocks);
+	else if (*nlocks || nintents)
+		tl_log(LOG_NOTICE, "at exit: released %zu lock documents and %zu intents this mount "
+		       "had left in the lock store", *nlocks, nintents);
 	return 0;
 }
 

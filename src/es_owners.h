@@ -46,11 +46,23 @@ void es_strv_free(char **v, size_t n);
 void es_takeover(struct es_store *es, const char *owner, char *const *extra, size_t n,
 		 int64_t deadline);
 
-/* Evicts OWNER from every lock its intents and exclusive locks name, in
- * one bulk, then deletes its lease document; with DROP_INTENTS its intents
- * too. *NLOCKS gets the number of lock documents changed. Returns 0 or
- * -ENOLCK. The caller decides that OWNER is dead. */
-int es_reap_owner(struct es_store *es, const char *owner, bool drop_intents, size_t *nlocks,
+/* How es_reap_owner() reaps. */
+enum {
+	ES_REAP_DROP_INTENTS = 1u << 0, /* the owner's intents go too */
+	ES_REAP_EVERY_DOC = 1u << 1,    /* reads every document (shares and
+					 * marks no intent names), not only
+					 * what names the owner (a term query) */
+	ES_REAP_SELF = 1u << 2,         /* this mount's own owner at a clean
+					 * exit: logged only when it changed
+					 * something */
+};
+
+/* Evicts OWNER from every lock its intents and exclusive locks name (with
+ * ES_REAP_EVERY_DOC: from every document naming it), in one bulk, then
+ * deletes its lease document; flags HOW as above. *NLOCKS gets the number
+ * of lock documents changed. Returns 0 or -ENOLCK. The caller decides that
+ * OWNER is dead (or is OWNER, ending). */
+int es_reap_owner(struct es_store *es, const char *owner, unsigned int how, size_t *nlocks,
 		  int64_t deadline);
 
 /* True when document source SRC names OWNER: as its owner, or in a holder

@@ -405,6 +405,11 @@ void httpc_set_end(struct httpc *c, int64_t end_ms)
 	__atomic_store_n(&c->end_ms, end_ms, __ATOMIC_RELAXED);
 }
 
+int64_t httpc_end(const struct httpc *c)
+{
+	return __atomic_load_n(&c->end_ms, __ATOMIC_RELAXED);
+}
+
 static int curl_errno(CURLcode rc, bool toobig)
 {
 	if (toobig)

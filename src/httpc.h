@@ -91,6 +91,9 @@ int httpc_request(struct httpc *c, const char *method, const char *path, const c
  * process that stops: no request outlives its budget. Any thread. */
 void httpc_set_end(struct httpc *c, int64_t end_ms);
 
+/* The end httpc_set_end() set last (0: none). Any thread. */
+int64_t httpc_end(const struct httpc *c);
+
 /* S percent-encoded as one path segment or query value (libcurl's
  * escaping: the RFC 3986 unreserved bytes A-Z a-z 0-9 - . _ ~ are kept,
  * every other byte becomes %XX), as a new string (caller frees), or NULL

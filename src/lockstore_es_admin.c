@@ -323,7 +323,7 @@ int lockstore_es_reap(struct lockstore *st, const char *owner, size_t *nlocks)
 	*nlocks = 0;
 	if (!es)
 		return -EINVAL;
-	return es_reap_owner(es, owner, true, nlocks, 0);
+	return es_reap_owner(es, owner, ES_REAP_DROP_INTENTS | ES_REAP_EVERY_DOC, nlocks, 0);
 }
 
 /* Adds owner id O to V (*N entries) unless present. Returns 0 or -ENOMEM. */

@@ -14,7 +14,8 @@ import pytest
 from conftest import open_tree, run_as
 from es_helpers import (ES8_AND_ENGINES, INDEX, ctl, emu, emu_module, es_mounts, es_opts,  # noqa: F401,E501
                         es_request, forget_mount, held_by, intent_docs, lease_trouble, lock_docs,
-                        not_held, run_scaled, start_op, timed_out_requests, wait_for)
+                        not_held, owner_id, quote_id, run_scaled, start_op, timed_out_requests,
+                        wait_for)
 
 # the lock store's protocol: the same code on every libfuse (run-tests.sh)
 pytestmark = pytest.mark.lock_store
@@ -358,6 +359,38 @@ def test_es__release_after_the_deadline_gets_its_own_time(emu, es_mounts):
     os.rename(a.path("big"), a.path("big2"))
     assert lock_docs(emu) == {} and intent_docs(emu) == {}
     assert "release kept" not in a.log(), a.log()[-2000:]
+
+
+def test_es__clean_exit_leaves_no_lock_behind(emu, es_mounts):
+    """What a mount may leave in the store (a plan the end of the mount cut
+    short, a release that did not arrive, an intent whose delete failed)
+    used to stay there under a lease deleted at a clean exit, listed as a
+    dead owner's intent. Such documents, written here as the mount writes
+    them, are gone after a clean unmount; another owner's share stays."""
+    (a,) = es_mounts(emu, "A")
+    os.makedirs(a.path("d"))
+    owner = owner_id(emu, "A")
+    holder = owner + "#999"
+    now = int(time.time() * 1000)
+    put = [("intent:" + holder, {"type": "intent", "owner": owner, "name": "A", "from": "/d/x",
+                                 "to": "/d/y", "start": now, "pid": 1}),
+           ("/d", {"lock_type": "shared", "lock_count": 2, "since": now,
+                   "holders": {holder: 1, "other:1:1#1": 1}}),
+           ("/d/x", {"lock_type": "exclusive", "owner": owner, "holder": holder,
+                     "process_id": holder, "holders": {holder: 1}, "since": now, "pid": 1}),
+           ("/d/y", {"lock_type": "exclusive", "owner": owner, "holder": holder,
+                     "process_id": holder, "holders": {holder: 1}, "since": now, "pid": 1})]
+    for doc_id, src in put:
+        st, body = es_request(emu, "PUT", "/%s/_doc/%s?refresh=true" % (INDEX, quote_id(doc_id)),
+                              src)
+        assert st in (200, 201), body
+    a.stop()
+    left = lock_docs(emu)
+    assert list(left) == ["/d"], left
+    assert left["/d"]["_source"]["holders"] == {"other:1:1#1": 1}, left
+    assert left["/d"]["_source"]["lock_count"] == 1, left
+    assert intent_docs(emu) == {} and owner_id(emu, "A") is None
+    assert "this mount had left in the lock store" in a.log(), a.log()[-3000:]
 
 
 # minutes a backend: on the es8 emulator and one real engine, not on each
