@@ -52,6 +52,10 @@ struct es_client {
 	 * opening one, then the heartbeat) */
 	bool scripts_checked;
 	char scripts_note[240];
+	/* es_scripts=inline: the scripts always travel inline, whatever the
+	 * cluster stores under their ids (nothing is read or stored); set
+	 * once before the first check */
+	bool scripts_inline_only;
 };
 
 enum es_call_class {

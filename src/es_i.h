@@ -76,6 +76,9 @@ struct es_options {
 	/* es_group_commit (default 1): 0 sends each rename's bulk at once,
 	 * alone, up to ES_BATCH_INFLIGHT_MAX in flight (es_inflight unused) */
 	int group_commit;
+	/* es_scripts=stored|inline (default stored); inline: 1 */
+	char *scripts_s;
+	int scripts_inline;
 	/* es_password=, es_api_key= as given: always refused (a secret in an
 	 * option is seen by others), kept only to say so; never logged */
 	char *password_arg;

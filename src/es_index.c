@@ -294,6 +294,19 @@ int es_index_scripts(struct es_client *c, bool for_ctl, int64_t deadline)
 	bool was_stored = es_client_scripts_stored(c), foreign;
 	int ret;
 
+	if (c->scripts_inline_only) {
+		/* the cluster's script administrators are not trusted: what
+		 * they store under our ids is never read, stored or run */
+		es_client_set_scripts_stored(c, false);
+		snprintf(c->scripts_note, sizeof(c->scripts_note), "inline (es_scripts=inline)");
+		if (!for_ctl && !c->scripts_checked)
+			tl_log(LOG_NOTICE, "lock scripts: sent inline (es_scripts=inline): every "
+					   "request carries their source, none stored in the cluster "
+					   "is used");
+		c->scripts_checked = !for_ctl;
+		return 0;
+	}
+
 	ret = scripts_usable(c, sc, n, for_ctl, why, sizeof(why), deadline);
 	if (ret == -ENOMEM)
 		return ret;

@@ -1,7 +1,7 @@
 /* es_options.c - the es backend's own options, see options.h
  *
  * es_url, es_index, es_user, es_password_file, es_api_key_file, es_cacert,
- * es_timeout_ms, es_start_timeout, es_inflight, es_insecure,
+ * es_timeout_ms, es_start_timeout, es_inflight, es_scripts, es_insecure,
  * es_allow_insecure: parsed by this
  * table over the same command line and config file as the shared options,
  * checked here, kept in struct es_options (es_i.h). owner and lease_ttl
@@ -36,6 +36,7 @@ static const struct fuse_opt es_opts[] = {
 	OPT_STR("es_timeout_ms", timeout_ms_s),
 	OPT_STR("es_start_timeout", start_timeout_s),
 	OPT_STR("es_inflight", inflight_s),
+	OPT_STR("es_scripts", scripts_s),
 	/* refused by es_opts_validate(); parsed so that no one echoes them */
 	OPT_STR("es_password", password_arg),
 	OPT_STR("es_api_key", api_key_arg),
@@ -70,7 +71,11 @@ static const char es_help[] =
 	"                             out share the next, and a further one leaves\n"
 	"                             once 4 wait or one waited 50 ms\n"
 	"    --no_es_group_commit     each rename sends its own requests at once\n"
-	"                             (up to 16 in flight; es_inflight unused)\n";
+	"                             (up to 16 in flight; es_inflight unused)\n"
+	"    --es_scripts=stored|inline  lock scripts stored in the cluster and named\n"
+	"                             by id (default), or their source sent with every\n"
+	"                             request, for clusters whose script administrators\n"
+	"                             are not trusted\n";
 
 const struct es_options *es_options_of(const struct tl_config *cfg)
 {
@@ -129,6 +134,16 @@ static void es_opts_validate(void *p, struct tl_config *cfg, bool selected)
 			  &o->start_timeout);
 	config_parse_uint(cfg, "es_inflight", o->inflight_s, 1, ES_BATCH_INFLIGHT_MAX,
 			  &o->inflight);
+	if (o->scripts_s) {
+		if (strcmp(o->scripts_s, "inline") == 0)
+			o->scripts_inline = 1;
+		else if (strcmp(o->scripts_s, "stored") == 0)
+			o->scripts_inline = 0;
+		else
+			config_value_error(cfg, "es_scripts", o->scripts_s,
+					   "invalid es_scripts '%s': expected stored or inline",
+					   o->scripts_s);
+	}
 	/* secrets in options show in ps(1), shell histories and config files
 	 * others read: refused, and never repeated in the message */
 	if (o->password_arg)
@@ -219,6 +234,7 @@ static void es_opts_free(void *p)
 	free(o->timeout_ms_s);
 	free(o->start_timeout_s);
 	free(o->inflight_s);
+	free(o->scripts_s);
 	wipe_free(o->password);
 	wipe_free(o->api_key);
 	wipe_free(o->password_arg);

@@ -961,6 +961,7 @@ int es_store_open(const struct tl_config *cfg, struct lockstore **out, bool for_
 	err = es_client_open(&es->cl, &hc, eo->index && *eo->index ? eo->index : ES_DEFAULT_INDEX);
 	if (err)
 		goto out_close;
+	es->cl.scripts_inline_only = eo->scripts_inline;
 	/* 0: no group commit (no_es_group_commit) */
 	es_batch_open(&es->batch, &es->cl, eo->group_commit ? eo->inflight : 0);
 	if (eo->insecure)

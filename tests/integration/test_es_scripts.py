@@ -165,3 +165,43 @@ def test_es__scripts_stored_once_the_store_recovers(emu, es_mounts):
         assert es_request(emu, "GET", "/_scripts/" + sid)[0] == 200
     os.rename(a.path("s/u"), a.path("s/v"))
     assert lock_docs(emu) == {}
+
+
+def sent_bytes(m):
+    with open(m.path(".treelockfs/metrics")) as f:
+        for line in f:
+            if line.startswith("treelockfs_store_sent_bytes_total"):
+                return float(line.rsplit(" ", 1)[1])
+    raise AssertionError("no treelockfs_store_sent_bytes_total")
+
+
+@pytest.mark.emulator_only("counting the requests of one API is the emulator's")
+def test_es__scripts_inline_only_never_use_the_clusters(emu, es_mounts):
+    """es_scripts=inline, for clusters whose script administrators are not
+    trusted: a script stored under one of our ids (here replaced before
+    the mount) is never read, stored or run; every request carries the
+    sources. Prints what that costs in request bytes a rename."""
+    assert es_request(emu, "PUT", "/_scripts/treelockfs-acqs-v1",
+                      {"script": {"lang": "painless", "source": "ctx.op = 'noop'"}})[0] == 200
+    emu.reset_stats()
+    (a,) = es_mounts(emu, "A", opts={"A": ["es_scripts=inline"]}, lease_ttl=60)
+    assert "lock scripts: sent inline (es_scripts=inline)" in a.log(), a.log()
+    before = sent_bytes(a)
+    renames_work(a, n=20)
+    inline = (sent_bytes(a) - before) / 21
+    st = emu.stats()["requests"]
+    assert "get_script" not in st and "put_script" not in st, st
+    st, body = es_request(emu, "GET", "/_scripts/treelockfs-acqs-v1")
+    assert body["script"]["source"] == "ctx.op = 'noop'", body
+    assert lock_docs(emu) == {} and intent_docs(emu) == {}
+    # the same renames with the scripts stored, for the figure
+    es_request(emu, "DELETE", "/_scripts/treelockfs-acqs-v1")
+    (b,) = es_mounts(emu, "B", lease_ttl=60, tag="-stored")
+    before = sent_bytes(b)
+    renames_work(b, n=20)
+    stored = (sent_bytes(b) - before) / 21
+    print("\nrequest bytes a rename: %.0f stored, %.0f inline (es_scripts=inline)"
+          % (stored, inline))
+    assert inline > stored
+    for sid in SCRIPT_IDS:
+        es_request(emu, "DELETE", "/_scripts/" + sid)
