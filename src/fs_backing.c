@@ -23,7 +23,11 @@
  *    thread: they are switched on the request thread around the ioctl
  *    and put back. Files whose writes must keep root's privileges stay on
  *    the daemon path: files with a set-ID bit (a writer's own write
- *    decides whether the bits survive), and files opened by root.
+ *    decides whether the bits survive), and files opened for writing by
+ *    root (reserved blocks, quota limits). Root's read-only opens pass
+ *    through: a read needs no privilege once the open is allowed. (A
+ *    file open in one mode keeps it: root's write open of a file that is
+ *    open with passthrough writes as any user would, as it did before.)
  *    Permissions are checked once, at the daemon's own open with the
  *    caller's credentials; the kernel checks none at read or write.
  *    With FUSE_CAP_HANDLE_KILLPRIV_V2 (fs->killpriv) the kernel clears no
@@ -117,8 +121,8 @@ static const char *const pt_why_text[PT_WHY_COUNT] = {
 	[PT_WHY_REFUSED] = "the kernel refused the backing file",
 	[PT_WHY_SETID] = "a set-user-ID or set-group-ID file: its writes clear those bits as the "
 			 "writer's own credentials decide",
-	[PT_WHY_ROOT] = "opened by root on a mount shared with other users: root's writes keep "
-			"root's reserved blocks and set-ID bits",
+	[PT_WHY_ROOT] = "opened for writing by root on a mount shared with other users: root's "
+			"writes keep root's reserved blocks and quota exemption",
 	[PT_WHY_MODE] = "the file is already open through the daemon (all opens of a file share "
 			"one mode)",
 };
@@ -198,13 +202,15 @@ void backing_init(struct tlfs *fs, struct fuse_conn_info *conn)
 
 /* What in the rules at the top of this file keeps the open FD by the
  * caller of REQ off passthrough, or PT_USED. */
-static enum pt_why pt_choose(struct tlfs *fs, fuse_req_t req, int fd)
+static enum pt_why pt_choose(struct tlfs *fs, fuse_req_t req, int fd, int flags)
 {
 	struct stat st;
 
 	if (__atomic_load_n(&fs->pt_no_register, __ATOMIC_RELAXED))
 		return PT_WHY_PRIVILEGE;
-	if (fs->switch_creds && fuse_req_ctx(req)->uid == 0)
+	/* root's reads need none of root's privileges: only its writes */
+	if (fs->switch_creds && fuse_req_ctx(req)->uid == 0 &&
+	    ((flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC)))
 		return PT_WHY_ROOT;
 	if (fstat(fd, &st) == -1)
 		return PT_WHY_REFUSED;
@@ -387,7 +393,7 @@ void backing_open(struct tlfs *fs, fuse_req_t req, struct ll_inode *in, int fd,
 	}
 	pthread_mutex_unlock(&fs->itab_mutex);
 
-	why = pt_choose(fs, req, fd);
+	why = pt_choose(fs, req, fd, fi->flags);
 	if (why == PT_USED) {
 		mine = backing_register(fs, fd);
 		if (mine < 0) {

@@ -413,17 +413,26 @@ def test_backing__off_never_asks(mount_factory):
 
 
 def test_backing__root_and_setid_files_stay_on_daemon_path(shared_mount):  # noqa: F811
-    """On a mount serving several users, root's opens and set-ID files keep
-    the daemon path (root's privileges on its writes stay root's only)."""
+    """On a mount serving several users, root's opens for writing and
+    set-ID files keep the daemon path (root's privileges on its writes stay
+    root's only); root's reads pass through."""
     m, _ = shared_mount
     test_multiuser.write_file(m.path("r"), b"root")
     assert m.stats()["passthrough_opens"] == 0
+    with open(m.path("r"), "rb") as f:
+        assert f.read() == b"root"
+    assert m.stats()["passthrough_opens"] == 1
+    fallbacks = m.stats()["passthrough_fallbacks"]
+    with open(m.path("r"), "rb+") as f:
+        f.write(b"R")
+    assert m.stats()["passthrough_opens"] == 1
+    assert m.stats()["passthrough_fallbacks"] == fallbacks + 1
     test_multiuser.write_file(m.path("s"), b"x")
     os.chmod(m.path("s"), 0o4777)
     run_as(USER, GROUP, lambda: test_multiuser.write_file(m.path("s"), b"y", os.O_WRONLY))
-    assert m.stats()["passthrough_opens"] == 0
+    assert m.stats()["passthrough_opens"] == 1
     assert os.stat(m.path("s")).st_mode & 0o7777 == 0o777
-    assert "set-user-ID or set-group-ID" in m.log() and "opened by root" in m.log()
+    assert "set-user-ID or set-group-ID" in m.log() and "opened for writing by root" in m.log()
 
 
 def test_backing__invalid_value_is_refused(tmp_path):
