@@ -671,6 +671,21 @@ static int plan_items(struct es_store *es, struct buf *b, const struct tl_plan *
 	return 0;
 }
 
+/* The deadline of the release bulk B of holder H: its own time, not what
+ * the acquire left of lock_timeout (a rename of a large directory that
+ * took most of it would get one chunk's grace, and leave the other chunks'
+ * locks to the heartbeat's resends): lock_timeout per chunk of
+ * ES_BULK_MAX_ITEMS, each request still capped by es_timeout_ms. */
+static int64_t release_deadline(struct es_store *es, const struct tl_holder *h,
+				const struct buf *b)
+{
+	long chunks = b->err ? 1 : es_bulk_count(b->data, b->len) / ES_BULK_MAX_ITEMS + 1;
+	int64_t own = tl_mono_ms() + (int64_t)(es->base.cfg->lock_timeout * 1000) * chunks;
+	int64_t dl = hold_deadline(h);
+
+	return dl > own ? dl : own;
+}
+
 static int es_release(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h)
 {
 	struct es_store *es = es_of(st);
@@ -682,7 +697,7 @@ static int es_release(struct lockstore *st, const struct tl_plan *plan, struct t
 		return 0;
 	err = plan_items(es, &b, plan, hold, es_docs_release, true);
 	if (!err)
-		err = es_send_release(es, &b, hold_deadline(h));
+		err = es_send_release(es, &b, release_deadline(es, h, &b));
 	if (err == -EINPROGRESS)
 		err = 0; /* kept, resent soon (logged): the store's to finish */
 	buf_free(&b);
