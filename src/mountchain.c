@@ -231,7 +231,7 @@ static bool mountinfo_path_is(const char *field, size_t len, const char *path)
 	return *path == '\0';
 }
 
-int mountchain_mount_dev(const char *mountpoint, dev_t *out)
+int mountchain_mount_find(const char *mountpoint, struct mountchain_mount *out)
 {
 	char *line = NULL;
 	size_t cap = 0;
@@ -242,18 +242,39 @@ int mountchain_mount_dev(const char *mountpoint, dev_t *out)
 		return -errno;
 	while (getline(&line, &cap, f) > 0) {
 		unsigned maj, min;
-		int mp_start = 0, mp_end = 0;
+		int root_start = 0, root_end = 0, mp_start = 0, mp_end = 0;
+		const char *dash;
+		char fstype[64];
 
-		/* ID PARENT MAJ:MIN ROOT MOUNTPOINT ... */
-		if (sscanf(line, "%*u %*u %u:%u %*s %n%*s%n", &maj, &min, &mp_start, &mp_end) < 2 ||
-		    mp_end <= mp_start)
+		/* ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE ... */
+		if (sscanf(line, "%*u %*u %u:%u %n%*s%n %n%*s%n", &maj, &min, &root_start,
+			   &root_end, &mp_start, &mp_end) < 2 ||
+		    mp_end <= mp_start || root_end <= root_start)
 			continue;
-		if (mountinfo_path_is(line + mp_start, (size_t)(mp_end - mp_start), mountpoint)) {
-			*out = makedev(maj, min);
-			found = true;
-		}
+		if (!mountinfo_path_is(line + mp_start, (size_t)(mp_end - mp_start), mountpoint))
+			continue;
+		/* the fields before " - " escape their spaces: the first one
+		 * after MOUNTPOINT is the separator */
+		dash = strstr(line + mp_end, " - ");
+		if (!dash || sscanf(dash + 3, "%63s", fstype) != 1)
+			continue;
+		out->dev = makedev(maj, min);
+		strcpy(out->fstype, fstype);
+		out->whole = root_end - root_start == 1 && line[root_start] == '/';
+		found = true; /* and on: a later line is a mount on top */
 	}
 	free(line);
 	fclose(f);
 	return found ? 0 : -ENOENT;
+}
+
+int mountchain_mount_dev(const char *mountpoint, dev_t *out)
+{
+	struct mountchain_mount m;
+	int err = mountchain_mount_find(mountpoint, &m);
+
+	if (err)
+		return err;
+	*out = m.dev;
+	return 0;
 }

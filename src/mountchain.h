@@ -59,4 +59,21 @@ bool mountchain_path_below_dir(const char *path, const struct stat *dir);
  * Returns 0, or -ENOENT when nothing is mounted there, or -errno. */
 int mountchain_mount_dev(const char *mountpoint, dev_t *out);
 
+/* What /proc/self/mountinfo says of one mount. */
+struct mountchain_mount {
+	dev_t dev;
+	/* the filesystem type, "fuse.treelockfs" for a treelockfs mount (cut
+	 * at 63 bytes) */
+	char fstype[64];
+	/* whether the mount shows its filesystem from the root (ROOT "/"),
+	 * not one directory below it as a bind mount of a subdirectory does */
+	bool whole;
+};
+
+/* The mount at MOUNTPOINT (an absolute path without symbolic links, as
+ * realpath() gives it: the last mount there, the one on top) into *OUT,
+ * read without touching the mount itself. Returns 0, or -ENOENT when
+ * nothing is mounted there, or -errno. */
+int mountchain_mount_find(const char *mountpoint, struct mountchain_mount *out);
+
 #endif /* TREELOCKFS_MOUNTCHAIN_H */

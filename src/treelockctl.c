@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <fuse_opt.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -27,11 +29,14 @@
 #include "lockstore.h"
 #include "lockstore_es.h"
 #include "log.h"
+#include "mountchain.h"
 #include "path.h"
 #include "tlclock.h"
 
 #define EXIT_USAGE 1
 #define EXIT_STORE 2
+/* the type /proc/self/mountinfo gives a treelockfs mount (its subtype=) */
+#define TREELOCKFS_FSTYPE "fuse.treelockfs"
 /* How long owners are watched to tell dead ones apart (capped by 2 x their
  * lease_ttl inside the store). */
 #define OBSERVE_MAX_MS 120000
@@ -469,25 +474,102 @@ static int cmd_reap(struct lockstore *st, const char *owner, const struct ctl_op
 	return rc;
 }
 
-/* Copies MOUNTPOINT/.treelockfs/metrics to standard output: the mount
- * renders it when it is opened. Needs no store options. */
-static int cmd_metrics(const char *mountpoint)
+/* Opens the root of the treelockfs mount at MOUNTPOINT (O_PATH) into
+ * *FD and its device into *DEV. Returns 0, or prints why MOUNTPOINT is no
+ * such root and returns EXIT_USAGE: a directory with a file of that name
+ * in it is not the mount. */
+static int open_mount_root(const char *mountpoint, int *fd, dev_t *dev)
 {
-	char path[PATH_MAX], buf[65536];
-	size_t n;
-	FILE *f;
-	int rc = 0;
+	struct mountchain_mount m;
+	char real[PATH_MAX], why[160];
+	struct stat st, up;
+	int dfd, upfd, err;
 
-	if ((size_t)snprintf(path, sizeof(path), "%s/.treelockfs/metrics", mountpoint) >=
-	    sizeof(path)) {
-		fprintf(stderr, "treelockctl: mount point '%s' is too long\n", mountpoint);
+	if (!realpath(mountpoint, real)) {
+		fprintf(stderr, "treelockctl: cannot read the metrics of '%s': %s\n", mountpoint,
+			strerror(errno));
 		return EXIT_USAGE;
 	}
-	f = fopen(path, "re");
-	if (!f) {
-		fprintf(stderr, "treelockctl: cannot read the metrics of '%s': %s%s\n", mountpoint,
-			strerror(errno), errno == ENOENT ? " (not a treelockfs mount?)" : "");
+	err = mountchain_mount_find(real, &m);
+	if (err && err != -ENOENT) {
+		fprintf(stderr, "treelockctl: cannot read the metrics of '%s': cannot read the "
+				"mount table: %s\n", mountpoint, strerror(-err));
 		return EXIT_USAGE;
+	}
+	why[0] = '\0';
+	if (err)
+		snprintf(why, sizeof(why), "nothing is mounted there");
+	else if (strcmp(m.fstype, TREELOCKFS_FSTYPE) != 0)
+		snprintf(why, sizeof(why), "the mount there is of type '%s'", m.fstype);
+	else if (!m.whole)
+		snprintf(why, sizeof(why), "a bind mount of a directory below the root of one");
+	if (why[0]) {
+		fprintf(stderr, "treelockctl: cannot read the metrics of '%s': not a treelockfs "
+				"mount (%s)\n", mountpoint, why);
+		return EXIT_USAGE;
+	}
+	dfd = open(real, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (dfd == -1 || fstat(dfd, &st) != 0) {
+		fprintf(stderr, "treelockctl: cannot read the metrics of '%s': %s\n", mountpoint,
+			strerror(errno));
+		if (dfd != -1)
+			close(dfd);
+		return EXIT_USAGE;
+	}
+	/* the directory the path leads to now is that mount's root, not one
+	 * that a mount on a directory above hides it by */
+	upfd = openat(dfd, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (st.st_dev != m.dev || upfd == -1 || fstat(upfd, &up) != 0 ||
+	    (up.st_dev == st.st_dev && up.st_ino != st.st_ino)) {
+		fprintf(stderr, "treelockctl: cannot read the metrics of '%s': not a treelockfs "
+				"mount (the mount there is hidden by another one)\n", mountpoint);
+		if (upfd != -1)
+			close(upfd);
+		close(dfd);
+		return EXIT_USAGE;
+	}
+	close(upfd);
+	*fd = dfd;
+	*dev = m.dev;
+	return 0;
+}
+
+/* Copies MOUNTPOINT/.treelockfs/metrics to standard output: the mount
+ * renders it when it is opened. Needs no store options. MOUNTPOINT must be
+ * the root of a treelockfs mount. */
+static int cmd_metrics(const char *mountpoint)
+{
+	char buf[65536];
+	struct stat st;
+	size_t n;
+	dev_t dev;
+	FILE *f;
+	int rc, dfd, fd;
+
+	rc = open_mount_root(mountpoint, &dfd, &dev);
+	if (rc)
+		return rc;
+	fd = openat(dfd, ".treelockfs/metrics", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	close(dfd);
+	if (fd == -1 || fstat(fd, &st) != 0) {
+		fprintf(stderr, "treelockctl: cannot read the metrics of '%s': %s\n", mountpoint,
+			strerror(errno));
+		if (fd != -1)
+			close(fd);
+		return EXIT_USAGE;
+	}
+	if (st.st_dev != dev || !S_ISREG(st.st_mode)) {
+		fprintf(stderr, "treelockctl: cannot read the metrics of '%s': the mount does not "
+				"serve them\n", mountpoint);
+		close(fd);
+		return EXIT_USAGE;
+	}
+	f = fdopen(fd, "r");
+	if (!f) {
+		fprintf(stderr, "treelockctl: cannot read the metrics of '%s': %s\n", mountpoint,
+			strerror(errno));
+		close(fd);
+		return EXIT_STORE;
 	}
 	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
 		if (fwrite(buf, 1, n, stdout) != n)

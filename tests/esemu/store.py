@@ -405,19 +405,7 @@ class Store(object):
             return lambda d: d.id in values
         if kind == "term" and isinstance(body, dict) and len(body) == 1:
             (field, value), = body.items()
-            if isinstance(value, dict):
-                value = value.get("value")
-            if field == "_id":
-                return lambda d: d.id == str(value)
-            ftype = (idx.mappings.get("properties") or {}).get(field, {}).get("type")
-            if ftype == "keyword":
-                want = painless.to_str(value)
-                return lambda d: any(isinstance(x, (str, int, float)) and painless.to_str(x) == want
-                                     for x in _values(d.source.get(field)))
-            if ftype in INTEGRAL:
-                return lambda d: any(painless.is_num(x) and x == value
-                                     for x in _values(d.source.get(field)))
-            return lambda d: False
+            return _term_matcher(idx, field, value)
         raise not_supported("query [%s]" % kind)
 
     def search(self, idx, query):
@@ -501,3 +489,80 @@ class Store(object):
 
 def _values(v):
     return v if isinstance(v, list) else [v]
+
+
+# What a field's mapping may say besides its type without changing what a
+# term query on it matches.
+TERM_NEUTRAL_PARAMS = {"type", "doc_values", "store", "fields", "meta"}
+
+
+def _unmapped(mappings, field):
+    """Whether FIELD has no mapping in an index whose MAPPINGS (the ones it
+    was created with) map no field by itself: "dynamic" false or strict, and
+    no mapped object or multi-field that FIELD could name a part of."""
+    props = mappings.get("properties") or {}
+    top = field.split(".")[0]
+    if any(k == top or k.startswith(top + ".") or k.startswith(field + ".") for k in props):
+        return False
+    return mappings.get("dynamic") in (False, "false", "strict")
+
+
+def _term_matcher(idx, field, spec):
+    """A predicate over documents for {"term": {FIELD: SPEC}}, as the engine
+    matches it: on _id, on a top-level keyword or integer field, or on a
+    field that has no mapping (no document matches). What would need
+    anything else (dynamic mapping, analysis, another field type, a
+    parameter of the query) is refused."""
+    value = spec
+    if isinstance(spec, dict):
+        for k in spec:
+            if k not in ("value", "boost"):
+                raise not_supported("term query parameter [%s]" % k)
+        if "value" not in spec:
+            raise not_supported("term query without a value")
+        value = spec["value"]
+    if isinstance(value, (dict, list)) or value is None:
+        raise not_supported("term query on [%s] with a value that is no string, number or "
+                            "boolean" % field)
+    if field == "_id":
+        want = painless.to_str(value)
+        return lambda d: d.id == want
+    if field.startswith("_"):
+        raise not_supported("term query on the metadata field [%s]" % field)
+    mapping = (idx.mappings.get("properties") or {}).get(field)
+    if mapping is not None and "." in field:
+        raise not_supported("term query on the field [%s] of an object" % field)
+    if mapping is None:
+        if _unmapped(idx.mappings, field):
+            return lambda d: False
+        raise not_supported("term query on field [%s], which has no explicit mapping (the "
+                            "emulator maps no field dynamically)" % field)
+    ftype = mapping.get("type") if isinstance(mapping, dict) else None
+    if ftype not in INTEGRAL and ftype != "keyword":
+        raise not_supported("term query on field [%s] of type [%s]"
+                            % (field, ftype or "object"))
+    extra = sorted(set(mapping) - TERM_NEUTRAL_PARAMS)
+    if extra:
+        raise not_supported("term query on field [%s] mapped with [%s]" % (field, extra[0]))
+    if ftype == "keyword":
+        want = painless.to_str(value)
+
+        def keyword_text(x):
+            if isinstance(x, (str, bool, int)):
+                return painless.to_str(x)
+            raise not_supported("term query on keyword field [%s] of a document whose value "
+                                "is no string, integer or boolean" % field)
+        return lambda d: any(x is not None and keyword_text(x) == want
+                             for x in _values(d.source.get(field)))
+    if not isinstance(value, int) or isinstance(value, bool) or \
+            not -(1 << RANGES[ftype]) <= value < 1 << RANGES[ftype]:
+        raise not_supported("term query on %s field [%s] with a value that is no integer of "
+                            "its range" % (ftype, field))
+
+    def integral(x):
+        if isinstance(x, int) and not isinstance(x, bool):
+            return x
+        raise not_supported("term query on %s field [%s] of a document whose value is no "
+                            "integer" % (ftype, field))
+    return lambda d: any(x is not None and integral(x) == value
+                         for x in _values(d.source.get(field)))

@@ -114,6 +114,88 @@ def test_api__search_sees_the_last_refresh(es):
     assert len(es.post("/r/_search", {})[2]["hits"]["hits"]) == 1
 
 
+def _search_ids(es, index, query):
+    st, _, b = es.post("/%s/_search" % index, {"query": query})
+    assert st == 200, b
+    return sorted(h["_id"] for h in b["hits"]["hits"])
+
+
+def _refused(es, index, query, what):
+    """QUERY is refused as the emulator refuses what it does not do: a 400
+    in the engine's error shape whose reason names WHAT."""
+    st, _, b = es.post("/%s/_search" % index, {"query": query})
+    assert st == 400, b
+    e = b["error"]
+    assert e["type"] == "illegal_argument_exception" and b["status"] == 400
+    assert e["root_cause"] == [{"type": e["type"], "reason": e["reason"]}]
+    assert e["reason"].startswith("[esemu] ") and what in e["reason"], e["reason"]
+
+
+def test_api__term_on_a_field_the_engine_would_map_dynamically_is_refused(es):
+    # created by its first write: the engine maps "x" (text + x.keyword)
+    # and finds the document; the emulator maps nothing, so it must not say
+    # "no hits"
+    assert es.put("/auto/_doc/1?refresh=true", {"owner": "A", "x": "v"})[0] == 201
+    _refused(es, "auto", {"term": {"x": "v"}}, "[x], which has no explicit mapping")
+    _refused(es, "auto", {"term": {"x.keyword": {"value": "v"}}}, "[x.keyword]")
+    # the same with a mapping that leaves "dynamic" at its default
+    es.put("/dyn", {"mappings": {"properties": {"owner": {"type": "keyword"}}}})
+    es.put("/dyn/_doc/1?refresh=true", {"owner": "A", "x": "v"})
+    _refused(es, "dyn", {"term": {"x": "v"}}, "[x], which has no explicit mapping")
+    for dynamic in (True, "true", "runtime"):
+        es.request("DELETE", "/dyn2")
+        es.put("/dyn2", {"mappings": {"dynamic": dynamic}})
+        _refused(es, "dyn2", {"term": {"x": "v"}}, "[x]")
+    assert _search_ids(es, "dyn", {"term": {"owner": "A"}}) == ["1"]
+
+
+def test_api__term_on_a_field_no_mapping_allows_finds_nothing(es):
+    # "dynamic": false (as the store creates its index): the engine maps no
+    # field by itself, so a term on an unmapped one matches nothing
+    es.put("/locks", MAPPING)
+    es.put("/locks/_doc/1?refresh=true", {"owner": "A", "x": "v", "n": 5})
+    assert _search_ids(es, "locks", {"term": {"x": "v"}}) == []
+    assert _search_ids(es, "locks", {"term": {"x.y": "v"}}) == []
+    assert _search_ids(es, "locks", {"term": {"owner": "A"}}) == ["1"]
+    assert _search_ids(es, "locks", {"term": {"owner": {"value": "A", "boost": 2.0}}}) == ["1"]
+    assert _search_ids(es, "locks", {"term": {"n": 5}}) == ["1"]
+    assert _search_ids(es, "locks", {"term": {"_id": "1"}}) == ["1"]
+
+
+@pytest.mark.parametrize("mappings,query,what", [
+    ({"properties": {"t": {"type": "text"}}}, {"term": {"t": "v"}}, "[t] of type [text]"),
+    ({"properties": {"b": {"type": "boolean"}}}, {"term": {"b": True}}, "[b] of type [boolean]"),
+    ({"properties": {"h": {"enabled": False}}}, {"term": {"h": "v"}}, "[h] of type [object]"),
+    ({"properties": {"o": {"properties": {"k": {"type": "keyword"}}}}}, {"term": {"o.k": "v"}},
+     "[o.k]"),
+    ({"properties": {"k": {"type": "keyword", "fields": {"r": {"type": "keyword"}}}}},
+     {"term": {"k.r": "v"}}, "[k.r]"),
+    ({"properties": {"k": {"type": "keyword", "normalizer": "lowercase"}}},
+     {"term": {"k": "V"}}, "mapped with [normalizer]"),
+    ({"properties": {"k": {"type": "keyword", "ignore_above": 2}}},
+     {"term": {"k": "vvv"}}, "mapped with [ignore_above]"),
+    ({"properties": {"k": {"type": "keyword"}}},
+     {"term": {"k": {"value": "V", "case_insensitive": True}}}, "[case_insensitive]"),
+    ({"properties": {"n": {"type": "long"}}}, {"term": {"n": "5"}}, "[n] with a value"),
+    ({"properties": {"n": {"type": "integer"}}}, {"term": {"n": 1 << 40}}, "[n] with a value"),
+    ({"properties": {}}, {"term": {"_index": "q"}}, "metadata field [_index]"),
+], ids=["text", "boolean", "disabled-object", "object-field", "multi-field", "normalizer",
+        "ignore_above", "case_insensitive", "string-on-long", "out-of-range", "metadata"])
+def test_api__term_the_emulator_cannot_answer_is_refused(es, mappings, query, what):
+    mappings = dict(mappings, dynamic=False)
+    assert es.put("/q", {"mappings": mappings})[0] == 200
+    es.put("/q/_doc/1?refresh=true", {"t": "v", "b": True, "k": "vvv", "n": 5})
+    _refused(es, "q", query, what)
+
+
+def test_api__term_over_a_value_the_emulator_cannot_index_is_refused(es):
+    es.put("/q", {"mappings": {"dynamic": False, "properties": {
+        "k": {"type": "keyword"}, "n": {"type": "long"}}}})
+    es.put("/q/_doc/1?refresh=true", {"k": 1.5, "n": 2.5})
+    _refused(es, "q", {"term": {"k": "1.5"}}, "keyword field [k] of a document")
+    _refused(es, "q", {"term": {"n": 2}}, "long field [n] of a document")
+
+
 @pytest.mark.parametrize("method,path,body,status,reason", [
     ("GET", "/locks/_count", None, 400, "no handler found for uri [/locks/_count] and method [GET]"),
     ("GET", "/_cat/indices", None, 400, "no handler found for uri [/_cat/indices] and method [GET]"),

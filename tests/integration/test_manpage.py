@@ -117,3 +117,78 @@ def test_manpage__treelockfs_renders_without_warnings():
     except FileNotFoundError:
         pytest.skip("groff is not installed")
     assert res.returncode == 0 and res.stderr == b"", res.stderr.decode()
+
+
+def rendered(name):
+    """Man page NAME as groff renders it for a terminal, without fonts,
+    on lines long enough that no paragraph wraps or hyphenates."""
+    path = os.path.join(SRCDIR, "man", name)
+    assert os.path.exists(path), "man/%s is missing" % name
+    try:
+        res = subprocess.run(["groff", "-man", "-Tutf8", "-P-cbou", "-rLL=4000n", "-rHY=0", path],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    except FileNotFoundError:
+        pytest.skip("groff is not installed")
+    assert res.returncode == 0, res.stderr.decode()
+    return res.stdout.decode("utf-8")
+
+
+def tagged_options(text):
+    """The long options named in the tags of TEXT's tagged paragraphs. A
+    tag is a line whose body follows indented further: on the next line,
+    after the further tags of the same paragraph (lines that start with
+    "-" as it does), or, for a tag shorter than the indentation, on the same
+    line."""
+    lines = [line for line in text.splitlines() if line.strip()]
+
+    def indent(line):
+        return len(line) - len(line.lstrip(" "))
+
+    def option_tag(line, ind):
+        return line[ind:].startswith("-")
+
+    found = set()
+    for i, line in enumerate(lines):
+        ind = indent(line)
+        short = re.match(r" *(-\S{1,5}) +\S", line)
+        if short and len(short.group(0)) - 1 == ind + 7:
+            found.update(re.findall(LONG, short.group(1)))
+            continue
+        j = i + 1
+        while option_tag(line, ind) and j < len(lines) and indent(lines[j]) == ind and \
+                option_tag(lines[j], ind):
+            j += 1
+        if j < len(lines) and indent(lines[j]) > ind:
+            found.update(re.findall(LONG, line))
+    return found
+
+
+@pytest.mark.parametrize("binary,page", [(BIN, "treelockfs.1"), (CTL, "treelockctl.1")],
+                         ids=["treelockfs", "treelockctl"])
+def test_manpage__every_help_option_heads_a_tagged_paragraph(binary, page):
+    helptext = help_text(binary)
+    untagged = sorted(set(long_options(helptext)) - tagged_options(rendered(page)))
+    assert untagged == [], "options of --help without a tagged paragraph: %s" % untagged
+
+
+def control_files():
+    """The names of the files of a mount's .treelockfs directory."""
+    with open(os.path.join(SRCDIR, "src", "fs_ctl.c"), encoding="utf-8") as f:
+        names = set(re.findall(r'\[CTL_[A-Z]+\] = \{"(\w+)"', f.read()))
+    assert len(names) >= 5, names
+    return names
+
+
+@pytest.mark.parametrize("page", ["treelockfs.1", "treelockctl.1"])
+def test_manpage__control_files_render_as_their_names(page):
+    text = rendered(page)
+    # no font change or other escape left in the text as a control character
+    assert not re.findall(r".{0,30}[\x00-\x09\x0b-\x1f\x7f].{0,30}", text)
+    named = re.findall(r"/\.treelockfs/([^\s,.;:)'\"]+)", text)
+    assert named
+    assert sorted(set(named) - control_files() - {"NAME"}) == []
+    if page == "treelockfs.1":
+        # where the chain of directories a mount is served from is shown
+        shown = re.findall(r".{0,30}/\.treelockfs/backing.{0,30}", text)
+        assert any(re.search(r" in MOUNTPOINT/\.treelockfs/backing, which ", s) for s in shown), \
+            shown

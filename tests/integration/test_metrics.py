@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from conftest import CTL, SRCDIR, makedirs, write
+from conftest import CTL, SRCDIR, makedirs, read, write
 from es_helpers import es_mounts  # noqa: F401
 
 PROMTOOL = shutil.which("promtool")
@@ -199,6 +199,63 @@ def test_metrics__treelockctl_refuses_what_is_not_a_mount(tmp_path):
     assert "cannot read the metrics of" in r.stderr and "not a treelockfs mount" in r.stderr
     r = subprocess.run([CTL, "metrics"], capture_output=True, text=True)
     assert r.returncode == 1 and "metrics MOUNTPOINT" in r.stderr
+
+
+FAKE = '# TYPE treelockfs_renames_total counter\ntreelockfs_renames_total{result="ok"} 99\n'
+
+
+def plant(d):
+    """A .treelockfs/metrics in directory D that no mount serves."""
+    os.makedirs(os.path.join(d, ".treelockfs"), exist_ok=True)
+    with open(os.path.join(d, ".treelockfs", "metrics"), "w") as f:
+        f.write(FAKE)
+
+
+def ctl_refuses(d, why):
+    r = subprocess.run([CTL, "metrics", str(d)], capture_output=True, text=True)
+    assert r.returncode == 1, r
+    assert r.stdout == ""
+    assert "cannot read the metrics of '%s': not a treelockfs mount (%s)" % (d, why) \
+        in r.stderr, r.stderr
+
+
+@pytest.mark.nofuse
+def test_metrics__treelockctl_refuses_a_planted_file(tmp_path):
+    d = tmp_path / "fake"
+    plant(d)
+    ctl_refuses(d, "nothing is mounted there")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to mount")
+@pytest.mark.nofuse
+def test_metrics__treelockctl_refuses_another_filesystem_s_mount(tmp_path):
+    d = tmp_path / "tmpfs"
+    d.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(d)], check=True)
+    try:
+        plant(d)
+        ctl_refuses(d, "the mount there is of type 'tmpfs'")
+    finally:
+        subprocess.run(["umount", str(d)], check=False)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to bind mount")
+def test_metrics__treelockctl_refuses_a_directory_of_a_mount(tmp_path, mnt):
+    # below the root, ".treelockfs" is a file of BACKING's like any other
+    plant(mnt.bpath("sub"))
+    assert read(mnt, "sub/.treelockfs/metrics") == FAKE
+    ctl_refuses(mnt.path("sub"), "nothing is mounted there")
+    bind = tmp_path / "bind"
+    bind.mkdir()
+    subprocess.run(["mount", "--bind", mnt.path("sub"), str(bind)], check=True)
+    try:
+        ctl_refuses(bind, "a bind mount of a directory below the root of one")
+    finally:
+        subprocess.run(["umount", str(bind)], check=False)
+    # the mount's root itself still answers with the mount's own numbers
+    r = subprocess.run([CTL, "metrics", mnt.mnt], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert value(parse(r.stdout), "treelockfs_renames_total", result="ok") == 0
 
 
 # ---- metrics_file ------------------------------------------------------------------------

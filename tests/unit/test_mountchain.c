@@ -107,6 +107,21 @@ START_TEST(test_mountchain__mount_dev_from_mountinfo)
 }
 END_TEST
 
+START_TEST(test_mountchain__mount_find_gives_type_and_root)
+{
+	struct mountchain_mount m;
+	struct stat st;
+
+	ck_assert_int_eq(stat("/proc", &st), 0);
+	ck_assert_int_eq(mountchain_mount_find("/proc", &m), 0);
+	ck_assert(m.dev == st.st_dev);
+	ck_assert_str_eq(m.fstype, "proc");
+	ck_assert(m.whole);
+	ck_assert_int_eq(mountchain_mount_find(tmpdir, &m), -ENOENT);
+	ck_assert_int_eq(mountchain_mount_find("/proc/self", &m), -ENOENT);
+}
+END_TEST
+
 Suite *make_suite_mountchain(void)
 {
 	Suite *s = suite_create("mountchain");
@@ -117,6 +132,7 @@ Suite *make_suite_mountchain(void)
 	tcase_add_test(tc, test_mountchain__below_compares_directories_not_paths);
 	tcase_add_test(tc, test_mountchain__of_plain_dir_is_its_own_line);
 	tcase_add_test(tc, test_mountchain__mount_dev_from_mountinfo);
+	tcase_add_test(tc, test_mountchain__mount_find_gives_type_and_root);
 	suite_add_tcase(s, tc);
 	return s;
 }
