@@ -195,8 +195,11 @@ static int user_key(const char *arg, char **out)
 static char *shown_key(const char *text)
 {
 	char *key = NULL, *out = NULL;
-	int err = path_key_from_text(text, &key);
+	int err;
 
+	if (!text)
+		return NULL; /* a copy that failed */
+	err = path_key_from_text(text, &key);
 	if (err == -EINVAL) {
 		size_t size = 4 * strlen(text) + 1;
 
