@@ -9,12 +9,15 @@
  *
  *   - a backslash is written as "\\";
  *   - a control character (C0 U+0000..U+001F, which includes newline and
- *     tab, DEL U+007F, C1 U+0080..U+009F) and every byte that is not part
- *     of valid UTF-8 (path_utf8_len(): no overlong forms, surrogates or
- *     code points above U+10FFFF) are written as "\xHH", lowercase hex,
- *     one escape per byte;
+ *     tab, DEL U+007F, C1 U+0080..U+009F), a Unicode bidirectional
+ *     control (U+061C, U+200E, U+200F, U+202A..U+202E, U+2066..U+2069:
+ *     invisible, they reorder what a terminal or an editor shows, so that
+ *     a name could read as another) and every byte that is not part of
+ *     valid UTF-8 (path_utf8_len(): no overlong forms, surrogates or code
+ *     points above U+10FFFF) are written as "\xHH", lowercase hex, one
+ *     escape per byte (U+202E is "\xe2\x80\xae");
  *   - everything else (printable ASCII, space included, and valid UTF-8
- *     that is no control) is written as it is.
+ *     that is none of these controls) is written as it is.
  *
  * Tab and newline are thus free as separators of fields and lines.
  *
@@ -27,6 +30,11 @@
 #include <stdio.h>
 
 struct buf;
+
+/* The length of the character at S (not NUL) when it is written as it is,
+ * 0 when it is escaped (a backslash, a control, a bidirectional control,
+ * a byte that is not part of valid UTF-8). This function can't fail. */
+size_t escape_kept_len(const char *s);
 
 /* Writes IN escaped to OUT (SIZE bytes, always NUL-terminated when SIZE >
  * 0), stopping before an escape or character that would not fit whole.

@@ -5,8 +5,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -225,23 +227,163 @@ int metrics_format(FILE *f, const struct tl_metrics_src *src)
 	return ferror(f) ? -EIO : 0;
 }
 
-int metrics_write_file(const char *path, int (*render)(void *arg, FILE *f), void *arg)
+/* Whether the daemon trusts directory ST on the way to the file, OWN
+ * when it is the file's own directory (see metrics_dir_open()); when not,
+ * says why in WHY, naming SHOWN. */
+static bool dir_trusted(const struct stat *st, bool own, const char *shown, char *why,
+			size_t size)
 {
-	size_t plen = strlen(path);
-	char *tmp = malloc(plen + 8);
-	FILE *f = NULL;
-	int fd, err;
+	unsigned int mode = (unsigned int)(st->st_mode & 07777);
+	uid_t uid = geteuid();
 
-	if (!tmp)
+	if (own && st->st_uid != 0 && st->st_uid != uid) {
+		snprintf(why, size, "'%s' is owned by uid %u: the file's directory must be root's "
+				    "or this daemon's (uid %u)", shown, (unsigned)st->st_uid,
+			 (unsigned)uid);
+		return false;
+	}
+	if (mode & S_ISVTX)
+		return true;
+	if (mode & S_IWOTH) {
+		snprintf(why, size, "'%s' is writable by others (mode %04o) and not sticky", shown,
+			 mode);
+		return false;
+	}
+	if (own && (mode & S_IWGRP) && st->st_gid != 0 && st->st_gid != getegid()) {
+		snprintf(why, size, "'%s' is writable by its group gid %u (mode %04o) and not sticky",
+			 shown, (unsigned)st->st_gid, mode);
+		return false;
+	}
+	return true;
+}
+
+int metrics_dir_open(const char *path, char *why, size_t size)
+{
+	const char *slash = strrchr(path, '/');
+	char *shown = NULL, *comp;
+	size_t end, len, n;
+	struct stat st;
+	int fd, next, err;
+
+	if (size)
+		why[0] = '\0';
+	if (path[0] != '/' || !slash[1] || strcmp(slash + 1, ".") == 0 ||
+	    strcmp(slash + 1, "..") == 0) {
+		snprintf(why, size, "expected an absolute path to a file");
+		return -EINVAL;
+	}
+	end = (size_t)(slash - path);
+	/* "/", then PATH's directories one by one: SHOWN is the part walked */
+	shown = malloc(end + 2);
+	if (!shown) {
+		snprintf(why, size, "%s", strerror(ENOMEM));
 		return -ENOMEM;
-	/* beside PATH, so that the rename stays in one filesystem; created
-	 * with O_EXCL, so a planted name (a symlink) is never followed */
-	snprintf(tmp, plen + 8, "%s.XXXXXX", path);
-	fd = mkostemp(tmp, O_CLOEXEC);
+	}
+	strcpy(shown, "/");
+	fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (fd == -1) {
 		err = -errno;
+		snprintf(why, size, "'/': %s", strerror(-err));
 		goto out_free;
 	}
+	for (len = 1;;) {
+		if (fstat(fd, &st) != 0) {
+			err = -errno;
+			snprintf(why, size, "'%s': %s", shown, strerror(-err));
+			goto out_close;
+		}
+		while (len < end && path[len] == '/')
+			len++;
+		if (!dir_trusted(&st, len >= end, shown, why, size)) {
+			err = -EPERM;
+			goto out_close;
+		}
+		if (len >= end)
+			break;
+		/* the next component, appended to what was walked */
+		n = strcspn(path + len, "/");
+		comp = shown + strlen(shown);
+		if (comp[-1] != '/')
+			*comp++ = '/';
+		memcpy(comp, path + len, n);
+		comp[n] = '\0';
+		len += n;
+		next = openat(fd, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (next == -1) {
+			err = -errno;
+			/* O_PATH | O_NOFOLLOW opens a link itself: O_DIRECTORY refuses it */
+			if (err == -ELOOP ||
+			    (err == -ENOTDIR && fstatat(fd, comp, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+			     S_ISLNK(st.st_mode))) {
+				err = -ELOOP;
+				snprintf(why, size, "'%s' is a symbolic link (give the path it "
+						    "leads to)", shown);
+			} else if (err == -ENOTDIR) {
+				snprintf(why, size, "'%s' is not a directory", shown);
+			} else {
+				snprintf(why, size, "'%s': %s", shown, strerror(-err));
+			}
+			goto out_close;
+		}
+		close(fd);
+		fd = next;
+	}
+	free(shown);
+	return fd;
+
+out_close:
+	close(fd);
+out_free:
+	free(shown);
+	return err;
+}
+
+/* Six characters for a temporary name: from getrandom(), or, where it
+ * cannot answer, from the clock and a counter (O_EXCL keeps any name
+ * safe; randomness only keeps others from taking it first). */
+static void random_suffix(char out[7])
+{
+	static const char chars[] =
+		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+	static unsigned int counter;
+	unsigned char r[6];
+	size_t i;
+
+	if (getrandom(r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r)) {
+		uint64_t v = (uint64_t)tl_mono_us() ^
+			     ((uint64_t)__atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED) << 40);
+
+		for (i = 0; i < sizeof(r); i++, v >>= 8)
+			r[i] = (unsigned char)v;
+	}
+	for (i = 0; i < sizeof(r); i++)
+		out[i] = chars[r[i] % (sizeof(chars) - 1)];
+	out[6] = '\0';
+}
+
+/* Tries for a new temporary name this many times before giving up. */
+#define TMP_TRIES 100
+
+int metrics_write_at(int dir_fd, const char *name, int (*render)(void *arg, FILE *f), void *arg)
+{
+	char tmp[NAME_MAX + 1], suffix[7];
+	FILE *f = NULL;
+	int fd = -1, err, i;
+
+	if (!name[0] || strchr(name, '/'))
+		return -EINVAL;
+	/* beside NAME, so that the rename stays in one filesystem; created
+	 * with O_EXCL, so a planted name (a symlink) is never followed */
+	for (i = 0; i < TMP_TRIES && fd == -1; i++) {
+		random_suffix(suffix);
+		if ((size_t)snprintf(tmp, sizeof(tmp), "%s.%s", name, suffix) >= sizeof(tmp))
+			return -ENAMETOOLONG;
+		fd = openat(dir_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+		if (fd == -1 && errno != EEXIST)
+			return -errno;
+	}
+	if (fd == -1)
+		return -EEXIST;
 	if (fchmod(fd, 0644) == -1) {
 		err = -errno;
 		goto out_unlink;
@@ -260,11 +402,10 @@ int metrics_write_file(const char *path, int (*render)(void *arg, FILE *f), void
 		goto out_unlink;
 	}
 	f = NULL;
-	if (rename(tmp, path) == -1) {
+	if (renameat(dir_fd, tmp, dir_fd, name) == -1) {
 		err = -errno;
 		goto out_unlink;
 	}
-	free(tmp);
 	return 0;
 
 out_unlink:
@@ -272,9 +413,7 @@ out_unlink:
 		fclose(f);
 	if (fd != -1)
 		close(fd);
-	unlink(tmp);
-out_free:
-	free(tmp);
+	unlinkat(dir_fd, tmp, 0);
 	return err;
 }
 
@@ -282,7 +421,7 @@ out_free:
  * recovery. */
 static void writer_once(struct metrics_writer *w)
 {
-	int err = metrics_write_file(w->path, w->render, w->arg);
+	int err = metrics_write_at(w->dir_fd, w->name, w->render, w->arg);
 
 	if (err && err != w->last_err)
 		tl_log(LOG_WARNING, "cannot write metrics_file '%s': %s", w->path, strerror(-err));
@@ -312,16 +451,20 @@ static void *writer_main(void *arg)
 	return NULL;
 }
 
-int metrics_writer_start(struct metrics_writer *w, const char *path, unsigned int interval_s,
-			 int (*render)(void *arg, FILE *f), void *arg)
+int metrics_writer_start(struct metrics_writer *w, int dir_fd, const char *path,
+			 unsigned int interval_s, int (*render)(void *arg, FILE *f), void *arg)
 {
 	pthread_condattr_t ca;
 	int err;
 
 	memset(w, 0, sizeof(*w));
+	w->dir_fd = dir_fd;
 	w->path = strdup(path);
-	if (!w->path)
-		return -ENOMEM;
+	if (!w->path) {
+		err = -ENOMEM;
+		goto out_close;
+	}
+	w->name = strrchr(w->path, '/') ? strrchr(w->path, '/') + 1 : w->path;
 	w->interval_s = interval_s ? interval_s : 1;
 	w->render = render;
 	w->arg = arg;
@@ -336,12 +479,20 @@ int metrics_writer_start(struct metrics_writer *w, const char *path, unsigned in
 		tl_log(LOG_ERR, "cannot start the metrics writer: %s", strerror(-err));
 		pthread_cond_destroy(&w->cond);
 		pthread_mutex_destroy(&w->mutex);
-		free(w->path);
-		w->path = NULL;
-		return err;
+		goto out_close;
 	}
 	w->running = true;
 	return 0;
+
+out_close:
+	/* what was written once goes with the writer that failed */
+	if (w->path)
+		unlinkat(dir_fd, w->name, 0);
+	close(dir_fd);
+	free(w->path);
+	w->path = NULL;
+	w->dir_fd = -1;
+	return err;
 }
 
 void metrics_writer_stop(struct metrics_writer *w)
@@ -354,8 +505,11 @@ void metrics_writer_stop(struct metrics_writer *w)
 	pthread_mutex_unlock(&w->mutex);
 	pthread_join(w->thread, NULL);
 	w->running = false;
-	if (unlink(w->path) == -1 && errno != ENOENT)
+	/* in the directory opened at the start, whatever its path leads to now */
+	if (unlinkat(w->dir_fd, w->name, 0) == -1 && errno != ENOENT)
 		tl_log(LOG_WARNING, "cannot remove metrics_file '%s': %s", w->path, strerror(errno));
+	close(w->dir_fd);
+	w->dir_fd = -1;
 	pthread_cond_destroy(&w->cond);
 	pthread_mutex_destroy(&w->mutex);
 	free(w->path);

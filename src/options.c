@@ -746,36 +746,22 @@ bool config_path_absolute(struct tl_config *cfg, const char *name, char **path)
 	return true;
 }
 
-/* metrics_file=: made absolute (the daemon leaves its working directory
- * when it goes to the background); its directory must exist, as the
- * temporary file of each write is made there. */
+/* metrics_file=: a file name, made absolute (the daemon leaves its
+ * working directory when it goes to the background). Its directory is
+ * the daemon's to open and judge (metrics_dir_open()), not treelockctl's,
+ * which reads the same config files. */
 static void validate_metrics_file(struct tl_config *cfg)
 {
-	char *dir, *slash;
-	struct stat st;
+	const char *base;
 
-	if (!cfg->metrics_file[0] || cfg->metrics_file[strlen(cfg->metrics_file) - 1] == '/') {
+	base = strrchr(cfg->metrics_file, '/');
+	base = base ? base + 1 : cfg->metrics_file;
+	if (!base[0] || strcmp(base, ".") == 0 || strcmp(base, "..") == 0) {
 		config_error(cfg, "invalid metrics_file '%s': expected a file name",
 			     cfg->metrics_file);
 		return;
 	}
-	if (!config_path_absolute(cfg, "metrics_file", &cfg->metrics_file))
-		return;
-	dir = strdup(cfg->metrics_file);
-	if (!dir)
-		return;
-	slash = strrchr(dir, '/');
-	if (slash == dir)
-		slash[1] = '\0';
-	else
-		*slash = '\0';
-	if (stat(dir, &st) != 0)
-		config_error(cfg, "cannot use metrics_file '%s': its directory: %s",
-			     cfg->metrics_file, strerror(errno));
-	else if (!S_ISDIR(st.st_mode))
-		config_error(cfg, "cannot use metrics_file '%s': '%s' is not a directory",
-			     cfg->metrics_file, dir);
-	free(dir);
+	config_path_absolute(cfg, "metrics_file", &cfg->metrics_file);
 }
 
 /* lock_store=: one of lockstore_backends' names. */

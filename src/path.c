@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "escape.h"
 #include "path.h"
 
 int path_normalise(const char *in, char **out)
@@ -251,22 +252,19 @@ static int hexval(char c)
 	return -1;
 }
 
-int path_key_from_text(const char *text, char **out)
+/* Decodes the escapes "\\" and "\xHH" (lowercase, not NUL) of S into a
+ * new string in *OUT (caller frees). Returns 0, -EINVAL (a bad escape)
+ * or -ENOMEM. */
+static int unescape_bytes(const char *s, char **out)
 {
-	size_t pl = sizeof(PATH_BYTES_PREFIX) - 1, o = 0;
-	const char *s;
-	char *k, *back = NULL;
-	int err;
+	size_t o = 0;
+	char *k;
 
 	*out = NULL;
-	if (strncmp(text, PATH_BYTES_PREFIX, pl) != 0) {
-		*out = strdup(text);
-		return *out ? 0 : -ENOMEM;
-	}
-	k = malloc(strlen(text) + 1);
+	k = malloc(strlen(s) + 1);
 	if (!k)
 		return -ENOMEM;
-	for (s = text + pl; *s; s++) {
+	for (; *s; s++) {
 		int hi, lo;
 
 		if (*s != '\\') {
@@ -288,8 +286,29 @@ int path_key_from_text(const char *text, char **out)
 		s += 3;
 	}
 	k[o] = '\0';
-	/* one text per key: TEXT must be what path_key_text() makes of it */
-	err = path_key_text(k, &back);
+	*out = k;
+	return 0;
+}
+
+/* The key that ENCODE writes as TEXT, as a new string in *OUT: TEXT itself
+ * without PATH_BYTES_PREFIX, else its escapes decoded, when ENCODE writes
+ * that key as TEXT again (one text per key). Returns 0, -EINVAL or
+ * -ENOMEM. */
+static int key_from(const char *text, int (*encode)(const char *key, char **out), char **out)
+{
+	size_t pl = sizeof(PATH_BYTES_PREFIX) - 1;
+	char *k, *back = NULL;
+	int err;
+
+	*out = NULL;
+	if (strncmp(text, PATH_BYTES_PREFIX, pl) != 0) {
+		*out = strdup(text);
+		return *out ? 0 : -ENOMEM;
+	}
+	err = unescape_bytes(text + pl, &k);
+	if (err)
+		return err;
+	err = encode(k, &back);
 	if (!err && strcmp(back, text) != 0)
 		err = -EINVAL;
 	free(back);
@@ -299,6 +318,41 @@ int path_key_from_text(const char *text, char **out)
 	}
 	*out = k;
 	return 0;
+}
+
+int path_key_from_text(const char *text, char **out)
+{
+	return key_from(text, path_key_text, out);
+}
+
+int path_key_shown(const char *key, char **out)
+{
+	size_t pl = sizeof(PATH_BYTES_PREFIX) - 1, n = strlen(key), i, l;
+	char *t;
+
+	*out = NULL;
+	for (i = 0; i < n; i += l) {
+		l = key[i] == '\\' ? 1 : escape_kept_len(key + i);
+		if (l == 0)
+			break;
+	}
+	if (i == n) {
+		*out = strdup(key);
+		return *out ? 0 : -ENOMEM;
+	}
+	/* at most 4 bytes ("\xHH") per byte of KEY */
+	t = malloc(pl + 4 * n + 1);
+	if (!t)
+		return -ENOMEM;
+	memcpy(t, PATH_BYTES_PREFIX, pl);
+	escape_text(t + pl, 4 * n + 1, key);
+	*out = t;
+	return 0;
+}
+
+int path_key_from_shown(const char *text, char **out)
+{
+	return key_from(text, path_key_shown, out);
 }
 
 int path_lock_id(const char *key, char **out)

@@ -77,6 +77,21 @@ int path_key_text(const char *key, char **out);
  * -ENOMEM. */
 int path_key_from_text(const char *text, char **out);
 
+/* KEY as listings for people show it (treelockctl's tables and --json):
+ * KEY itself when it is valid UTF-8 and holds no character that escape.h
+ * escapes but the backslash (no control, no bidirectional control), else
+ * PATH_BYTES_PREFIX and KEY escaped by escape.h's rules (every such byte
+ * "\xHH", every backslash "\\"). For a key that is not UTF-8 and holds
+ * no control this is path_key_text(KEY); unlike that text, it holds no
+ * byte that could steer a terminal or reorder a line. The mapping is
+ * injective as path_key_text()'s is. Writes a new string to *OUT (caller
+ * frees). Returns 0 or -ENOMEM. */
+int path_key_shown(const char *key, char **out);
+
+/* The inverse of path_key_shown(), as path_key_from_text() is of
+ * path_key_text(): 0, -EINVAL (TEXT is no key as shown) or -ENOMEM. */
+int path_key_from_shown(const char *text, char **out);
+
 /* The document id for KEY in a lock store limited to PATH_ID_MAX bytes:
  * path_key_text(KEY) when it fits, else "sha256:" and the hex digest of
  * that text (the same as of KEY when KEY is valid UTF-8). Writes a new

@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "escape.h"
 #include "options.h"
 #include "lockstore.h"
 #include "lockstore_es.h"
@@ -165,17 +166,68 @@ static void add_holders(cJSON *o, const char *holders)
 	}
 }
 
-/* Normalises a user-given key: a path (its bytes, UTF-8 or not), "global",
- * or a key as listings print one that is not UTF-8 ("bytes:/..."), kept
- * as given. */
+/* Normalises a user-given key: a path (its bytes, UTF-8 or not),
+ * "global", or a key as listings print one ("bytes:/...",
+ * path_key_shown(), or as the store holds it, path_key_text()), decoded.
+ * A "bytes:" text that is neither is kept as given (the store's id). */
 static int user_key(const char *arg, char **out)
 {
-	if (strcmp(arg, TL_GLOBAL_KEY) == 0 ||
-	    strncmp(arg, PATH_BYTES_PREFIX, strlen(PATH_BYTES_PREFIX)) == 0) {
+	int err;
+
+	if (strcmp(arg, TL_GLOBAL_KEY) == 0) {
 		*out = strdup(arg);
 		return *out ? 0 : -ENOMEM;
 	}
+	if (strncmp(arg, PATH_BYTES_PREFIX, strlen(PATH_BYTES_PREFIX)) == 0) {
+		err = path_key_from_shown(arg, out);
+		if (err == -EINVAL)
+			err = path_key_from_text(arg, out);
+		if (err == -EINVAL) {
+			*out = strdup(arg);
+			err = *out ? 0 : -ENOMEM;
+		}
+		return err;
+	}
 	return path_normalise(arg, out);
+}
+
+/* TEXT, a key as the store holds it (path_key_text()), as listings show
+ * it (path_key_shown(): no control character, no bidirectional control;
+ * in --json too, whose strings hold the four characters \xHH, not the
+ * byte); a text that is no key's (a document treelockfs did not write) is
+ * shown escaped (escape.h). Returns a new string, or NULL when out of
+ * memory. */
+static char *shown_key(const char *text)
+{
+	char *key = NULL, *out = NULL;
+	int err;
+
+	if (!text)
+		return NULL; /* a copy that failed */
+	err = path_key_from_text(text, &key);
+	if (err == -EINVAL) {
+		size_t size = 4 * strlen(text) + 1;
+
+		out = malloc(size);
+		if (out)
+			escape_text(out, size, text);
+		return out;
+	}
+	if (!err && path_key_shown(key, &out) != 0)
+		out = NULL;
+	free(key);
+	return out;
+}
+
+/* Adds KEY_TEXT (path_key_text()) to O as NAME, as listings show it
+ * (shown_key()). Returns 0 or -ENOMEM. */
+static int add_key(cJSON *o, const char *name, const char *key_text)
+{
+	char *shown = shown_key(key_text);
+	int err = shown && cJSON_AddStringToObject(o, name, shown) ? 0 : -ENOMEM;
+
+	free(shown);
+	return err;
 }
 
 static int cmd_locks(struct lockstore *st, const char *prefix, bool json)
@@ -205,7 +257,8 @@ static int cmd_locks(struct lockstore *st, const char *prefix, bool json)
 			cJSON *l = cJSON_CreateObject();
 
 			cJSON_AddItemToArray(arr, l);
-			cJSON_AddStringToObject(l, "key", list[i].key);
+			if (add_key(l, "key", list[i].key) != 0)
+				err = -ENOMEM;
 			cJSON_AddStringToObject(l, "mode", list[i].mode == TL_EXCLUSIVE ? "exclusive"
 											: "shared");
 			cJSON_AddNumberToObject(l, "count", list[i].count);
@@ -214,14 +267,21 @@ static int cmd_locks(struct lockstore *st, const char *prefix, bool json)
 			add_holders(l, list[i].holders);
 		}
 		lockstore_free_list(list, n);
+		if (err) {
+			cJSON_Delete(root);
+			root = NULL; /* print_json() says "out of memory" */
+		}
 		return print_json(root);
 	}
 	printf("%-40s %-9s %5s %7s %7s  %s\n", "KEY", "MODE", "COUNT", "AGE", "WAITERS", "HOLDERS");
 	for (i = 0; i < n; i++) {
+		char *shown = shown_key(list[i].key);
+
 		fmt_age(list[i].age_ms, age, sizeof(age));
-		printf("%-40s %-9s %5u %7s %7u  %s\n", list[i].key,
+		printf("%-40s %-9s %5u %7s %7u  %s\n", shown ? shown : "(out of memory)",
 		       list[i].mode == TL_EXCLUSIVE ? "exclusive" : "shared", list[i].count, age,
 		       list[i].waiters, list[i].holders);
+		free(shown);
 	}
 	lockstore_free_list(list, n);
 	return 0;
@@ -269,7 +329,7 @@ static int cmd_owners(struct lockstore *st, const struct ctl_opts *o)
 static int cmd_intents(struct lockstore *st, const struct ctl_opts *o)
 {
 	struct es_intent_info *it = NULL;
-	char age[32];
+	char age[32], *from, *to;
 	size_t n = 0, i;
 	int err;
 
@@ -293,13 +353,16 @@ static int cmd_intents(struct lockstore *st, const struct ctl_opts *o)
 			cJSON_AddStringToObject(t, "owner_state", state_name(it[i].owner_state));
 			add_ms(t, "age_ms", it[i].start_ms > 0 ? tl_wall_ms() - it[i].start_ms : -1);
 			cJSON_AddStringToObject(t, "operation", it[i].to ? "rename" : "change");
-			cJSON_AddStringToObject(t, "from", it[i].from);
-			if (it[i].to)
-				cJSON_AddStringToObject(t, "to", it[i].to);
-			else
-				cJSON_AddNullToObject(t, "to");
+			if (add_key(t, "from", it[i].from) != 0 ||
+			    (it[i].to ? add_key(t, "to", it[i].to)
+				      : !cJSON_AddNullToObject(t, "to") ? -ENOMEM : 0) != 0)
+				err = -ENOMEM;
 		}
 		lockstore_es_free_intents(it, n);
+		if (err) {
+			cJSON_Delete(root);
+			root = NULL; /* print_json() says "out of memory" */
+		}
 		return print_json(root);
 	}
 	printf("%-52s %-7s %7s  %s\n", "HOLDER", "OWNER", "AGE", "OPERATION");
@@ -307,12 +370,17 @@ static int cmd_intents(struct lockstore *st, const struct ctl_opts *o)
 		if (!o->all && it[i].owner_state != ES_OWNER_DEAD)
 			continue;
 		fmt_age(it[i].start_ms > 0 ? tl_wall_ms() - it[i].start_ms : -1, age, sizeof(age));
+		from = shown_key(it[i].from);
+		to = it[i].to ? shown_key(it[i].to) : NULL;
 		if (it[i].to)
 			printf("%-52s %-7s %7s  rename '%s' -> '%s'\n", it[i].holder,
-			       state_name(it[i].owner_state), age, it[i].from, it[i].to);
+			       state_name(it[i].owner_state), age, from ? from : "(out of memory)",
+			       to ? to : "(out of memory)");
 		else
 			printf("%-52s %-7s %7s  change of '%s'\n", it[i].holder,
-			       state_name(it[i].owner_state), age, it[i].from);
+			       state_name(it[i].owner_state), age, from ? from : "(out of memory)");
+		free(from);
+		free(to);
 	}
 	lockstore_es_free_intents(it, n);
 	return 0;
@@ -347,8 +415,8 @@ static int cmd_break(struct lockstore *st, const char *arg, const struct ctl_opt
 		fprintf(stderr, "treelockctl: '%s' is not a path\n", arg);
 		return EXIT_USAGE;
 	}
-	/* shown as listings show it: names that are not UTF-8 escaped */
-	if (path_key_text(key, &shown)) {
+	/* shown as listings show it (path_key_shown()) */
+	if (path_key_shown(key, &shown)) {
 		free(key);
 		fprintf(stderr, "treelockctl: out of memory\n");
 		return EXIT_STORE;

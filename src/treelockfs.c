@@ -182,6 +182,22 @@ out_close:
 	return -1;
 }
 
+/* Opens the directory of metrics_file FILE (metrics_dir_open(): no
+ * symbolic link followed, only directories the daemon trusts), before
+ * daemonising, so that a refusal ends the start. Returns the descriptor,
+ * or -1 with the problem appended to CFG. */
+static int open_metrics_dir(struct tl_config *cfg, const char *file)
+{
+	char why[PATH_MAX + 256];
+	int fd = metrics_dir_open(file, why, sizeof(why));
+
+	if (fd < 0) {
+		config_error(cfg, "cannot use metrics_file '%s': %s", file, why);
+		return -1;
+	}
+	return fd;
+}
+
 /* libfuse's own messages (an unknown option of the command line, its
  * debug lines) go where libfuse would print them, stderr, but escaped
  * (escape.h): they quote bytes a user typed or a config file
@@ -371,7 +387,7 @@ int main(int argc, char *argv[])
 	struct metrics_writer metrics = {0};
 	struct tl_config cfg;
 	struct tlfs fs = {.backing_fd = -1};
-	int hold_log_fd = -1;
+	int hold_log_fd = -1, metrics_dir_fd = -1;
 	struct fuse_session *se = NULL;
 	struct stop_watch watch = {0};
 	struct stat st;
@@ -431,6 +447,8 @@ int main(int argc, char *argv[])
 	/* opened before daemonising: a relative name is the caller's */
 	if (cfg.hold_log && !cfg.errors)
 		hold_log_fd = open_hold_log(&cfg, cfg.hold_log);
+	if (cfg.metrics_file && !cfg.errors)
+		metrics_dir_fd = open_metrics_dir(&cfg, cfg.metrics_file);
 	if (cfg.passthrough == TL_PASSTHROUGH_ON && cfg.backing) {
 		const char *why = backing_refusal(cfg.backing);
 
@@ -519,9 +537,11 @@ int main(int argc, char *argv[])
 	fs.mountpoint = opts.mountpoint;
 	fs.start_ms = tl_wall_ms();
 	/* a thread: after daemonising; a failure is logged, the mount goes on */
-	if (cfg.metrics_file)
-		metrics_writer_start(&metrics, cfg.metrics_file, cfg.metrics_interval,
-				     ctl_render_metrics, &fs);
+	if (metrics_dir_fd != -1) {
+		metrics_writer_start(&metrics, metrics_dir_fd, cfg.metrics_file,
+				     cfg.metrics_interval, ctl_render_metrics, &fs);
+		metrics_dir_fd = -1; /* the writer's now, started or not */
+	}
 	tl_log(LOG_NOTICE, "serving '%s' at '%s'", cfg.backing, opts.mountpoint);
 	stop_watch_start(&watch, se, &fs.mgr, cfg.lock_timeout);
 	if (opts.singlethread) {
@@ -573,6 +593,8 @@ out_close_backing:
 out_destroy:
 	if (hold_log_fd != -1)
 		close(hold_log_fd);
+	if (metrics_dir_fd != -1)
+		close(metrics_dir_fd);
 	free(fs.backing_chain);
 	if (se)
 		fuse_session_destroy(se);

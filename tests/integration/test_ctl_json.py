@@ -9,8 +9,9 @@ import subprocess
 import pytest
 
 from conftest import CTL, SRCDIR, makedirs
-from es_helpers import (ctl, emu, emu_module, es_mounts, forget_mount, held_by,  # noqa: F401
-                        lease_trouble, not_held, owner_id, run_scaled, start_op, wait_for)
+from es_helpers import (PATIENT, ctl, emu, emu_module, es_mounts, forget_mount,  # noqa: F401
+                        held_by, lease_trouble, not_held, owner_id, run_scaled, start_op,
+                        wait_for)
 
 try:
     import jsonschema
@@ -111,6 +112,52 @@ def every_command(backend, a, b, ttl):
                 i["owner_state"] == "dead"]
     found = wait_for(dead_intent, 300, what="A's intent as a dead owner's")
     assert found[0]["age_ms"] is None or found[0]["age_ms"] >= 0
+
+
+# U+202E RIGHT-TO-LEFT OVERRIDE shows "evil\u202etxt.exe" as "evilexe.txt",
+# and ESC [2J clears a terminal: names that could pass for others
+HOSTILE = "evil\u202etxt.exe\x1b[2J"
+SHOWN = "bytes:/d/evil\\xe2\\x80\\xaetxt.exe\\x1b[2J"
+
+
+def test_ctl_json__keys_with_controls_shown_escaped(emu, es_mounts):
+    """A key holding a bidirectional control and an ESC byte is shown as
+    bytes:... with those bytes as \\xHH in every listing: in --json the
+    string holds the escape as text (decoded: a backslash, 'x', two hex
+    digits), never the control; the table says the same; break takes the
+    key as shown."""
+    (a,) = es_mounts(emu, "A", opts={"A": ["rename_delay_ms=600000"] + PATIENT})
+    makedirs(a, "d")
+    open(a.path("d", HOSTILE), "w").close()
+    hung = start_op(os.rename, a.path("d", HOSTILE), a.path("d", "plain"))
+    try:
+        wait_for(lambda: held_by(emu, "/d/" + HOSTILE), 60, what="A's locks")
+
+        doc = validated(ctl(emu, "locks", "--json"), "locks")
+        keys = sorted(l["key"] for l in doc["locks"])
+        assert keys == sorted(["/d", "/d/plain", SHOWN]), keys
+        r = ctl(emu, "locks")
+        assert r.returncode == 0, r.stderr
+        assert SHOWN in r.stdout, r.stdout
+
+        doc = validated(ctl(emu, "intents", "--json", "--all", "--no-wait"), "intents")
+        assert [(i["from"], i["to"]) for i in doc["intents"]] == [(SHOWN, "/d/plain")], doc
+        r = ctl(emu, "intents", "--all", "--no-wait")
+        assert r.returncode == 0, r.stderr
+        assert "rename '%s' -> '/d/plain'" % SHOWN in r.stdout, r.stdout
+        for out in (r.stdout, ctl(emu, "locks", "--json").stdout):
+            assert "\u202e" not in out and "\x1b" not in out, out
+
+        # the key as shown names the lock
+        r = ctl(emu, "break", SHOWN, "--force")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == "broke the lock on '%s'\n" % SHOWN, r.stdout
+        assert held_by(emu, "/d/" + HOSTILE) is None
+    finally:
+        # A's rename would hold for minutes: A goes
+        a.kill(signal.SIGKILL)
+        forget_mount(a)
+        hung.join(30)
 
 
 def test_ctl_json__index_missing(backend):

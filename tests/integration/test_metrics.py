@@ -9,14 +9,14 @@ import shutil
 import socket
 import subprocess
 import threading
-import time
 import urllib.parse
 import urllib.request
 
 import pytest
 
-from conftest import CTL, SRCDIR, makedirs, read, write
+from conftest import BIN, CTL, SRCDIR, makedirs, read, wait_for, write
 from es_helpers import es_mounts  # noqa: F401
+from test_hardening import run_refused
 
 PROMTOOL = shutil.which("promtool")
 PROMETHEUS = shutil.which("prometheus")
@@ -46,16 +46,6 @@ def value(samples, name, **labels):
              if n == name and set(labels.items()) <= set(ls)]
     assert len(found) == 1, "%s %r: %d samples" % (name, labels, len(found))
     return found[0]
-
-
-def wait_for(cond, timeout=30, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError("timed out waiting for %s" % what)
 
 
 def renames(m, n):
@@ -294,6 +284,76 @@ def test_metrics__file_replaces_a_planted_symlink_not_its_target(tmp_path, mount
     assert victim.read_text() == "keep"
 
 
+def test_metrics__file_stays_in_its_directory_when_a_parent_becomes_a_symlink(
+        tmp_path, mount_factory):
+    """The directory of metrics_file is the one found at the start: a
+    directory on its path swapped afterwards for a symbolic link to
+    another directory, which holds a 0600 file of the same name, redirects
+    neither the writes nor the removal at unmount."""
+    chain = tmp_path / "chain"
+    (chain / "textfile").mkdir(parents=True)
+    other = tmp_path / "roots"
+    (other / "textfile").mkdir(parents=True)
+    sentinel = other / "textfile" / "tl.prom"
+    sentinel.write_text("root's own\n")
+    sentinel.chmod(0o600)
+    before = os.stat(sentinel)
+    m = mount_factory(opts=["metrics_file=%s" % (chain / "textfile" / "tl.prom"),
+                            "metrics_interval=1"])
+    wait_for((chain / "textfile" / "tl.prom").exists, what="the first metrics file")
+    held = os.open(chain / "textfile", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.rename(chain, tmp_path / "chain.orig")
+        os.symlink(other, chain)
+        versions = set()
+
+        def rewritten():
+            # each write is a new file renamed over the last one
+            try:
+                st = os.stat("tl.prom", dir_fd=held)
+            except FileNotFoundError:
+                return False
+            versions.add((st.st_ino, st.st_mtime_ns, st.st_ctime_ns))
+            return len(versions) >= 3
+        wait_for(rewritten, what="two more writes of the metrics file in the directory it had "
+                 "(the one swapped away)")
+        m.stop()
+        # removed from that directory too, and no temporaries left
+        assert os.listdir(held) == []
+    finally:
+        os.close(held)
+    after = os.stat(sentinel)
+    assert sentinel.read_text() == "root's own\n"
+    assert (after.st_ino, after.st_mode, after.st_mtime_ns) == \
+        (before.st_ino, before.st_mode, before.st_mtime_ns)
+    assert os.listdir(other / "textfile") == ["tl.prom"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a directory to another user")
+def test_metrics__file_refused_where_others_control_the_directory(dirs, tmp_path):
+    """A symbolic link on the way, a file's directory of another user or a
+    directory that others may write to (not sticky) is refused at the
+    start, naming it."""
+    b, m = dirs
+    (tmp_path / "real").mkdir()
+    os.symlink(tmp_path / "real", tmp_path / "link")
+    (tmp_path / "theirs").mkdir()
+    os.chown(tmp_path / "theirs", 65534, 65534)
+    (tmp_path / "open").mkdir()
+    (tmp_path / "open").chmod(0o777)
+    cases = [
+        ("link", "'%s' is a symbolic link" % (tmp_path / "link")),
+        ("theirs", "'%s' is owned by uid 65534" % (tmp_path / "theirs")),
+        ("open", "'%s' is writable by others (mode 0777) and not sticky" % (tmp_path / "open")),
+    ]
+    for d, msg in cases:
+        f = tmp_path / d / "tl.prom"
+        r = run_refused([b, m, "-f", "-o", "metrics_file=%s" % f], m)
+        assert r.returncode == 1, r.stderr
+        assert "cannot use metrics_file '%s': %s" % (f, msg) in r.stderr, r.stderr
+        assert not os.path.exists(f)
+
+
 @pytest.mark.nofuse
 @pytest.mark.parametrize("opt,msg", [
     ("metrics_file=/nonexistent-dir/x.prom", "cannot use metrics_file '/nonexistent-dir/x.prom'"),
@@ -304,7 +364,6 @@ def test_metrics__file_replaces_a_planted_symlink_not_its_target(tmp_path, mount
 def test_metrics__bad_options_refused(tmp_path, opt, msg):
     (tmp_path / "b").mkdir()
     (tmp_path / "m").mkdir()
-    from conftest import BIN
     r = subprocess.run([BIN, str(tmp_path / "b"), str(tmp_path / "m"), "-f", "-o", opt],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 1

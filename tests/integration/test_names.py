@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import outcome
+from conftest import outcome, wait_for
 
 NAMES = [
     b"with space",
@@ -146,6 +146,13 @@ def _read_locks_bytes(m):
         return f.read()
 
 
+def _with_locks(m, n):
+    """The lock listing (bytes) when it shows N locks, else None."""
+    data = _read_locks_bytes(m)
+    lines = [l for l in data.split(b"\n") if l and not l.startswith(b"#")]
+    return data if len(lines) == n else None
+
+
 def test_names__lock_listing_escapes_keys(mount_factory):
     m = mount_factory(opts=["rename_delay_ms=800"])
     src_name = b"a\nb\\c\xff%2F d"
@@ -174,3 +181,32 @@ def test_names__lock_listing_escapes_keys(mount_factory):
     assert m.locks() == []
     with open(os.path.join(os.fsencode(m.bpath("dir")), dst_name), "rb") as f:
         assert f.read() == b"content"
+
+
+# U+202E RIGHT-TO-LEFT OVERRIDE shows "evil\u202etxt.exe" as "evilexe.txt",
+# and ESC [2J clears a terminal: a name that could pass for another
+HOSTILE = "evil\u202etxt.exe\x1b[2J".encode()
+HOSTILE_SHOWN = b"evil\\xe2\\x80\\xaetxt.exe\\x1b[2J"
+
+
+def test_names__bidi_and_control_escaped_in_log_and_lock_listing(mount_factory):
+    m = mount_factory(opts=["rename_delay_ms=2000", "log_level=debug"])
+    os.mkdir(m.bpath("dir"))
+    with open(os.path.join(os.fsencode(m.bpath("dir")), HOSTILE), "wb") as f:
+        f.write(b"content")
+    src = os.path.join(os.fsencode(m.mnt), b"dir", HOSTILE)
+    dst = os.path.join(os.fsencode(m.mnt), b"dir", HOSTILE + b".2")
+    p = subprocess.Popen([b"mv", src, dst])
+    try:
+        # /dir shared, both names exclusive
+        data = wait_for(lambda: _with_locks(m, 3), what="the rename's three locks in the listing")
+    finally:
+        assert p.wait(timeout=60) == 0
+    for raw in (b"\xe2\x80\xae", b"\x1b"):
+        assert raw not in data, data
+    assert b" /dir/" + HOSTILE_SHOWN + b"\n" in data, data
+    assert b" /dir/" + HOSTILE_SHOWN + b".2\n" in data, data
+    # the debug line of the rename, in the log, is escaped alike
+    line = "rename '/dir/%s' -> '/dir/%s.2': " % (HOSTILE_SHOWN.decode(), HOSTILE_SHOWN.decode())
+    log = wait_for(lambda: line in m.log() and m.log(), what="the rename's line in the log")
+    assert "\u202e" not in log and "\x1b" not in log, log

@@ -102,6 +102,68 @@ START_TEST(test_escape__c1_controls)
 }
 END_TEST
 
+/* Bidirectional controls reorder what is shown ("evil\u202etxt.exe"
+ * reads "evilexe.txt"): written byte by byte as \xHH; their neighbours,
+ * and other invisible characters that reorder nothing, stay. */
+START_TEST(test_escape__bidi_controls)
+{
+	static const char *const bidi[][2] = {
+		{"\xd8\x9c", "\\xd8\\x9c"},         /* U+061C ARABIC LETTER MARK */
+		{"\xe2\x80\x8e", "\\xe2\\x80\\x8e"}, /* U+200E LRM */
+		{"\xe2\x80\x8f", "\\xe2\\x80\\x8f"}, /* U+200F RLM */
+		{"\xe2\x80\xaa", "\\xe2\\x80\\xaa"}, /* U+202A LRE */
+		{"\xe2\x80\xab", "\\xe2\\x80\\xab"}, /* U+202B RLE */
+		{"\xe2\x80\xac", "\\xe2\\x80\\xac"}, /* U+202C PDF */
+		{"\xe2\x80\xad", "\\xe2\\x80\\xad"}, /* U+202D LRO */
+		{"\xe2\x80\xae", "\\xe2\\x80\\xae"}, /* U+202E RLO */
+		{"\xe2\x81\xa6", "\\xe2\\x81\\xa6"}, /* U+2066 LRI */
+		{"\xe2\x81\xa7", "\\xe2\\x81\\xa7"}, /* U+2067 RLI */
+		{"\xe2\x81\xa8", "\\xe2\\x81\\xa8"}, /* U+2068 FSI */
+		{"\xe2\x81\xa9", "\\xe2\\x81\\xa9"}, /* U+2069 PDI */
+	};
+	static const char *const kept[] = {
+		"\xd8\x9b",     /* U+061B, U+061D: Arabic punctuation */
+		"\xd8\x9d",
+		"\xe2\x80\x8d", /* U+200D ZERO WIDTH JOINER (emoji sequences) */
+		"\xe2\x80\x90", /* U+2010 HYPHEN */
+		"\xe2\x80\xa9", /* U+2029, U+202F */
+		"\xe2\x80\xaf",
+		"\xe2\x81\xa5", /* U+2065, U+206A */
+		"\xe2\x81\xaa",
+	};
+	char in[32], back[64];
+	size_t i;
+
+	for (i = 0; i < sizeof(bidi) / sizeof(bidi[0]); i++) {
+		ck_assert_str_eq(esc(bidi[i][0], 256), bidi[i][1]);
+		ck_assert_uint_eq(escape_kept_len(bidi[i][0]), 0);
+		snprintf(in, sizeof(in), "a%sb", bidi[i][0]);
+		ck_assert_int_eq(unescape(esc(in, 256), back), 0);
+		ck_assert_str_eq(back, in);
+	}
+	for (i = 0; i < sizeof(kept) / sizeof(kept[0]); i++) {
+		ck_assert_str_eq(esc(kept[i], 256), kept[i]);
+		ck_assert_uint_eq(escape_kept_len(kept[i]), strlen(kept[i]));
+	}
+	ck_assert_str_eq(esc("evil\xe2\x80\xaetxt.exe", 256), "evil\\xe2\\x80\\xaetxt.exe");
+	/* every output alike, and a truncation keeps escapes whole */
+	ck_assert_str_eq(esc("\x1b\xe2\x80\xae", 256), "\\x1b\\xe2\\x80\\xae");
+	ck_assert_str_eq(esc("ab\xe2\x80\xae", 11), "ab\\xe2\\x80");
+}
+END_TEST
+
+START_TEST(test_escape__kept_len)
+{
+	ck_assert_uint_eq(escape_kept_len("a"), 1);
+	ck_assert_uint_eq(escape_kept_len("\xc3\xa9"), 2);
+	ck_assert_uint_eq(escape_kept_len("\xf0\x9f\x98\x80!"), 4);
+	ck_assert_uint_eq(escape_kept_len("\\"), 0);
+	ck_assert_uint_eq(escape_kept_len("\x1b"), 0);
+	ck_assert_uint_eq(escape_kept_len("\xc2\x9b"), 0);
+	ck_assert_uint_eq(escape_kept_len("\xff"), 0);
+}
+END_TEST
+
 START_TEST(test_escape__truncates_on_whole_escapes)
 {
 	char out[6];
@@ -127,7 +189,7 @@ START_TEST(test_escape__every_output_writes_the_same)
 {
 	static const char *const inputs[] = {
 		"plain", "tab\there", "back\\slash", "\xc2\x9b\xff\xc3\xa9", "/a b/\x1b[2J",
-		"\xf0\x9f\x98\x80\xf0\x9f\x98",
+		"\xf0\x9f\x98\x80\xf0\x9f\x98", "a\xe2\x80\xae" "b\xe2\x81\xa6",
 	};
 	size_t i;
 
@@ -184,6 +246,8 @@ Suite *make_suite_escape(void)
 	tcase_add_test(tc, test_escape__controls_backslash_and_bad_utf8);
 	tcase_add_test(tc, test_escape__valid_utf8_and_space_stay);
 	tcase_add_test(tc, test_escape__c1_controls);
+	tcase_add_test(tc, test_escape__bidi_controls);
+	tcase_add_test(tc, test_escape__kept_len);
 	tcase_add_test(tc, test_escape__truncates_on_whole_escapes);
 	tcase_add_test(tc, test_escape__every_output_writes_the_same);
 	tcase_add_test(tc, test_escape__decodes_back_to_every_byte);

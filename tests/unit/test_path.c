@@ -251,6 +251,80 @@ START_TEST(test_path__key_from_text_refuses_forgeries)
 }
 END_TEST
 
+/* Keys as listings show them: controls and bidirectional controls
+ * escaped like names that are not UTF-8, so that no shown key steers a
+ * terminal or reads as another; keys without them are shown as their
+ * text; every shown form decodes back to its key, and to no other. */
+START_TEST(test_path__key_shown)
+{
+	static const char *const keys[][2] = {
+		{"/d/plain", "/d/plain"},
+		{"global", "global"},
+		{"/d/a\\b", "/d/a\\b"}, /* valid UTF-8: the plain path, backslash too */
+		{"/d/\xc3\xa9t\xc3\xa9", "/d/\xc3\xa9t\xc3\xa9"},
+		{"/d/\x1b[2J", "bytes:/d/\\x1b[2J"},
+		{"/d/a\tb\nc", "bytes:/d/a\\x09b\\x0ac"},
+		{"/d/a\\\x1b", "bytes:/d/a\\\\\\x1b"},
+		{"/d/\xc2\x9b", "bytes:/d/\\xc2\\x9b"},
+		{"/d/evil\xe2\x80\xaetxt.exe", "bytes:/d/evil\\xe2\\x80\\xaetxt.exe"},
+		{"/d/\xe2\x81\xa6x\xe2\x81\xa9", "bytes:/d/\\xe2\\x81\\xa6x\\xe2\\x81\\xa9"},
+		{"/d/\xd8\x9c", "bytes:/d/\\xd8\\x9c"},
+		{"/d/\xff", "bytes:/d/\\xff"},
+		{"/d/\xff\x1b", "bytes:/d/\\xff\\x1b"},
+	};
+	size_t n = sizeof(keys) / sizeof(keys[0]), i, j;
+	char *t[sizeof(keys) / sizeof(keys[0])], *key, *text;
+	const unsigned char *c;
+
+	for (i = 0; i < n; i++) {
+		ck_assert_int_eq(path_key_shown(keys[i][0], &t[i]), 0);
+		ck_assert_str_eq(t[i], keys[i][1]);
+		for (c = (const unsigned char *)t[i]; *c; c++)
+			ck_assert_msg(*c >= 0x20 && *c != 0x7f, "%s", t[i]);
+		ck_assert_ptr_null(strstr(t[i], "\xe2\x80\xae"));
+		ck_assert_int_eq(path_key_from_shown(t[i], &key), 0);
+		ck_assert_str_eq(key, keys[i][0]);
+		free(key);
+	}
+	for (i = 0; i < n; i++)
+		for (j = i + 1; j < n; j++)
+			ck_assert_str_ne(t[i], t[j]);
+	for (i = 0; i < n; i++)
+		free(t[i]);
+	/* without a control, the shown form is the store's text */
+	for (i = 0; i < 4; i++) {
+		static const char *const plain[] = {"/d/\xff", "/d/\\\xff", "/d/\xc3", "/d/x\\"};
+
+		ck_assert_int_eq(path_key_shown(plain[i], &key), 0);
+		ck_assert_int_eq(path_key_text(plain[i], &text), 0);
+		ck_assert_str_eq(key, text);
+		free(key);
+		free(text);
+	}
+}
+END_TEST
+
+START_TEST(test_path__key_from_shown_refuses_forgeries)
+{
+	static const char *const bad[] = {
+		"bytes:/d/\\x41",     /* an escaped byte that is shown as it is */
+		"bytes:/d/e",         /* nothing to escape: needs no prefix */
+		"bytes:/d/\\x00",     /* NUL */
+		"bytes:/d/\\x1B",     /* uppercase */
+		"bytes:/d/\\xff\x1b", /* the store's text: a raw control is not shown */
+		"bytes:/d/\xe2\x80\xae\\x1b",
+		"bytes:/d/\\",
+	};
+	size_t i;
+	char *k = NULL;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		ck_assert_msg(path_key_from_shown(bad[i], &k) == -EINVAL, "%s", bad[i]);
+		ck_assert_ptr_null(k);
+	}
+}
+END_TEST
+
 /* SHA-256 of lock ids: FIPS 180-4 vectors and the lengths around the
  * padding boundary, so that ids stay byte-identical whatever computes them. */
 START_TEST(test_path__digest_vectors)
@@ -318,6 +392,8 @@ Suite *make_suite_path(void)
 	tcase_add_test(tc, test_path__lock_id);
 	tcase_add_test(tc, test_path__key_text_not_utf8);
 	tcase_add_test(tc, test_path__key_from_text_refuses_forgeries);
+	tcase_add_test(tc, test_path__key_shown);
+	tcase_add_test(tc, test_path__key_from_shown_refuses_forgeries);
 	tcase_add_test(tc, test_path__digest_vectors);
 	tcase_add_test(tc, test_path__digest_lengths_55_to_64);
 	tcase_add_test(tc, test_path__lock_id_million_a);
