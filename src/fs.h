@@ -195,6 +195,14 @@ struct tlfs {
 	pthread_mutex_t plock_mutex;
 	struct plock_owner *plocks; /* protected by plock_mutex */
 
+	/* the descriptors for page write-back of opens whose own descriptor
+	 * cannot take it (fs_passthrough.c): wb_fds[fd] is the one of the
+	 * open with backing descriptor fd, plus 1 (0: none); wb_mutex is a
+	 * leaf lock, never held across a syscall */
+	pthread_mutex_t wb_mutex;
+	int *wb_fds;             /* protected by wb_mutex */
+	size_t wb_n;             /* protected by wb_mutex */
+
 	/* lock calls that wait, each on a thread of its own (fs_plock.c);
 	 * waits.mutex is a leaf lock */
 	struct lockwait_set waits;

@@ -714,6 +714,7 @@ int tlfs_prepare(struct tlfs *fs)
 
 	pthread_mutex_init(&fs->itab_mutex, NULL);
 	pthread_mutex_init(&fs->plock_mutex, NULL);
+	pthread_mutex_init(&fs->wb_mutex, NULL);
 	pthread_cond_init(&fs->pruner.cond, NULL);
 	/* half the open-file limit for inodes; the rest for open files, the
 	 * store's connections and the daemon's own */
@@ -773,5 +774,13 @@ void tlfs_release(struct tlfs *fs)
 		free(fs->root);
 		fs->root = NULL;
 	}
+	/* opens the kernel never released */
+	for (size_t fd = 0; fd < fs->wb_n; fd++) {
+		if (fs->wb_fds[fd])
+			close(fs->wb_fds[fd] - 1);
+	}
+	free(fs->wb_fds);
+	fs->wb_fds = NULL;
+	fs->wb_n = 0;
 	keys_destroy(&fs->keys);
 }

@@ -821,25 +821,172 @@ static ssize_t write_direct(int fd, struct fuse_bufvec *in_buf, off_t off)
 	return res;
 }
 
+/* ---- page write-back ---- */
+
+/* The kernel writes a shared mapping's dirty pages back (msync, munmap,
+ * its flusher) as writes marked FUSE_WRITE_CACHE (fi->writepage), on the
+ * handle of an open that mapped the file for writing, at the page's
+ * offset, the last page cut at the file's size. Such a write carries the
+ * page cache's bytes, not a caller's: on the backing file itself a
+ * mapping's write-back never depends on how the file was opened. Two
+ * status flags of the open's backing descriptor would make it so here:
+ * O_DIRECT refuses a write whose offset, size or memory is not aligned as
+ * the backing filesystem wants (the file's last, partial page never is:
+ * msync() failed with EINVAL), and O_APPEND puts every write at the end
+ * of the file, whatever its offset. An open with either gets a second
+ * descriptor of the same file for its write-back, without both (with
+ * O_SYNC and O_DSYNC as the open has them), opened at its first
+ * write-back and closed at its release.
+ *
+ * Not an aligned copy to the O_DIRECT descriptor (as write_direct() makes
+ * for a caller's direct write): the last page cannot be written aligned
+ * without writing past the file's end (then cutting the file back,
+ * racing every other writer, and longer for a moment to every reader),
+ * nor a block written whole without first reading the rest of it (a
+ * read-modify-write that loses a concurrent direct write to the same
+ * block); and it would do nothing for O_APPEND.
+ *
+ * Coherence: the bytes land in the backing file's page cache, not on the
+ * disk at once. Linux keeps a file's page cache and its direct I/O
+ * coherent: a direct read first writes the cached dirty pages of its
+ * range back, and a direct write also drops them. So a later O_DIRECT
+ * read through the mount (the daemon's direct pread on the open's own
+ * descriptor) returns what was written back, as it does on the backing
+ * file after msync(). Durability is the caller's msync(MS_SYNC) or fsync:
+ * the kernel follows the write-back with an FSYNC, whose fsync() of the
+ * open's descriptor writes back the file's dirty pages, whichever
+ * descriptor dirtied them (a direct write alone is no more durable
+ * without O_SYNC or O_DSYNC). */
+
+/* The second descriptor of the open FD (>= 0), or -1 for none yet. */
+static int wb_get(struct tlfs *fs, int fd)
+{
+	int wfd = -1;
+
+	pthread_mutex_lock(&fs->wb_mutex);
+	if ((size_t)fd < fs->wb_n)
+		wfd = fs->wb_fds[fd] - 1;
+	pthread_mutex_unlock(&fs->wb_mutex);
+	return wfd;
+}
+
+/* Keeps WFD as the second descriptor of the open FD, unless another
+ * write-back kept one first. Returns the one kept: WFD, or the other one
+ * (then WFD is closed); or -ENOMEM (WFD closed). */
+static int wb_keep(struct tlfs *fs, int fd, int wfd)
+{
+	int kept = wfd, *grown = NULL;
+	size_t n;
+
+	pthread_mutex_lock(&fs->wb_mutex);
+	if ((size_t)fd >= fs->wb_n) {
+		n = fs->wb_n * 2 > (size_t)fd + 1 ? fs->wb_n * 2 : (size_t)fd + 16;
+		grown = realloc(fs->wb_fds, n * sizeof(*grown));
+		if (grown) {
+			memset(grown + fs->wb_n, 0, (n - fs->wb_n) * sizeof(*grown));
+			fs->wb_fds = grown;
+			fs->wb_n = n;
+		}
+	}
+	if ((size_t)fd >= fs->wb_n)
+		kept = -ENOMEM;
+	else if (fs->wb_fds[fd])
+		kept = fs->wb_fds[fd] - 1;
+	else
+		fs->wb_fds[fd] = wfd + 1;
+	pthread_mutex_unlock(&fs->wb_mutex);
+	if (kept != wfd)
+		close(wfd);
+	return kept;
+}
+
+/* At the release of the open FD, before FD is closed (its number may then
+ * be given again): closes its second descriptor, if any. This function
+ * can't fail. */
+static void wb_release(struct tlfs *fs, int fd)
+{
+	int wfd = -1;
+
+	pthread_mutex_lock(&fs->wb_mutex);
+	if ((size_t)fd < fs->wb_n) {
+		wfd = fs->wb_fds[fd] - 1;
+		fs->wb_fds[fd] = 0;
+	}
+	pthread_mutex_unlock(&fs->wb_mutex);
+	if (wfd >= 0)
+		close(wfd);
+}
+
+/* The descriptor for page write-back through the open FD (see above): FD
+ * itself when it takes it, else the open's second descriptor (or -ENOMEM).
+ * When that cannot be opened (the daemon may not open the file for writing: a
+ * squashing NFS server, a mode changed since the open), FD when it has no
+ * O_APPEND, with *DIRECT set when it has O_DIRECT (the write then goes
+ * through write_direct() and succeeds only aligned, as it did before);
+ * with O_APPEND -errno, rather than a write at the wrong offset. The
+ * second descriptor is opened as the daemon: the open was checked with
+ * its caller's rights when it was made, and a write-back has no caller
+ * (the kernel sends it with uid 0 and no pid). May switch this thread to the
+ * daemon's credentials. */
+static int writeback_fd(struct tlfs *fs, int fd, bool *direct)
+{
+	static bool warned;
+	char proc[64];
+	int fl, wfd, err;
+
+	*direct = false;
+	wfd = wb_get(fs, fd);
+	if (wfd >= 0)
+		return wfd;
+	fl = fcntl(fd, F_GETFL);
+	if (fl == -1 || !(fl & (O_DIRECT | O_APPEND)) || (fl & O_ACCMODE) == O_RDONLY)
+		return fd;
+	tlfs_proc_path(fd, proc);
+	creds_daemon(fs);
+	wfd = open(proc, O_WRONLY | O_CLOEXEC | (fl & (O_SYNC | O_DSYNC)));
+	if (wfd >= 0)
+		return wb_keep(fs, fd, wfd);
+	err = errno;
+	if (!__atomic_exchange_n(&warned, true, __ATOMIC_RELAXED))
+		tl_log(LOG_WARNING, "cannot open a file again for the write-back of its mapping "
+				    "(its open has %s): %s",
+		       fl & O_APPEND ? "O_APPEND" : "O_DIRECT", strerror(err));
+	if (fl & O_APPEND)
+		return -tlfs_fd_errno(err);
+	*direct = (fl & O_DIRECT) != 0;
+	return fd;
+}
+
 static void ll_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in_buf, off_t off,
 			 struct fuse_file_info *fi)
 {
 	struct fuse_bufvec out = FUSE_BUFVEC_INIT(fuse_buf_size(in_buf));
-	bool killing;
+	int fd = (int)fi->fh;
+	bool killing, direct = false;
 	ssize_t res;
 
 	if (fi->fh & CTL_TAG) {
 		ctl_write(req_fs(req), req, inode_get(req_fs(req), ino), in_buf);
 		return;
 	}
+	if (fi->writepage) {
+		fd = writeback_fd(req_fs(req), fd, &direct);
+		if (fd < 0) {
+			fuse_reply_err(req, -fd);
+			return;
+		}
+	}
 	if (!alloc_enter(req, fi, EBADF, &killing))
 		return;
-	if (fi->flags & O_DIRECT) {
-		direct_follow((int)fi->fh, fi->flags);
-		res = write_direct((int)fi->fh, in_buf, off);
+	if (!fi->writepage && (fi->flags & O_DIRECT)) {
+		direct_follow(fd, fi->flags);
+		direct = true;
+	}
+	if (direct) {
+		res = write_direct(fd, in_buf, off);
 	} else {
 		out.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
-		out.buf[0].fd = (int)fi->fh;
+		out.buf[0].fd = fd;
 		out.buf[0].pos = off;
 		res = fuse_buf_copy(&out, in_buf, 0);
 	}
@@ -881,6 +1028,7 @@ static void ll_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		plock_release_fh(req_fs(req), fi->fh);
 		if (fi->flock_release)
 			flock((int)fi->fh, LOCK_UN);
+		wb_release(req_fs(req), (int)fi->fh);
 		close((int)fi->fh);
 	}
 	fuse_reply_err(req, 0);

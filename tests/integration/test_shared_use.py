@@ -9,9 +9,11 @@ import errno
 import fcntl
 import mmap
 import os
+import random
 import shutil
 import stat
 import struct
+import time
 
 import pytest
 
@@ -178,6 +180,330 @@ def test_shared_use__o_direct_as_other_user(shared_mount):
         assert got == ("ok", (100, 100)), got
         with open(os.path.join(m.bpath("pub"), "v0"), "rb") as f:
             assert f.read() == b"L" * 100
+
+
+# ---- write-back of a mapping of an O_DIRECT or O_APPEND open ------------------------------
+
+PAGE = mmap.PAGESIZE
+WB_USER = 4242  # an ordinary user, no passwd entry needed
+
+
+@pytest.fixture(params=["auto", "off"], ids=["passthrough", "passthrough_off"])
+def wb_mount(request, tmp_path, mount_factory):
+    """(mount, native directory, sector), the two with a directory pub
+    anyone may write to, on an allow_other mount with passthrough=PARAM
+    (root's writes go through the daemon either way; a user's with
+    passthrough through the kernel on the backing file). SECTOR is the
+    smallest alignment the backing filesystem takes for O_DIRECT: 512
+    where its logical blocks are that small, else the page."""
+    open_tree(tmp_path)
+    m = mount_factory(opts=["allow_other", "passthrough=" + request.param])
+    os.chmod(m.mnt, 0o755)
+    native = str(tmp_path / "native")
+    os.mkdir(native, 0o755)
+    for r in (native, m.mnt):
+        os.mkdir(os.path.join(r, "pub"))
+        os.chmod(os.path.join(r, "pub"), 0o777)
+    probe = os.path.join(native, "probe")
+    try:
+        f = _DirectFile(probe)
+    except OSError as e:
+        pytest.skip("the backing filesystem has no O_DIRECT: %s" % e)
+    try:
+        f.dio_write(512, b"s" * 512)
+        sector = 512
+    except OSError as e:
+        assert e.errno == errno.EINVAL
+        sector = PAGE
+    finally:
+        f.close()
+        os.unlink(probe)
+    return m, native, sector
+
+
+def _as(user, fn):
+    """FN() as root (USER False) or as WB_USER."""
+    return run_as(WB_USER, WB_USER, fn) if user else fn()
+
+
+def _msync_last_page(path, flags):
+    """The reported sequence: a file of 105 pages and 1,168 bytes opened
+    with FLAGS, its last, partial page changed through a shared mapping
+    and written back by msync(MS_SYNC) (the page goes back as a write of
+    1,168 bytes at 430,080). Returns what each step returned."""
+    size = 105 * PAGE + 1168
+    out = []
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | flags, 0o644)
+    try:
+        os.ftruncate(fd, size)
+        out.append(("size", os.fstat(fd).st_size))
+        m = mmap.mmap(fd, size)
+        try:
+            m[size - 1168:size] = b"w" * 1168
+            m[0:4] = b"head"
+            out.append(("msync", outcome(m.flush)))
+        finally:
+            m.close()
+        out.append(("fsync", outcome(lambda: os.fsync(fd))))
+    finally:
+        os.close(fd)
+    with open(path, "rb") as f:
+        data = f.read()
+    out.append(("content", len(data), data[:4], data[size - 1169:] == b"\0" + b"w" * 1168,
+                data.count(0) == size - 1172))
+    return out
+
+
+@pytest.mark.parametrize("user", [False, True], ids=["root", "user"])
+@pytest.mark.parametrize("flags", [os.O_DIRECT, os.O_APPEND], ids=["O_DIRECT", "O_APPEND"])
+def test_shared_use__mapping_write_back_through_o_direct_or_append_open(wb_mount, user,
+                                                                        flags):
+    """A shared mapping's last, partial page written back by msync() of a
+    file open with O_DIRECT (or O_APPEND) lands where the mapping says, as
+    on the backing filesystem: through the daemon it went to the open's
+    own descriptor, which refused the unaligned write (EINVAL from
+    msync()), or appended it to the file's end."""
+    m, native, _ = wb_mount
+    got = {}
+    for root in (native, m.mnt):
+        path = os.path.join(root, "pub", "f")
+        got[root] = _as(user, lambda path=path: _msync_last_page(path, flags))
+    size = 105 * PAGE + 1168
+    want = [("size", size), ("msync", ("ok", None)), ("fsync", ("ok", None)),
+            ("content", size, b"head", True, True)]
+    assert got[native] == want
+    assert got[m.mnt] == want
+    with open(m.bpath("pub", "f"), "rb") as f:
+        data = f.read()
+    with open(os.path.join(native, "pub", "f"), "rb") as f:
+        assert data == f.read()
+    # the daemon closes what it opened for the file (its inode's O_PATH
+    # descriptor aside) once the kernel sent the release, which it does
+    # after close() returned
+    deadline = time.monotonic() + 10
+    while _daemon_opens(m, m.bpath("pub", "f")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _daemon_opens(m, m.bpath("pub", "f")) == 0
+
+
+def _daemon_opens(m, path):
+    """The descriptors the daemon of M has open on PATH, not O_PATH ones."""
+    n = 0
+    for fd in os.listdir("/proc/%d/fd" % m.proc.pid):
+        try:
+            if os.readlink("/proc/%d/fd/%s" % (m.proc.pid, fd)) != path:
+                continue
+            with open("/proc/%d/fdinfo/%s" % (m.proc.pid, fd)) as f:
+                flags = int(f.read().split("flags:")[1].split()[0], 8)
+        except OSError:
+            continue  # closed meanwhile
+        n += not flags & 0o10000000  # O_PATH
+    return n
+
+
+class _DirectFile:
+    """One file open with O_RDWR | O_DIRECT, and its ops: each returns a
+    value to compare with the backing filesystem's, or raises OSError."""
+
+    def __init__(self, path):
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_DIRECT, 0o644)
+        self.buf = mmap.mmap(-1, 64 * PAGE)  # page aligned, as O_DIRECT users allocate
+
+    def close(self):
+        os.close(self.fd)
+        self.buf.close()
+
+    def dio_write(self, off, data):
+        self.buf[:len(data)] = data
+        return os.pwritev(self.fd, [memoryview(self.buf)[:len(data)]], off)
+
+    def dio_read(self, off, size):
+        n = os.preadv(self.fd, [memoryview(self.buf)[:size]], off)
+        return bytes(self.buf[:n])
+
+    def _map(self, off):
+        """A shared mapping from OFF's page to the file's end, and where
+        OFF lies in it."""
+        start = off // PAGE * PAGE
+        return mmap.mmap(self.fd, os.fstat(self.fd).st_size - start, offset=start), off - start
+
+    def map_write(self, off, data, sync):
+        mp, at = self._map(off)
+        try:
+            mp[at:at + len(data)] = data
+            if sync == "all":
+                mp.flush()
+            elif sync == "range":
+                mp.flush(at // PAGE * PAGE, len(mp) - at // PAGE * PAGE)
+        finally:
+            mp.close()
+        return len(data)
+
+    def map_read(self, off, size):
+        mp, at = self._map(off)
+        try:
+            return mp[at:at + size]
+        finally:
+            mp.close()
+
+    def truncate(self, size):
+        os.ftruncate(self.fd, size)
+        return os.fstat(self.fd).st_size
+
+    def fsync(self):
+        os.fsync(self.fd)
+
+    def size(self):
+        return os.fstat(self.fd).st_size
+
+
+MIX_MAX = 48 * PAGE     # offsets and sizes stay below this
+MIX_OPS = 2500          # operations per run at most
+MIX_SECONDS = 6.0       # and at most this long
+
+
+def _dio_range(rnd, kind, size, sector):
+    """(offset, length) of an O_DIRECT read or write of KIND: "page"
+    (multiples of the page), "sector" (of SECTOR, which the backing
+    takes) or "odd": refused for their alignment whatever the file's
+    extents (an offset off 512, or a length below 512 at a 512 boundary:
+    within one block; a longer unaligned length may be written in part,
+    depending on how the file's extents lie)."""
+    top = max(size, PAGE) + 2 * PAGE
+    if kind == "page":
+        return rnd.randrange(0, min(top, MIX_MAX) // PAGE) * PAGE, rnd.randint(1, 8) * PAGE
+    if kind == "sector":
+        return (rnd.randrange(0, min(top, MIX_MAX) // sector) * sector,
+                rnd.randint(1, 12 * PAGE // sector) * sector)
+    if rnd.random() < 0.5:
+        return rnd.randrange(0, min(top, MIX_MAX)) | 1, rnd.randint(1, 3 * PAGE)
+    return rnd.randrange(0, min(top, MIX_MAX) // 512) * 512, rnd.randint(1, 511)
+
+
+def _mix(native, mount, seed, sector):
+    """A seeded random mix of O_DIRECT reads and writes (aligned and not),
+    reads and writes through shared mappings (written back by msync() of
+    the whole mapping, of a range, or later), truncates and fsyncs, on
+    NATIVE (a file of the backing filesystem) and MOUNT (one through the
+    mount), both open with O_DIRECT. Every op must answer on MOUNT what it
+    answers on NATIVE (value or errno), and what is read must be the
+    model's bytes (a bytearray of the file, changed by every op that
+    succeeded). Returns the number of ops done by kind."""
+    rnd = random.Random(seed)
+    files = {"native": _DirectFile(native), "mount": _DirectFile(mount)}
+    model = bytearray()
+    done = {}
+    deadline = time.monotonic() + MIX_SECONDS
+
+    def both(what, fn):
+        res = {}
+        for name, f in files.items():
+            try:
+                res[name] = ("ok", fn(f))
+            except OSError as e:
+                res[name] = ("err", errno.errorcode.get(e.errno, e.errno))
+        assert res["mount"] == res["native"], "seed %d, op %d, %s: backing %r, mount %r" % (
+            seed, n, what, short(res["native"]), short(res["mount"]))
+        return res["native"]
+
+    def check(what, got, off):
+        want = bytes(model[off:off + len(got)])
+        assert got == want, "seed %d, op %d, %s: read %r, model %r" % (
+            seed, n, what, short(got), short(want))
+
+    try:
+        for n in range(MIX_OPS):
+            if time.monotonic() > deadline:
+                break
+            size = len(model)
+            op = rnd.choices(["dio_write", "dio_read", "map_write", "map_read", "truncate",
+                              "fsync"], [30, 25, 25, 10, 8, 2])[0]
+            if op.startswith("map") and size == 0:
+                op = "truncate"
+            if op in ("dio_write", "dio_read"):
+                kind = rnd.choices(["page", "sector", "odd"], [5, 3, 2])[0]
+                off, length = _dio_range(rnd, kind, size, sector)
+                op += " " + kind
+                what = "%s %d at %d" % (op, length, off)
+                if op.startswith("dio_write"):
+                    data = rnd.randbytes(length)
+                    res = both(what, lambda f: f.dio_write(off, data))
+                    if res[0] == "ok":
+                        written = res[1]
+                        assert 0 < written <= length, what
+                        if off > len(model):
+                            model.extend(bytes(off - len(model)))
+                        model[off:off + written] = data[:written]
+                else:
+                    res = both(what, lambda f: f.dio_read(off, length))
+                    if res[0] == "ok":
+                        check(what, res[1], off)
+                        assert len(res[1]) == max(0, min(length, size - off)), what
+            elif op == "map_write":
+                off = rnd.randrange(size)
+                # the last page more often than its share: its write-back
+                # is cut at the file's size
+                if rnd.random() < 0.4:
+                    off = max(size - rnd.randint(1, PAGE), 0)
+                length = rnd.randint(1, min(size - off, 3 * PAGE))
+                sync = rnd.choice(["all", "range", "later"])
+                data = rnd.randbytes(length)
+                what = "map_write %d at %d, msync %s" % (length, off, sync)
+                op += " " + sync
+                if both(what, lambda f: f.map_write(off, data, sync))[0] == "ok":
+                    model[off:off + length] = data
+            elif op == "map_read":
+                off = rnd.randrange(size)
+                length = rnd.randint(1, min(size - off, 3 * PAGE))
+                what = "map_read %d at %d" % (length, off)
+                res = both(what, lambda f: f.map_read(off, length))
+                if res[0] == "ok":
+                    check(what, res[1], off)
+            elif op == "truncate":
+                new = rnd.choice([rnd.randrange(MIX_MAX), rnd.randrange(MIX_MAX // PAGE) * PAGE,
+                                  max(size - rnd.randint(1, PAGE), 0), size + rnd.randint(1, 100)])
+                what = "truncate to %d" % new
+                if both(what, lambda f: f.truncate(new))[0] == "ok":
+                    del model[new:]
+                    model.extend(bytes(new - len(model)))
+            else:
+                what = "fsync"
+                both(what, lambda f: f.fsync())
+            done[op] = done.get(op, 0) + 1
+            if n % 200 == 199:
+                assert both("size", lambda f: f.size()) == ("ok", len(model))
+        what = "final fsync"
+        both(what, lambda f: f.fsync())
+    finally:
+        for f in files.values():
+            f.close()
+    for path in (native, mount):
+        with open(path, "rb") as fh:
+            data = fh.read()
+        assert data == bytes(model), "seed %d: %s differs from the model: %r, model %r" % (
+            seed, path, short(data), short(bytes(model)))
+    return done
+
+
+@pytest.mark.parametrize("user", [False, True], ids=["root", "user"])
+def test_shared_use__o_direct_and_mappings_random_mix(wb_mount, user):
+    """Thousands of O_DIRECT reads and writes, mapped reads and writes,
+    msyncs, truncates and fsyncs of one file, in a seeded random order,
+    answer through the mount what they answer on the backing filesystem
+    and keep the file's bytes as a model of it says, as root and as a
+    user, with passthrough and without."""
+    m, native, sector = wb_mount
+    seed = 7001 + 2 * int(user) + (m.opts[-1] == "passthrough=off")
+    done = _as(user, lambda: _mix(os.path.join(native, "pub", "f"),
+                                  os.path.join(m.mnt, "pub", "f"), seed, sector))
+    # the mix reached what matters
+    for op in ("dio_write page", "dio_write sector", "dio_write odd", "dio_read odd",
+               "map_write all", "map_write range", "map_write later", "truncate"):
+        assert done.get(op, 0) >= 10, done
+    assert sum(done.values()) >= 500, done
+    with open(m.bpath("pub", "f"), "rb") as f, \
+            open(os.path.join(native, "pub", "f"), "rb") as g:
+        assert f.read() == g.read()
 
 
 # ---- default ACLs --------------------------------------------------------------------------
