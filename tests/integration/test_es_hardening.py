@@ -380,7 +380,7 @@ def test_es__reap_by_name_without_lease_document(emu, es_mounts):
     r = ctl(emu, "reap", "A", "--force")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "reaped '%s'" % oid in r.stdout, r.stdout
-    assert lock_docs(emu) == {} and intent_docs(emu) == {}, docs(emu)
+    wait_for(lambda: lock_docs(emu) == {} and intent_docs(emu) == {}, 60, what="no lock left")
 
 
 def test_es__reap_dead_after_takeover_removes_intents(emu, es_mounts):
@@ -393,7 +393,7 @@ def test_es__reap_dead_after_takeover_removes_intents(emu, es_mounts):
     r = ctl(emu, "reap", "--dead", "--force", "--no-wait")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "reaped '%s'" % oid in r.stdout, r.stdout
-    assert intent_docs(emu) == {}, intent_docs(emu)
+    wait_for(lambda: intent_docs(emu) == {}, 60, what="no lock left")
     assert owner_id(emu, "B") is not None
 
 
@@ -413,7 +413,7 @@ def test_es__reap_removes_waiter_marks(emu, es_mounts):
     assert r.returncode == 0, r.stdout + r.stderr
     assert not held_by(emu, "/x").get("waiters"), held_by(emu, "/x")
     assert held_by(emu, "/x")["lock_type"] == "exclusive"  # not ours: kept
-    assert intent_docs(emu) == {}
+    wait_for(lambda: intent_docs(emu) == {}, 60, what="no lock left")
 
 
 def test_es__reap_matching_nothing_fails(emu, es_mounts):

@@ -273,9 +273,9 @@ def test_es__ctl_reap_dead_owner(backend, es_mounts):
     r = ctl(backend, "reap", "--dead")
     assert r.returncode == 0, r.stderr
     assert "reaped '%s'" % a_owner in r.stdout
-    assert lock_docs(backend) == {}
+    wait_for(lambda: lock_docs(backend) == {}, 60, what="no lock left")
     assert owner_id(backend, "A") is None
-    assert intent_docs(backend) == {}
+    wait_for(lambda: intent_docs(backend) == {}, 60, what="no lock left")
     os.rename(b.path("r/src"), b.path("r/b"))  # at once: nothing in the way
     hung.join(5)
 

@@ -45,8 +45,8 @@ def test_es__scripts_stored_at_mount(backend, es_mounts):
     except OSError:
         print(a.log())
         raise
-    assert lock_docs(backend) == {}
-    assert intent_docs(backend) == {}
+    wait_for(lambda: lock_docs(backend) == {}, 60, what="no lock left")
+    wait_for(lambda: intent_docs(backend) == {}, 60, what="no lock left")
     # a second mount finds them and stores nothing
     (b,) = es_mounts(backend, "B")
     assert "lock scripts: stored in the cluster" in b.log()
@@ -64,7 +64,7 @@ def test_es__no_script_privilege_falls_back_inline(emu, es_mounts):
     renames_work(a)
     st = emu.stats()
     assert "put_script" not in st["requests"] and "get_script" not in st["requests"], st
-    assert lock_docs(emu) == {}
+    wait_for(lambda: lock_docs(emu) == {}, 60, what="no lock left")
     r = ctl(emu, "check")
     assert r.returncode == 0, r.stderr
     # treelockctl only reads: the scripts are not there, so inline for it too
@@ -116,8 +116,8 @@ def test_es__scripts_deleted_while_mounted(backend, es_mounts):
     os.rename(a.path("p/q"), a.path("p/r"))
     assert os.path.exists(a.path("p/r/h"))
     wait_for(lambda: "sending them inline from now on" in a.log(), 5, what="the switch logged")
-    assert lock_docs(backend) == {}
-    assert intent_docs(backend) == {}
+    wait_for(lambda: lock_docs(backend) == {}, 60, what="no lock left")
+    wait_for(lambda: intent_docs(backend) == {}, 60, what="no lock left")
 
 
 @ES8_AND_ENGINES
@@ -143,10 +143,10 @@ def test_es__scripts_deleted_while_holding(backend, es_mounts):
         op.finish(300)
         assert op.error is None, (op.error, a.log())
         wait_for(lambda: lock_docs(backend) == {}, 120, what="locks released")
-        assert intent_docs(backend) == {}
+        wait_for(lambda: intent_docs(backend) == {}, 60, what="no lock left")
         assert "sending them inline from now on" in a.log()
         os.rename(a.path("p/q/g"), a.path("p/q/h"))
-        assert lock_docs(backend) == {}
+        wait_for(lambda: lock_docs(backend) == {}, 60, what="no lock left")
     run_scaled(backend, scenario)
 
 
@@ -164,7 +164,7 @@ def test_es__scripts_stored_once_the_store_recovers(emu, es_mounts):
     for sid in SCRIPT_IDS:
         assert es_request(emu, "GET", "/_scripts/" + sid)[0] == 200
     os.rename(a.path("s/u"), a.path("s/v"))
-    assert lock_docs(emu) == {}
+    wait_for(lambda: lock_docs(emu) == {}, 60, what="no lock left")
 
 
 def sent_bytes(m):
@@ -193,7 +193,7 @@ def test_es__scripts_inline_only_never_use_the_clusters(emu, es_mounts):
     assert "get_script" not in st and "put_script" not in st, st
     st, body = es_request(emu, "GET", "/_scripts/treelockfs-acqs-v1")
     assert body["script"]["source"] == "ctx.op = 'noop'", body
-    assert lock_docs(emu) == {} and intent_docs(emu) == {}
+    wait_for(lambda: lock_docs(emu) == {} and intent_docs(emu) == {}, 60, what="no lock left")
     # the same renames with the scripts stored, for the figure
     es_request(emu, "DELETE", "/_scripts/treelockfs-acqs-v1")
     (b,) = es_mounts(emu, "B", lease_ttl=60, tag="-stored")

@@ -41,6 +41,9 @@ def test_es__two_requests_per_uncontended_rename(backend, es_mounts, depth):
         t0 = time.monotonic()
         os.rename(a.path(src), a.path(dst))
         times.append(time.monotonic() - t0)
+        # a release handed to the sender thread may still be on its way
+        wait_for(lambda: backend.stats()["requests"].get("bulk", 0) >= 2, 60,
+                 what="the rename's release")
         st = backend.stats()
         renewals = st["requests"].get("index", 0)
         assert st["total"] - renewals == 2, st
@@ -48,8 +51,8 @@ def test_es__two_requests_per_uncontended_rename(backend, es_mounts, depth):
         src = dst
     print("\n%s depth %d: 2 requests per rename, median %.1f ms" %
           (backend.flavor, depth, statistics.median(times) * 1000))
-    assert lock_docs(backend) == {}
-    assert intent_docs(backend) == {}
+    wait_for(lambda: lock_docs(backend) == {}, 60, what="no lock left")
+    wait_for(lambda: intent_docs(backend) == {}, 60, what="no lock left")
 
 
 def _bulks_of_renames_while_held(backend, a, n):
@@ -66,6 +69,10 @@ def _bulks_of_renames_while_held(backend, a, n):
         for op in ops:
             op.join(30)
             assert op.error is None
+        # releases handed to the sender thread may still be on their way:
+        # count once every lock is gone
+        wait_for(lambda: lock_docs(backend) == {} and intent_docs(backend) == {}, 60,
+                 what="the renames' releases")
         return backend.stats()["requests"].get("bulk", 0)
     finally:
         backend.latency(0)
@@ -128,7 +135,7 @@ def test_es__guide_scenario_across_mounts(backend, es_mounts):
     with open(b.path("bill/projects/elasticsearch/README.txt")) as f:
         assert f.read() == "guide"
     assert not os.path.exists(a.bpath("clinton"))
-    assert lock_docs(backend) == {}
+    wait_for(lambda: lock_docs(backend) == {}, 60, what="no lock left")
 
 
 @ES8_AND_ENGINES
@@ -179,7 +186,7 @@ def test_es__crossing_directory_moves(backend, es_mounts):
         for dirpath, _, files in os.walk(a.bpath(root)):
             found.update(files)
         assert found == {"fa", "fb"}
-    assert lock_docs(backend) == {}
+    wait_for(lambda: lock_docs(backend) == {}, 60, what="no lock left")
 
 
 # ---- guide interoperability ----------------------------------------------------------------
@@ -221,7 +228,7 @@ def test_es__guide_lock_blocks_mount(backend, es_mounts):
                {"script": {"source": GUIDE_RELEASE, "lang": "painless"}})
     op.finish(300)
     assert op.error is None
-    assert lock_docs(backend) == {}
+    wait_for(lambda: lock_docs(backend) == {}, 60, what="no lock left")
 
 
 def test_es__mount_lock_blocks_guide(backend, es_mounts):
@@ -247,7 +254,7 @@ def test_es__mount_lock_blocks_guide(backend, es_mounts):
     assert held_by(backend, "/p")["lock_count"] == 1  # the guide's share is left
     es_request(backend, "POST", "/%s/_update/%s" % (INDEX, quote_id("/p")),
                {"script": {"source": GUIDE_RELEASE, "lang": "painless"}})
-    assert lock_docs(backend) == {}
+    wait_for(lambda: lock_docs(backend) == {}, 60, what="no lock left")
 
 
 # ---- faults ----------------------------------------------------------------------------------
@@ -488,7 +495,7 @@ def test_es__global_and_document_strategies(backend, es_mounts, strategy):
     other.finish(300)
     assert op.error is None
     assert other.errno == errno.ENOENT
-    assert lock_docs(backend) == {}
+    wait_for(lambda: lock_docs(backend) == {}, 60, what="no lock left")
 
 
 @pytest.mark.emulator_only("API keys are the emulator's option")
@@ -568,7 +575,10 @@ def test_es__kept_release_resent_before_the_heartbeat(backend, es_mounts):
     backend.fail("429", 3)  # every attempt of the release within its deadline
     op.finish(300)
     assert op.error is None
-    assert "HTTP 429" in a.log() and "release kept for a later retry" in a.log(), a.log()
+    # a release handed to the sender thread is refused a moment after the
+    # rename returned
+    wait_for(lambda: "HTTP 429" in a.log() and "release kept for a later retry" in a.log(), 60,
+             what="the release refused and kept")
     wait_for(lambda: lock_docs(backend) == {} and intent_docs(backend) == {}, 10,
              what="the kept release, resent")
     os.rename(a.path("k/g"), a.path("k/f"))  # the same names again

@@ -388,7 +388,16 @@ def test_metrics__es_store_requests_and_lease(backend, es_mounts):
     (a,) = es_mounts(backend, "A", lease_ttl=60)
     before = parse(a.ctl("metrics"))
     renames(a, 2)
-    s = parse(a.ctl("metrics"))
+
+    def answered():
+        # a release handed to the sender thread may still be on its way:
+        # wait until the four requests were sent and answered
+        s = parse(a.ctl("metrics"))
+        sent = value(s, "treelockfs_store_requests_total") - \
+            value(before, "treelockfs_store_requests_total")
+        return sent >= 4 and value(s, "treelockfs_store_request_duration_seconds_count") == \
+            value(s, "treelockfs_store_requests_total") and s
+    s = wait_for(answered, 60, what="the renames' four requests answered")
     assert value(s, "treelockfs_info", store="es") == 1
     sent = value(s, "treelockfs_store_requests_total") - \
         value(before, "treelockfs_store_requests_total")
