@@ -18,7 +18,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -413,7 +412,6 @@ static int ctl_parse_change(struct tlfs *fs, const char *line, size_t len, doubl
 {
 	char val[64];
 	size_t name = opt_name_len(line, len);
-	char *end;
 
 	if (opts_have(fs->given_options, line, len))
 		return 1;
@@ -422,12 +420,7 @@ static int ctl_parse_change(struct tlfs *fs, const char *line, size_t len, doubl
 	memcpy(val, line + name + 1, len - name - 1);
 	val[len - name - 1] = '\0';
 	if (name == 12 && memcmp(line, "lock_timeout", 12) == 0) {
-		errno = 0;
-		*timeout = strtod(val, &end);
-		if (errno || end == val || *end || !isfinite(*timeout) || *timeout < 0.001 ||
-		    *timeout > 86400)
-			return -EINVAL;
-		return 0;
+		return config_scan_seconds(val, TL_LOCK_TIMEOUT_MIN, TL_LOCK_TIMEOUT_MAX, timeout);
 	}
 	if (name == 9 && memcmp(line, "log_level", 9) == 0) {
 		*level = tl_log_parse_level(val);

@@ -151,8 +151,18 @@ int config_load_secrets(struct tl_config *cfg);
 /* The option struct of backend KIND in CFG, or NULL. */
 void *config_store_opts(const struct tl_config *cfg, enum tl_store_kind kind);
 
-/* For backends' validate hooks: convert S (NULL: keep *OUT) or append an
- * "invalid NAME 'S': ..." problem. Return whether S was valid. */
+/* The one syntax of numbers in options (every option that takes one, the
+ * config file's, libfuse's thread counts, and lock_timeout written to
+ * .treelockfs/options): seconds are decimal digits with an optional
+ * fraction ("30", "0.5"); whole numbers are decimal digits. No sign,
+ * blank, exponent, hex, inf or nan. These convert S within MIN..MAX into
+ * *OUT, and return 0 or -EINVAL (*OUT unchanged). */
+int config_scan_seconds(const char *s, double min, double max, double *out);
+int config_scan_uint(const char *s, unsigned long min, unsigned long max, unsigned long *out);
+
+/* For backends' validate hooks: convert S (NULL: keep *OUT) by the
+ * functions above, or append an "invalid NAME 'S': ..." problem. Return
+ * whether S was valid. */
 bool config_parse_seconds(struct tl_config *cfg, const char *name, const char *s, double min,
 			  double max, double *out);
 bool config_parse_uint(struct tl_config *cfg, const char *name, const char *s, unsigned long min,
@@ -208,7 +218,16 @@ void config_free(struct tl_config *cfg);
 	{"--" name, offsetof(type, field), 1}, {name, offsetof(type, field), 1},                   \
 	{"--no_" name, offsetof(type, field), 0}, {"no_" name, offsetof(type, field), 0}
 
+/* Longest owner= name, in bytes: an owner id "NAME:PID:NONCE" of the es
+ * store (ES_NAME_MAX) and a holder id "NAME#TICKET" (lockstore.h) fit. */
+#define TL_OWNER_MAX 63
+/* Largest max_threads= and max_idle_threads= (libfuse's own limit,
+ * FUSE_LOOP_MT_MAX_THREADS: it ignores a larger value). */
+#define TL_MAX_THREADS 100000
+
 #define TL_DEFAULT_LOCK_TIMEOUT 30.0
+#define TL_LOCK_TIMEOUT_MIN 0.001 /* seconds, also for .treelockfs/options */
+#define TL_LOCK_TIMEOUT_MAX 86400.0
 #define TL_DEFAULT_ENTRY_TIMEOUT 1.0
 #define TL_DEFAULT_ATTR_TIMEOUT 1.0
 #define TL_DEFAULT_NEGATIVE_TIMEOUT 0.0
