@@ -560,11 +560,31 @@ static int add_origin(struct tl_config *cfg, const char *name, const char *value
 	return 0;
 }
 
+bool config_file_trusted(const struct stat *st, uid_t euid, bool root_too, char *why,
+			 size_t size)
+{
+	if (st->st_uid != euid && !(root_too && st->st_uid == 0)) {
+		if (euid == 0)
+			snprintf(why, size, "owned by uid %u, not root", (unsigned)st->st_uid);
+		else
+			snprintf(why, size, "owned by uid %u, not by uid %u%s",
+				 (unsigned)st->st_uid, (unsigned)euid, root_too ? " or root" : "");
+		return false;
+	}
+	if (st->st_mode & (S_IWGRP | S_IWOTH)) {
+		snprintf(why, size, "writable by group or others");
+		return false;
+	}
+	return true;
+}
+
 /* Opens config file FILE for reading, refusing what is not a regular file
- * (a directory, /dev/zero, a FIFO that would block) or is larger than
- * TL_CONFIG_MAX_SIZE. Returns the stream or NULL (problem appended). */
+ * (a directory, /dev/zero, a FIFO that would block), is larger than
+ * TL_CONFIG_MAX_SIZE, or config_file_trusted() refuses. Returns the
+ * stream or NULL (problem appended). */
 static FILE *config_file_open(struct tl_config *cfg, const char *file)
 {
+	char why[96];
 	struct stat st;
 	FILE *f;
 	int fd;
@@ -581,6 +601,10 @@ static FILE *config_file_open(struct tl_config *cfg, const char *file)
 	}
 	if (!S_ISREG(st.st_mode)) {
 		config_error(cfg, "cannot read config file '%s': not a regular file", file);
+		goto out_close;
+	}
+	if (!config_file_trusted(&st, geteuid(), true, why, sizeof(why))) {
+		config_error(cfg, "cannot use config file '%s': %s", file, why);
 		goto out_close;
 	}
 	if (st.st_size > TL_CONFIG_MAX_SIZE) {
@@ -979,6 +1003,7 @@ int config_validate(struct tl_config *cfg)
 
 char *config_read_secret(struct tl_config *cfg, const char *what, const char *file)
 {
+	char why[96];
 	struct stat st;
 	char *line = NULL;
 	size_t cap = 0;
@@ -993,6 +1018,11 @@ char *config_read_secret(struct tl_config *cfg, const char *what, const char *fi
 	if (fstat(fileno(f), &st) != 0 || (st.st_mode & 077)) {
 		config_error(cfg, "%s '%s' is accessible by group or others: chmod 600 it", what,
 			     file);
+		fclose(f);
+		return NULL;
+	}
+	if (!config_file_trusted(&st, geteuid(), true, why, sizeof(why))) {
+		config_error(cfg, "cannot use %s '%s': %s", what, file, why);
 		fclose(f);
 		return NULL;
 	}
@@ -1020,8 +1050,8 @@ int config_load_secrets(struct tl_config *cfg)
 
 static const char help_common[] =
 	"Lock store options (each also as -o name=value, and as name=value in a config file):\n"
-	"    --config=FILE            read options from FILE (name = value lines)\n"
-
+	"    --config=FILE            read options from FILE (name = value lines; owned by\n"
+	"                             root or you, writable by no one else)\n"
 	"    --lock_store=mem|es      where locks live (default mem: this mount only)\n"
 	"    --lock_strategy=S        tree|global|document|none (default tree)\n"
 	"    --lock_timeout=SECONDS   give up a rename with EBUSY after this (default 30)\n";

@@ -12,10 +12,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "lockplan.h"
 
 struct fuse_args;
+struct stat;
 
 enum tl_store_kind {
 	TL_STORE_MEM = 0,
@@ -176,9 +178,22 @@ bool config_parse_uint(struct tl_config *cfg, const char *name, const char *s, u
  * whether *PATH is usable (a problem is appended otherwise). */
 bool config_path_absolute(struct tl_config *cfg, const char *name, char **path);
 
+/* Whether a file with status ST may steer a process running as EUID: a
+ * file it takes options or secrets from (config=, es_password_file,
+ * es_api_key_file) or appends to (hold_log). It must be owned by EUID
+ * (with ROOT_TOO, or by root: for a root process that is one rule, root)
+ * and writable by neither its group nor others: whoever else could
+ * write it could turn on allow_other, point the store elsewhere or
+ * change the credentials. When not, writes why into WHY (SIZE bytes):
+ * "owned by uid N, not root", "owned by uid N, not by uid M or root",
+ * "writable by group or others". This function can't fail. */
+bool config_file_trusted(const struct stat *st, uid_t euid, bool root_too, char *why,
+			 size_t size);
+
 /* Reads the first line of secret file FILE (WHAT names it in problems),
- * refusing a file that group or others may access. Returns a new string
- * or NULL (problem appended). */
+ * refusing a file that group or others may access, or that
+ * config_file_trusted() refuses. Returns a new string or NULL (problem
+ * appended). */
 char *config_read_secret(struct tl_config *cfg, const char *what, const char *file);
 
 /* Appends one formatted problem to cfg->errors, as one line with bytes

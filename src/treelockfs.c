@@ -140,6 +140,7 @@ static void check_mount_cycle(struct tl_config *cfg, struct tlfs *fs, const char
  * (O_NONBLOCK). Returns the fd, or -1 with the problem appended to CFG. */
 static int open_hold_log(struct tl_config *cfg, const char *file)
 {
+	char why[96];
 	struct stat st;
 	int fd;
 
@@ -159,9 +160,9 @@ static int open_hold_log(struct tl_config *cfg, const char *file)
 		config_error(cfg, "cannot use hold_log '%s': not a regular file", file);
 		goto out_close;
 	}
-	if (st.st_uid != geteuid()) {
-		config_error(cfg, "cannot use hold_log '%s': owned by uid %u, not by this daemon's "
-				  "uid %u", file, (unsigned)st.st_uid, (unsigned)geteuid());
+	/* the daemon's own: not root's for a daemon that is not root */
+	if (!config_file_trusted(&st, geteuid(), false, why, sizeof(why))) {
+		config_error(cfg, "cannot use hold_log '%s': %s", file, why);
 		goto out_close;
 	}
 	if (st.st_mode & 077) {

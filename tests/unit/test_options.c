@@ -649,6 +649,120 @@ START_TEST(test_options__owner_is_a_short_name)
 }
 END_TEST
 
+START_TEST(test_options__file_trust_rule)
+{
+	struct stat st = {.st_mode = S_IFREG | 0644, .st_uid = 0};
+	char why[96];
+
+	/* a root process: root's files only */
+	ck_assert(config_file_trusted(&st, 0, true, why, sizeof(why)));
+	st.st_uid = 1000;
+	ck_assert(!config_file_trusted(&st, 0, true, why, sizeof(why)));
+	ck_assert_str_eq(why, "owned by uid 1000, not root");
+	/* another user's process: its own or root's */
+	ck_assert(config_file_trusted(&st, 1000, true, why, sizeof(why)));
+	st.st_uid = 0;
+	ck_assert(config_file_trusted(&st, 1000, true, why, sizeof(why)));
+	ck_assert(!config_file_trusted(&st, 1000, false, why, sizeof(why)));
+	ck_assert_str_eq(why, "owned by uid 0, not by uid 1000");
+	st.st_uid = 1001;
+	ck_assert(!config_file_trusted(&st, 1000, true, why, sizeof(why)));
+	ck_assert_str_eq(why, "owned by uid 1001, not by uid 1000 or root");
+	/* writable by others than the owner: never */
+	st.st_uid = 0;
+	st.st_mode = S_IFREG | 0664;
+	ck_assert(!config_file_trusted(&st, 0, true, why, sizeof(why)));
+	ck_assert_str_eq(why, "writable by group or others");
+	st.st_mode = S_IFREG | 0602;
+	ck_assert(!config_file_trusted(&st, 0, true, why, sizeof(why)));
+	ck_assert_str_eq(why, "writable by group or others");
+	st.st_mode = S_IFREG | 0444;
+	ck_assert(config_file_trusted(&st, 0, true, why, sizeof(why)));
+}
+END_TEST
+
+/* Config file NAME with MODE, given to UID (when root), parsed for the
+ * mount or CTL: returns the problems (or NULL). */
+static const char *parse_config_as(bool ctl, const char *name, mode_t mode, uid_t uid)
+{
+	char *file = write_file(name, "lock_timeout = 7\nallow_other\n", mode);
+	char *opt;
+	const char *argv[] = {NULL, "/b", "/m", NULL};
+
+	ck_assert_int_eq(chown(file, uid, uid), 0);
+	ck_assert_int_ge(asprintf(&opt, "--config=%s", file), 0);
+	argv[0] = opt;
+	reset();
+	parse(ctl, argv);
+	config_validate(&cfg);
+	free(opt);
+	free(file);
+	return cfg.errors;
+}
+
+START_TEST(test_options__config_file_others_could_write_is_refused)
+{
+	const char *err;
+	char want[256];
+	int ctl;
+
+	if (geteuid() != 0)
+		return; /* files of another owner need root */
+	for (ctl = 0; ctl < 2; ctl++) {
+		err = parse_config_as(ctl, "nobody.conf", 0644, 65534);
+		ck_assert_ptr_nonnull(err);
+		snprintf(want, sizeof(want),
+			 "cannot use config file '%s/nobody.conf': owned by uid 65534, not root",
+			 tmpdir);
+		ck_assert_msg(strstr(err, want), "%s", err);
+		ck_assert_int_eq(cfg.allow_other, 0); /* nothing of it was used */
+		ck_assert_double_eq(cfg.lock_timeout, 30.0);
+		err = parse_config_as(ctl, "group.conf", 0664, 0);
+		ck_assert_ptr_nonnull(err);
+		ck_assert_ptr_nonnull(strstr(err, "group.conf': writable by group or others"));
+		err = parse_config_as(ctl, "others.conf", 0646, 0);
+		ck_assert_ptr_nonnull(err);
+		ck_assert_ptr_nonnull(strstr(err, "others.conf': writable by group or others"));
+		/* root's, readable by all: fine */
+		ck_assert_ptr_null(parse_config_as(ctl, "good.conf", 0644, 0));
+		ck_assert_double_eq(cfg.lock_timeout, 7.0);
+	}
+}
+END_TEST
+
+START_TEST(test_options__secret_file_of_another_owner_is_refused)
+{
+	char *theirs = write_file("pw-nobody", "sekrit\n", 0600);
+	char *key = write_file("key-nobody", "id:sekrit\n", 0600);
+
+	if (geteuid() != 0)
+		goto out; /* files of another owner need root */
+	ck_assert_int_eq(chown(theirs, 65534, 65534), 0);
+	ck_assert_int_eq(chown(key, 65534, 65534), 0);
+	cfg.lock_store = TL_STORE_ES; /* secrets are the selected store's */
+	es_opts(&cfg)->user = strdup("u");
+	es_opts(&cfg)->password_file = strdup(theirs);
+	ck_assert_int_eq(config_load_secrets(&cfg), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "cannot use es_password_file '"));
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "pw-nobody': owned by uid 65534, not root"));
+	ck_assert_ptr_null(strstr(cfg.errors, "sekrit"));
+	ck_assert_ptr_null(es_opts(&cfg)->password);
+	free(cfg.errors);
+	cfg.errors = NULL;
+	free(es_opts(&cfg)->user);
+	es_opts(&cfg)->user = NULL;
+	free(es_opts(&cfg)->password_file);
+	es_opts(&cfg)->password_file = NULL;
+	es_opts(&cfg)->api_key_file = strdup(key);
+	ck_assert_int_eq(config_load_secrets(&cfg), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "key-nobody': owned by uid 65534, not root"));
+	ck_assert_ptr_null(es_opts(&cfg)->api_key);
+out:
+	free(theirs);
+	free(key);
+}
+END_TEST
+
 Suite *make_suite_options(void)
 {
 	Suite *s = suite_create("options");
@@ -679,6 +793,9 @@ Suite *make_suite_options(void)
 	tcase_add_test(tc, test_options__max_threads_within_what_libfuse_takes);
 	tcase_add_test(tc, test_options__config_needs_a_file);
 	tcase_add_test(tc, test_options__owner_is_a_short_name);
+	tcase_add_test(tc, test_options__file_trust_rule);
+	tcase_add_test(tc, test_options__config_file_others_could_write_is_refused);
+	tcase_add_test(tc, test_options__secret_file_of_another_owner_is_refused);
 	suite_add_tcase(s, tc);
 	return s;
 }
