@@ -242,7 +242,7 @@ void config_free(struct tl_config *cfg);
 
 #define TL_DEFAULT_LOCK_TIMEOUT 30.0
 #define TL_LOCK_TIMEOUT_MIN 0.001 /* seconds, also for .treelockfs/options */
-#define TL_LOCK_TIMEOUT_MAX 86400.0
+#define TL_LOCK_TIMEOUT_MAX 86400
 #define TL_DEFAULT_ENTRY_TIMEOUT 1.0
 #define TL_DEFAULT_ATTR_TIMEOUT 1.0
 #define TL_DEFAULT_NEGATIVE_TIMEOUT 0.0
