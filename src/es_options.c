@@ -6,8 +6,7 @@
  * table over the same command line and config file as the shared options,
  * checked here, kept in struct es_options (es_i.h). owner and lease_ttl
  * are store-generic (any store shared by many mounts has owners and
- * leases) and stay in tl_config; this backend checks owner when it is
- * selected.
+ * leases) and stay in tl_config, checked there.
  */
 #include <config.h>
 
@@ -25,6 +24,9 @@
 #include "options.h"
 
 #define OPT_STR(name, field) TL_OPT_STR(name, struct es_options, field)
+
+/* owner= is checked for every store (options.c), to this length */
+_Static_assert(ES_NAME_MAX == TL_OWNER_MAX, "owner= names must fit owner ids");
 
 static const struct fuse_opt es_opts[] = {
 	OPT_STR("es_url", url),
@@ -56,9 +58,10 @@ static const char es_help[] =
 	"                             (in -o lists separate URLs with ';')\n"
 	"    --es_index=NAME          lock index (default treelockfs-locks)\n"
 	"    --es_user=NAME           user for basic authentication\n"
-	"    --es_password_file=FILE  its password (file mode 600); or the environment\n"
-	"                             variable TREELOCKFS_ES_PASSWORD\n"
-	"    --es_api_key_file=FILE   API key (id:key or encoded; file mode 600)\n"
+	"    --es_password_file=FILE  its password (file mode 600, owned by root or you);\n"
+	"                             or the environment variable TREELOCKFS_ES_PASSWORD\n"
+	"    --es_api_key_file=FILE   API key (id:key or encoded; file mode 600, owned by\n"
+	"                             root or you)\n"
 	"    --es_cacert=FILE         CA certificate(s) for https\n"
 	"    --es_insecure            do not verify the server's certificate (warns)\n"
 	"    --es_allow_insecure=1    let credentials go to an http:// URL, unencrypted\n"
@@ -184,13 +187,6 @@ static void es_opts_validate(void *p, struct tl_config *cfg, bool selected)
 		config_value_error(cfg, "es_index", o->index,
 				   "invalid es_index '%s': lowercase, no backslash, /*?\"<>|,#: or "
 				   "space, not starting with - _ +", o->index);
-	if (!cfg->owner || !*cfg->owner || strpbrk(cfg->owner, " \t\n#"))
-		config_value_error(cfg, "owner", cfg->owner,
-				   "invalid owner '%s': expected a name without spaces or '#'",
-				   cfg->owner ? cfg->owner : "");
-	else if (strlen(cfg->owner) > ES_NAME_MAX)
-		config_value_error(cfg, "owner", cfg->owner, "invalid owner '%s': longer than %d bytes",
-				   cfg->owner, ES_NAME_MAX);
 	if (o->password_file && o->api_key_file)
 		config_error(cfg, "es_password_file and es_api_key_file exclude each other");
 	if (o->password_file && !o->user)

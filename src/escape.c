@@ -88,6 +88,18 @@ size_t escape_text(char *out, size_t size, const char *in)
 	return o;
 }
 
+bool escape_has_control(const char *in, size_t len)
+{
+	const unsigned char *s = (const unsigned char *)in;
+	size_t i;
+
+	for (i = 0; i < len; i++)
+		if (s[i] < 0x20 || s[i] == 0x7f ||
+		    (s[i] == 0xc2 && i + 1 < len && s[i + 1] >= 0x80 && s[i + 1] < 0xa0))
+			return true;
+	return false;
+}
+
 int escape_fputs(const char *in, FILE *f)
 {
 	const unsigned char *s = (const unsigned char *)in;

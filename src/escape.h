@@ -26,6 +26,7 @@
 #ifndef TREELOCKFS_ESCAPE_H
 #define TREELOCKFS_ESCAPE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -40,6 +41,12 @@ size_t escape_kept_len(const char *s);
  * 0), stopping before an escape or character that would not fit whole.
  * Returns the length written. This function can't fail. */
 size_t escape_text(char *out, size_t size, const char *in);
+
+/* Whether the LEN bytes at IN hold a control character (C0, newline and
+ * tab among them, DEL, or C1 as UTF-8), which input that must stay one
+ * line or one value may refuse. Bytes that are not valid UTF-8 are no
+ * control characters here. This function can't fail. */
+bool escape_has_control(const char *in, size_t len);
 
 /* Writes IN escaped to F. Returns 0 or -EIO (F's error). */
 int escape_fputs(const char *in, FILE *f);

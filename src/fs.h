@@ -489,7 +489,8 @@ void ctl_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi)
  * lines for .treelockfs/options, each an option that may change while
  * mounted (lock_timeout, log_level) or one that repeats the mount's value;
  * all or nothing. Replies the byte count or EINVAL (logged, naming the
- * option); other control files are EBADF. */
+ * option and why: another option, a bad value, a control character in a
+ * line, a NUL byte, no "name=value"); other control files are EBADF. */
 void ctl_write(struct tlfs *fs, fuse_req_t req, struct ll_inode *in, struct fuse_bufvec *buf);
 
 /* Frees an open control file (fi->fh & CTL_TAG). */

@@ -18,7 +18,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +35,9 @@
 
 /* fs->given_options; a leaf lock, never held across a syscall */
 static pthread_mutex_t options_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+#define TL_STR_(x) #x
+#define TL_STR(x) TL_STR_(x)
 
 /* Longest write to .treelockfs/options. */
 #define CTL_WRITE_MAX 4096
@@ -421,34 +423,47 @@ static char *opts_set(const char *list, const char *line, size_t len)
 	return out;
 }
 
-/* What option line LINE (LEN bytes) changes: into *TIMEOUT or *LEVEL.
- * Returns 0, 1 for a line that repeats the mount's option, or -EINVAL. */
+/* What option line LINE (LEN bytes, no newline) changes: into *TIMEOUT or
+ * *LEVEL. Returns 0, 1 for a line that repeats the mount's option, or
+ * -EINVAL with *WHY saying what is wrong. */
 static int ctl_parse_change(struct tlfs *fs, const char *line, size_t len, double *timeout,
-			    int *level)
+			    int *level, const char **why)
 {
 	char val[64];
 	size_t name = opt_name_len(line, len);
-	char *end;
 
+	/* one line is one option: checked before it is compared with any */
+	if (escape_has_control(line, len)) {
+		*why = "a control character in the line";
+		return -EINVAL;
+	}
 	if (opts_have(fs->given_options, line, len))
 		return 1;
-	if (name == len || len - name - 1 >= sizeof(val))
+	if (name == len || name == 0) {
+		*why = "expected name=value";
+		return -EINVAL;
+	}
+	if (!(name == 12 && memcmp(line, "lock_timeout", 12) == 0) &&
+	    !(name == 9 && memcmp(line, "log_level", 9) == 0)) {
+		*why = "only lock_timeout and log_level change while mounted";
+		return -EINVAL;
+	}
+	if (name == 12) {
+		*why = "expected decimal seconds from " TL_STR(TL_LOCK_TIMEOUT_MIN) " to "
+		       TL_STR(TL_LOCK_TIMEOUT_MAX);
+		if (len - name - 1 >= sizeof(val))
+			return -EINVAL;
+		memcpy(val, line + name + 1, len - name - 1);
+		val[len - name - 1] = '\0';
+		return config_scan_seconds(val, TL_LOCK_TIMEOUT_MIN, TL_LOCK_TIMEOUT_MAX, timeout);
+	}
+	*why = "expected err, warning, notice, info or debug";
+	if (len - name - 1 >= sizeof(val))
 		return -EINVAL;
 	memcpy(val, line + name + 1, len - name - 1);
 	val[len - name - 1] = '\0';
-	if (name == 12 && memcmp(line, "lock_timeout", 12) == 0) {
-		errno = 0;
-		*timeout = strtod(val, &end);
-		if (errno || end == val || *end || !isfinite(*timeout) || *timeout < 0.001 ||
-		    *timeout > 86400)
-			return -EINVAL;
-		return 0;
-	}
-	if (name == 9 && memcmp(line, "log_level", 9) == 0) {
-		*level = tl_log_parse_level(val);
-		return *level < 0 ? -EINVAL : 0;
-	}
-	return -EINVAL;
+	*level = tl_log_parse_level(val);
+	return *level < 0 ? -EINVAL : 0;
 }
 
 void ctl_write(struct tlfs *fs, fuse_req_t req, struct ll_inode *in, struct fuse_bufvec *buf)
@@ -461,14 +476,18 @@ void ctl_write(struct tlfs *fs, fuse_req_t req, struct ll_inode *in, struct fuse
 }
 
 /* options: "name=value" lines change lock_timeout or log_level, all or
- * none (fs.h, ctl_write()). */
+ * none (fs.h, ctl_write()); a NUL byte, a control character in a line,
+ * a line that is no "name=value" (unless it repeats one of the mount's
+ * options) or a write of no line at all is EINVAL, logged with why. */
 static void ctl_write_options(struct tlfs *fs, fuse_req_t req, struct fuse_bufvec *buf)
 {
 	size_t size = fuse_buf_size(buf);
 	struct fuse_bufvec mem = FUSE_BUFVEC_INIT(size);
 	double timeout = -1;
 	int level = -1, res = 0;
-	char *text, *p, *next, *bad = NULL;
+	char *text, *p, *next, *bad = NULL, *nul;
+	const char *why = NULL;
+	size_t lines = 0;
 	bool changed = false;
 	ssize_t got;
 
@@ -488,17 +507,34 @@ static void ctl_write_options(struct tlfs *fs, fuse_req_t req, struct fuse_bufve
 		fuse_reply_err(req, (int)-got);
 		return;
 	}
+	/* the text is lines: a NUL would end it early, unseen */
+	nul = memchr(text, '\0', (size_t)got);
+	if (nul) {
+		tl_log(LOG_WARNING, "cannot change options while mounted: a NUL byte at byte %zu "
+				    "of the write; expected name=value lines",
+		       (size_t)(nul - text));
+		free(text);
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
 	/* check every line first: all or nothing */
 	pthread_mutex_lock(&options_mutex);
 	for (p = text; !res && *p; p = next) {
 		size_t n = strcspn(p, "\n");
 
 		next = p + n + (p[n] ? 1 : 0);
-		if (n && ctl_parse_change(fs, p, n, &timeout, &level) < 0) {
+		if (n == 0)
+			continue;
+		lines++;
+		if (ctl_parse_change(fs, p, n, &timeout, &level, &why) < 0) {
 			p[n] = '\0'; /* named in the log below */
 			bad = p;
 			res = -EINVAL;
 		}
+	}
+	if (!res && !lines) {
+		why = "expected name=value lines";
+		res = -EINVAL;
 	}
 	for (p = text; !res && *p; p = next) {
 		size_t n = strcspn(p, "\n");
@@ -518,7 +554,9 @@ static void ctl_write_options(struct tlfs *fs, fuse_req_t req, struct fuse_bufve
 	}
 	pthread_mutex_unlock(&options_mutex);
 	if (bad)
-		tl_log(LOG_WARNING, "cannot change '%s' while mounted", bad);
+		tl_log(LOG_WARNING, "cannot change '%s' while mounted: %s", bad, why);
+	else if (res == -EINVAL)
+		tl_log(LOG_WARNING, "cannot change options while mounted: %s", why);
 	for (p = text; changed && *p; p++)
 		if (*p == '\n')
 			*p = ' ';

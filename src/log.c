@@ -36,8 +36,6 @@ void tl_log_use_syslog(void)
 
 int tl_log_parse_level(const char *name)
 {
-	char *end;
-	long n;
 	int i;
 
 	if (!name || !*name)
@@ -49,9 +47,9 @@ int tl_log_parse_level(const char *name)
 		return LOG_ERR;
 	if (strcmp(name, "warn") == 0)
 		return LOG_WARNING;
-	n = strtol(name, &end, 10);
-	if (*end == '\0' && n >= LOG_ERR && n <= LOG_DEBUG)
-		return (int)n;
+	/* one digit, as options take numbers (options.h): no blank or sign */
+	if (name[0] >= '0' + LOG_ERR && name[0] <= '0' + LOG_DEBUG && name[1] == '\0')
+		return name[0] - '0';
 	return -1;
 }
 

@@ -32,7 +32,8 @@ void tl_log_init(const char *progname, int level);
 /* Sends further messages to syslog (LOG_DAEMON) instead of stderr. */
 void tl_log_use_syslog(void);
 
-/* Parses "err", "warning", "notice", "info", "debug" (or the numbers 3..7).
+/* Parses "err", "warning", "notice", "info", "debug" ("error", "warn", or
+ * one digit 3..7: no blank or sign, as options take numbers).
  * Returns the level, or -1 for anything else. This function can't fail
  * otherwise. */
 int tl_log_parse_level(const char *name);

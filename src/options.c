@@ -26,6 +26,7 @@
 #include "lockwait.h"
 #include "log.h"
 #include "options.h"
+#include "path.h"
 
 enum {
 	KEY_HELP,
@@ -48,6 +49,10 @@ static const struct tl_store_options *store_options(size_t i)
 {
 	return lockstore_backends[i].options;
 }
+
+/* a holder id "OWNER#TICKET" fits tl_holder's id with any ticket */
+_Static_assert(TL_OWNER_MAX + 1 + 20 < sizeof(((struct tl_holder *)0)->id),
+	       "owner= names must fit holder ids");
 
 static const struct fuse_opt tl_opts[] = {
 	OPT_STR("lock_store", lock_store_s),
@@ -164,6 +169,7 @@ void config_value_error(struct tl_config *cfg, const char *name, const char *val
 }
 
 static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outargs);
+static void check_libfuse_number(struct tl_config *cfg, const char *opt);
 
 int config_init(struct tl_config *cfg)
 {
@@ -178,7 +184,7 @@ int config_init(struct tl_config *cfg)
 	cfg->passthrough_s = strdup("auto");
 	if (gethostname(host, sizeof(host)) != 0)
 		strcpy(host, "localhost");
-	host[sizeof(host) - 1] = '\0';
+	host[TL_OWNER_MAX] = '\0'; /* a default always fits (validate_owner()) */
 	cfg->owner = strdup(host);
 	cfg->log_level = LOG_NOTICE;
 	cfg->lock_timeout = TL_DEFAULT_LOCK_TIMEOUT;
@@ -279,6 +285,7 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 		cfg->noatime = key == KEY_NOATIME;
 		/* fall through */
 	case FUSE_OPT_KEY_OPT:
+		check_libfuse_number(cfg, arg);
 		if (ctx->file) {
 			/* a libfuse option (allow_root, fsname=...) in the file */
 			if (ctx->for_ctl)
@@ -330,7 +337,7 @@ static char *find_config_file(const struct fuse_args *args)
 				const char *end = strchr(p, ',');
 				size_t len = end ? (size_t)(end - p) : strlen(p);
 
-				if (len > 7 && strncmp(p, "config=", 7) == 0) {
+				if (len >= 7 && strncmp(p, "config=", 7) == 0) {
 					free(found);
 					found = strndup(p + 7, len - 7);
 				}
@@ -424,6 +431,45 @@ static const struct {
 	{"max_threads", 'u'},    {"max_idle_threads", 'u'},
 };
 
+/* libfuse's whole numbers, with the values it takes: libfuse reads them
+ * with sscanf("%u"), which takes "-1" (wrapped), blanks, a sign and
+ * trailing junk, and then ignores a thread count of 0 or above its
+ * FUSE_LOOP_MT_MAX_THREADS without failing. Checked here, in the config
+ * file and on the command line alike, by config_scan_uint(). */
+static const struct {
+	const char *name;
+	unsigned long min, max;
+} libfuse_numbers[] = {
+	{"max_threads", 1, TL_MAX_THREADS},
+	{"max_idle_threads", 0, TL_MAX_THREADS},
+	{"max_read", 0, UINT_MAX},
+	{"blksize", 0, UINT_MAX},
+};
+
+/* Checks OPT ("name=value") when it is one of libfuse_numbers, appending
+ * the problem (config_value_error(): a config file's line is named). */
+static void check_libfuse_number(struct tl_config *cfg, const char *opt)
+{
+	size_t i, n = strcspn(opt, "=");
+	unsigned long v;
+
+	if (opt[n] != '=')
+		return;
+	for (i = 0; i < sizeof(libfuse_numbers) / sizeof(libfuse_numbers[0]); i++) {
+		const char *name = libfuse_numbers[i].name;
+
+		if (strlen(name) != n || strncmp(opt, name, n) != 0)
+			continue;
+		if (config_scan_uint(opt + n + 1, libfuse_numbers[i].min, libfuse_numbers[i].max,
+				     &v) != 0)
+			config_value_error(cfg, name, opt + n + 1,
+					   "invalid %s '%s': expected a whole number from %lu to "
+					   "%lu", name, opt + n + 1, libfuse_numbers[i].min,
+					   libfuse_numbers[i].max);
+		return;
+	}
+}
+
 /* Whether OPT ("name" or "name=value") is one of ours or a backend's. */
 static bool ours_match(const char *opt)
 {
@@ -466,11 +512,8 @@ static bool file_line_valid(struct tl_config *cfg, const char *file, unsigned li
 				     lineno, name);
 			return false;
 		}
-		if (kind == 'u' && (!*value || strspn(value, "0123456789") != strlen(value))) {
-			config_error(cfg, "config file '%s' line %u: invalid %s '%s': expected a "
-					  "whole number", file, lineno, name, value);
-			return false;
-		}
+		/* a 'u' value is checked with the command line's, naming this
+		 * line (check_libfuse_number()) */
 		return true;
 	}
 	/* one of ours, but with or without a value it does not take */
@@ -517,11 +560,31 @@ static int add_origin(struct tl_config *cfg, const char *name, const char *value
 	return 0;
 }
 
+bool config_file_trusted(const struct stat *st, uid_t euid, bool root_too, char *why,
+			 size_t size)
+{
+	if (st->st_uid != euid && !(root_too && st->st_uid == 0)) {
+		if (euid == 0)
+			snprintf(why, size, "owned by uid %u, not root", (unsigned)st->st_uid);
+		else
+			snprintf(why, size, "owned by uid %u, not by uid %u%s",
+				 (unsigned)st->st_uid, (unsigned)euid, root_too ? " or root" : "");
+		return false;
+	}
+	if (st->st_mode & (S_IWGRP | S_IWOTH)) {
+		snprintf(why, size, "writable by group or others");
+		return false;
+	}
+	return true;
+}
+
 /* Opens config file FILE for reading, refusing what is not a regular file
- * (a directory, /dev/zero, a FIFO that would block) or is larger than
- * TL_CONFIG_MAX_SIZE. Returns the stream or NULL (problem appended). */
+ * (a directory, /dev/zero, a FIFO that would block), is larger than
+ * TL_CONFIG_MAX_SIZE, or config_file_trusted() refuses. Returns the
+ * stream or NULL (problem appended). */
 static FILE *config_file_open(struct tl_config *cfg, const char *file)
 {
+	char why[96];
 	struct stat st;
 	FILE *f;
 	int fd;
@@ -538,6 +601,10 @@ static FILE *config_file_open(struct tl_config *cfg, const char *file)
 	}
 	if (!S_ISREG(st.st_mode)) {
 		config_error(cfg, "cannot read config file '%s': not a regular file", file);
+		goto out_close;
+	}
+	if (!config_file_trusted(&st, geteuid(), true, why, sizeof(why))) {
+		config_error(cfg, "cannot use config file '%s': %s", file, why);
 		goto out_close;
 	}
 	if (st.st_size > TL_CONFIG_MAX_SIZE) {
@@ -666,12 +733,13 @@ int config_parse(struct tl_config *cfg, struct fuse_args *args, bool for_ctl)
 
 	cur = &ctx;
 	file = find_config_file(args);
-	if (file) {
+	if (file && !*file)
+		config_error(cfg, "invalid config '': expected a file name");
+	else if (file)
 		err = parse_config_file(cfg, file, &ctx);
-		free(file);
-		if (err)
-			goto out;
-	}
+	free(file);
+	if (err)
+		goto out;
 	if (parse_all(args, cfg) == -1)
 		config_error(cfg, "cannot parse the command line");
 	/* libfuse options from the config file go before the command line's */
@@ -683,36 +751,71 @@ out:
 	return err;
 }
 
+int config_scan_seconds(const char *s, double min, double max, double *out)
+{
+	size_t whole = strspn(s, "0123456789"), frac = 0;
+	double v;
+
+	/* "12" or "12.5": no sign, blank, exponent, hex, inf or nan that
+	 * strtod() would take */
+	if (whole == 0)
+		return -EINVAL;
+	if (s[whole] == '.') {
+		frac = strspn(s + whole + 1, "0123456789");
+		if (frac == 0)
+			return -EINVAL;
+		frac++;
+	}
+	if (s[whole + frac] != '\0')
+		return -EINVAL;
+	/* the digits are plain: strtod() only rounds them (no locale
+	 * is set, the point is '.'); too many digits make inf, refused */
+	v = strtod(s, NULL);
+	if (!isfinite(v) || v < min || v > max)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+int config_scan_uint(const char *s, unsigned long min, unsigned long max, unsigned long *out)
+{
+	size_t n = strspn(s, "0123456789");
+	unsigned long v;
+
+	/* digits only: strtoul() would take blanks, a sign and wrap "-1" */
+	if (n == 0 || s[n] != '\0')
+		return -EINVAL;
+	errno = 0;
+	v = strtoul(s, NULL, 10);
+	if (errno || v < min || v > max)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
 bool config_parse_seconds(struct tl_config *cfg, const char *name, const char *s, double min,
 			  double max, double *out)
 {
-	char *end;
-	double v;
-
 	if (!s)
 		return true;
-	errno = 0;
-	v = strtod(s, &end);
-	if (errno || end == s || *end != '\0' || !isfinite(v) || v < min || v > max) {
-		config_value_error(cfg, name, s, "invalid %s '%s': expected seconds from %g to %g",
-				   name, s, min, max);
+	if (config_scan_seconds(s, min, max, out) != 0) {
+		config_value_error(cfg, name, s, "invalid %s '%s': expected decimal seconds from "
+				   "%g to %g", name, s, min, max);
 		return false;
 	}
-	*out = v;
 	return true;
 }
 
 bool config_parse_uint(struct tl_config *cfg, const char *name, const char *s, unsigned long min,
 		       unsigned long max, unsigned int *out)
 {
-	char *end;
 	unsigned long v;
 
 	if (!s)
 		return true;
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (errno || end == s || *end != '\0' || s[0] == '-' || v < min || v > max) {
+	if (max > UINT_MAX)
+		max = UINT_MAX;
+	if (config_scan_uint(s, min, max, &v) != 0) {
 		config_value_error(cfg, name, s,
 				   "invalid %s '%s': expected a whole number from %lu to %lu", name,
 				   s, min, max);
@@ -783,12 +886,46 @@ static void validate_lock_store(struct tl_config *cfg)
 			   "invalid lock_store '%s': expected %s", cfg->lock_store_s, names);
 }
 
+/* owner=: a name in holder ids "OWNER#TICKET" (lockmgr's owner[64],
+ * tl_holder's id[96]) and in the es store's owner ids
+ * "OWNER:PID:NONCE" and documents: at most TL_OWNER_MAX bytes of UTF-8
+ * text without blanks, control characters or '#' (which ends it in a
+ * holder id). Checked for every store: the name is in every hold. */
+static void validate_owner(struct tl_config *cfg)
+{
+	const unsigned char *p = (const unsigned char *)cfg->owner;
+	size_t len = strlen(cfg->owner), n;
+
+	if (len == 0) {
+		config_value_error(cfg, "owner", cfg->owner, "invalid owner '': expected a name");
+		return;
+	}
+	if (len > TL_OWNER_MAX) {
+		config_value_error(cfg, "owner", cfg->owner,
+				   "invalid owner '%.32s...': longer than %d bytes", cfg->owner,
+				   TL_OWNER_MAX);
+		return;
+	}
+	for (; *p; p += n) {
+		n = path_utf8_len(p, len - (size_t)(p - (const unsigned char *)cfg->owner));
+		/* C0, space, '#', DEL, C1 (U+0080..U+009F: 0xc2 0x80..0x9f) */
+		if (n == 0 || *p <= ' ' || *p == '#' || *p == 0x7f ||
+		    (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f)) {
+			config_value_error(cfg, "owner", cfg->owner,
+					   "invalid owner '%s': expected a name without blanks, "
+					   "control characters or '#'", cfg->owner);
+			return;
+		}
+	}
+}
+
 int config_validate(struct tl_config *cfg)
 {
 	size_t i;
 	int lvl;
 
 	validate_lock_store(cfg);
+	validate_owner(cfg);
 	if (lockplan_strategy_parse(cfg->lock_strategy_s, &cfg->lock_strategy) != 0)
 		config_value_error(cfg, "lock_strategy", cfg->lock_strategy_s,
 				   "invalid lock_strategy '%s': expected tree, global, document or none",
@@ -801,8 +938,8 @@ int config_validate(struct tl_config *cfg)
 		config_value_error(cfg, "lock_scope", cfg->lock_scope_s,
 				   "invalid lock_scope '%s': expected rename or namespace",
 				   cfg->lock_scope_s);
-	config_parse_seconds(cfg, "lock_timeout", cfg->lock_timeout_s, 0.001, 86400,
-			     &cfg->lock_timeout);
+	config_parse_seconds(cfg, "lock_timeout", cfg->lock_timeout_s, TL_LOCK_TIMEOUT_MIN,
+			     TL_LOCK_TIMEOUT_MAX, &cfg->lock_timeout);
 	config_parse_uint(cfg, "rename_delay_ms", cfg->rename_delay_ms_s, 0, 600000,
 			  &cfg->rename_delay_ms);
 	config_parse_seconds(cfg, "entry_timeout", cfg->entry_timeout_s, 0, 86400,
@@ -852,6 +989,7 @@ int config_validate(struct tl_config *cfg)
 
 char *config_read_secret(struct tl_config *cfg, const char *what, const char *file)
 {
+	char why[96];
 	struct stat st;
 	char *line = NULL;
 	size_t cap = 0;
@@ -866,6 +1004,11 @@ char *config_read_secret(struct tl_config *cfg, const char *what, const char *fi
 	if (fstat(fileno(f), &st) != 0 || (st.st_mode & 077)) {
 		config_error(cfg, "%s '%s' is accessible by group or others: chmod 600 it", what,
 			     file);
+		fclose(f);
+		return NULL;
+	}
+	if (!config_file_trusted(&st, geteuid(), true, why, sizeof(why))) {
+		config_error(cfg, "cannot use %s '%s': %s", what, file, why);
 		fclose(f);
 		return NULL;
 	}
@@ -893,15 +1036,18 @@ int config_load_secrets(struct tl_config *cfg)
 
 static const char help_common[] =
 	"Lock store options (each also as -o name=value, and as name=value in a config file):\n"
-	"    --config=FILE            read options from FILE (name = value lines)\n"
+	"    --config=FILE            read options from FILE (name = value lines; owned by\n"
+	"                             root or you, writable by no one else)\n"
 	"    --lock_store=mem|es      where locks live (default mem: this mount only)\n"
 	"    --lock_strategy=S        tree|global|document|none (default tree)\n"
 	"    --lock_timeout=SECONDS   give up a rename with EBUSY after this (default 30)\n";
 
 static const char help_shared_store[] =
-	"    --owner=NAME             this host's name as shown to others (default host name)\n"
+	"    --owner=NAME             this host's name as shown to others (default host name);\n"
+	"                             at most 63 bytes, no blanks, control characters or '#'\n"
 	"    --lease_ttl=SECONDS      lease of this mount's locks (default 10)\n"
-	"    --log_level=LEVEL        err|warning|notice|info|debug (default notice)\n";
+	"    --log_level=LEVEL        err|warning|notice|info|debug (default notice)\n"
+	"Numbers are plain decimal: SECONDS as 30 or 0.5, N and MS as digits only.\n";
 
 static const char help_mount[] =
 	"Mount options:\n"

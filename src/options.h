@@ -12,10 +12,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "lockplan.h"
 
 struct fuse_args;
+struct stat;
 
 enum tl_store_kind {
 	TL_STORE_MEM = 0,
@@ -151,8 +153,18 @@ int config_load_secrets(struct tl_config *cfg);
 /* The option struct of backend KIND in CFG, or NULL. */
 void *config_store_opts(const struct tl_config *cfg, enum tl_store_kind kind);
 
-/* For backends' validate hooks: convert S (NULL: keep *OUT) or append an
- * "invalid NAME 'S': ..." problem. Return whether S was valid. */
+/* The one syntax of numbers in options (every option that takes one, the
+ * config file's, libfuse's thread counts, and lock_timeout written to
+ * .treelockfs/options): seconds are decimal digits with an optional
+ * fraction ("30", "0.5"); whole numbers are decimal digits. No sign,
+ * blank, exponent, hex, inf or nan. These convert S within MIN..MAX into
+ * *OUT, and return 0 or -EINVAL (*OUT unchanged). */
+int config_scan_seconds(const char *s, double min, double max, double *out);
+int config_scan_uint(const char *s, unsigned long min, unsigned long max, unsigned long *out);
+
+/* For backends' validate hooks: convert S (NULL: keep *OUT) by the
+ * functions above, or append an "invalid NAME 'S': ..." problem. Return
+ * whether S was valid. */
 bool config_parse_seconds(struct tl_config *cfg, const char *name, const char *s, double min,
 			  double max, double *out);
 bool config_parse_uint(struct tl_config *cfg, const char *name, const char *s, unsigned long min,
@@ -166,9 +178,22 @@ bool config_parse_uint(struct tl_config *cfg, const char *name, const char *s, u
  * whether *PATH is usable (a problem is appended otherwise). */
 bool config_path_absolute(struct tl_config *cfg, const char *name, char **path);
 
+/* Whether a file with status ST may steer a process running as EUID: a
+ * file it takes options or secrets from (config=, es_password_file,
+ * es_api_key_file) or appends to (hold_log). It must be owned by EUID
+ * (with ROOT_TOO, or by root: for a root process that is one rule, root)
+ * and writable by neither its group nor others: whoever else could
+ * write it could turn on allow_other, point the store elsewhere or
+ * change the credentials. When not, writes why into WHY (SIZE bytes):
+ * "owned by uid N, not root", "owned by uid N, not by uid M or root",
+ * "writable by group or others". This function can't fail. */
+bool config_file_trusted(const struct stat *st, uid_t euid, bool root_too, char *why,
+			 size_t size);
+
 /* Reads the first line of secret file FILE (WHAT names it in problems),
- * refusing a file that group or others may access. Returns a new string
- * or NULL (problem appended). */
+ * refusing a file that group or others may access, or that
+ * config_file_trusted() refuses. Returns a new string or NULL (problem
+ * appended). */
 char *config_read_secret(struct tl_config *cfg, const char *what, const char *file);
 
 /* Appends one formatted problem to cfg->errors, as one line with bytes
@@ -208,7 +233,16 @@ void config_free(struct tl_config *cfg);
 	{"--" name, offsetof(type, field), 1}, {name, offsetof(type, field), 1},                   \
 	{"--no_" name, offsetof(type, field), 0}, {"no_" name, offsetof(type, field), 0}
 
+/* Longest owner= name, in bytes: an owner id "NAME:PID:NONCE" of the es
+ * store (ES_NAME_MAX) and a holder id "NAME#TICKET" (lockstore.h) fit. */
+#define TL_OWNER_MAX 63
+/* Largest max_threads= and max_idle_threads= (libfuse's own limit,
+ * FUSE_LOOP_MT_MAX_THREADS: it ignores a larger value). */
+#define TL_MAX_THREADS 100000
+
 #define TL_DEFAULT_LOCK_TIMEOUT 30.0
+#define TL_LOCK_TIMEOUT_MIN 0.001 /* seconds, also for .treelockfs/options */
+#define TL_LOCK_TIMEOUT_MAX 86400
 #define TL_DEFAULT_ENTRY_TIMEOUT 1.0
 #define TL_DEFAULT_ATTR_TIMEOUT 1.0
 #define TL_DEFAULT_NEGATIVE_TIMEOUT 0.0

@@ -11,13 +11,36 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <unistd.h>
 
+#include "escape.h"
 #include "remount.h"
+
+/* Prints one message "treelockfs: ..." to stderr, escaped (escape.h):
+ * it quotes options and paths as given, which may hold any byte. */
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...)
+{
+	char *msg = NULL, *esc = NULL;
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vasprintf(&msg, fmt, ap);
+	va_end(ap);
+	if (n >= 0)
+		esc = malloc(4 * (size_t)n + 1);
+	if (esc)
+		escape_text(esc, 4 * (size_t)n + 1, msg);
+	fprintf(stderr, "treelockfs: %s\n", esc ? esc : "out of memory");
+	free(esc);
+	free(msg);
+}
 
 /* A list of option tokens. */
 struct toks {
@@ -372,6 +395,26 @@ static int write_changes(const char *mnt, const struct toks *changes, const stru
 	return err;
 }
 
+/* Says that the daemon refused CHANGES (those not in DAEMON already)
+ * in a remount of MNT, with error ERR. */
+static void say_refused(const struct toks *changes, const struct toks *daemon, const char *mnt,
+			int err)
+{
+	char *list = NULL;
+	size_t len = 0, i;
+	FILE *f = open_memstream(&list, &len);
+
+	for (i = 0; f && i < changes->n; i++)
+		if (!toks_has(daemon, changes->v[i]))
+			fprintf(f, " '%s'", changes->v[i]);
+	if (f && fclose(f) == 0)
+		say("cannot change%s in a remount of '%s': %s", list, mnt, strerror(err));
+	else
+		say("cannot change lock_timeout or log_level in a remount of '%s': %s", mnt,
+		    strerror(err));
+	free(list);
+}
+
 int remount_run(int argc, char *argv[])
 {
 	struct mount_now now = {0};
@@ -379,19 +422,19 @@ int remount_run(int argc, char *argv[])
 	const char *arg = NULL;
 	char mnt[PATH_MAX];
 	unsigned long flags = 0, was = 0;
-	int err, refused = 0, ret = 1;
+	int err, refused = 0, garbled = 0, ret = 1;
 	size_t i;
 
 	if (toks_of_argv(argc, argv, &given, &arg) != 0) {
-		fprintf(stderr, "treelockfs: out of memory\n");
+		say("out of memory");
 		goto out;
 	}
 	if (!arg) {
-		fprintf(stderr, "treelockfs: remount: missing MOUNTPOINT\n");
+		say("remount: missing MOUNTPOINT");
 		goto out;
 	}
 	if (!realpath(arg, mnt)) {
-		fprintf(stderr, "treelockfs: cannot remount '%s': %s\n", arg, strerror(errno));
+		say("cannot remount '%s': %s", arg, strerror(errno));
 		goto out;
 	}
 	err = mount_now_find(mnt, &now);
@@ -400,8 +443,8 @@ int remount_run(int argc, char *argv[])
 	if (err == 0)
 		err = daemon_options(mnt, &daemon);
 	if (err) {
-		fprintf(stderr, "treelockfs: cannot remount '%s': %s\n", mnt,
-			err == -ENOMEM ? strerror(ENOMEM) : "not a treelockfs mount");
+		say("cannot remount '%s': %s", mnt,
+		    err == -ENOMEM ? strerror(ENOMEM) : "not a treelockfs mount");
 		goto out;
 	}
 	/* mount(8) hands over every flag the mount is to have (those it has,
@@ -412,10 +455,18 @@ int remount_run(int argc, char *argv[])
 	for (i = 0; i < given.n; i++) {
 		const char *s = given.v[i];
 
+		/* one option is one line of .treelockfs/options: a newline
+		 * would make two ("lock_timeout=5\nlog_level=debug") */
+		if (escape_has_control(s, strlen(s))) {
+			say("cannot change '%s' in a remount of '%s': a control character in "
+			    "the option", s, mnt);
+			garbled++;
+			continue;
+		}
 		if (changeable(s)) {
 			/* the last one counts, as in a mount */
 			if (toks_set(&changes, s) != 0) {
-				fprintf(stderr, "treelockfs: out of memory\n");
+				say("out of memory");
 				goto out;
 			}
 			continue;
@@ -423,9 +474,8 @@ int remount_run(int argc, char *argv[])
 		if (vfs_flag(s, &flags) || bookkeeping(s) || toks_has(&daemon, s))
 			continue;
 		if (strcmp(s, "strictatime") == 0) {
-			fprintf(stderr, "treelockfs: cannot honour 'strictatime' in a remount of "
-					"'%s': reads through the mount update atime as BACKING's own "
-					"mount does\n", mnt);
+			say("cannot honour 'strictatime' in a remount of '%s': reads through the "
+			    "mount update atime as BACKING's own mount does", mnt);
 			refused++;
 			continue;
 		}
@@ -436,7 +486,7 @@ int remount_run(int argc, char *argv[])
 		if (strncmp(s, "subtype=", 8) == 0 && strncmp(now.fstype, "fuse.", 5) == 0 &&
 		    strcmp(s + 8, now.fstype + 5) == 0)
 			continue;
-		fprintf(stderr, "treelockfs: cannot change '%s' in a remount of '%s'\n", s, mnt);
+		say("cannot change '%s' in a remount of '%s'", s, mnt);
 		refused++;
 	}
 	/* the daemon opens BACKING's files with O_NOATIME by these; without
@@ -447,17 +497,17 @@ int remount_run(int argc, char *argv[])
 		unsigned long f = i == 0 ? MS_NOATIME : MS_NODIRATIME;
 
 		if ((flags & f) != (was & f)) {
-			fprintf(stderr, "treelockfs: cannot turn %s '%s' in a remount of '%s'\n",
-				flags & f ? "on" : "off", i == 0 ? "noatime" : "nodiratime", mnt);
+			say("cannot turn %s '%s' in a remount of '%s'", flags & f ? "on" : "off",
+			    i == 0 ? "noatime" : "nodiratime", mnt);
 			refused++;
 		}
 	}
-	if (refused) {
-		fprintf(stderr, "treelockfs: these are fixed while mounted: unmount and mount "
-				"again; a remount changes ro, rw, nosuid, nodev, noexec, sync, "
-				"dirsync, lazytime, nosymfollow, lock_timeout and log_level\n");
+	if (refused)
+		say("these are fixed while mounted: unmount and mount again; a remount changes "
+		    "ro, rw, nosuid, nodev, noexec, sync, dirsync, lazytime, nosymfollow, "
+		    "lock_timeout and log_level");
+	if (refused || garbled)
 		goto out;
-	}
 	/* the changes go through the options file, which a read-only mount
 	 * does not let be written: written before the flags, unless the
 	 * mount is read-only until the flags make it writable; the daemon
@@ -465,21 +515,20 @@ int remount_run(int argc, char *argv[])
 	if (!(was & MS_RDONLY) || (flags & MS_RDONLY)) {
 		err = write_changes(mnt, &changes, &daemon);
 		if (err == -EROFS)
-			fprintf(stderr, "treelockfs: a read-only mount changes lock_timeout and "
-					"log_level only in a remount that makes it rw\n");
+			say("a read-only mount changes lock_timeout and log_level only in a "
+			    "remount that makes it rw");
 		if (err)
 			goto out_refused;
 	}
 	if (mount(now.source, mnt, NULL, MS_REMOUNT | flags, NULL) == -1) {
-		fprintf(stderr, "treelockfs: cannot remount '%s': %s\n", mnt, strerror(errno));
+		say("cannot remount '%s': %s", mnt, strerror(errno));
 		goto out;
 	}
 	if ((was & MS_RDONLY) && !(flags & MS_RDONLY)) {
 		err = write_changes(mnt, &changes, &daemon);
 		if (err) {
 			if (mount(now.source, mnt, NULL, MS_REMOUNT | was, NULL) == -1)
-				fprintf(stderr, "treelockfs: cannot make '%s' read-only again: %s\n",
-					mnt, strerror(errno));
+				say("cannot make '%s' read-only again: %s", mnt, strerror(errno));
 			goto out_refused;
 		}
 	}
@@ -487,11 +536,7 @@ int remount_run(int argc, char *argv[])
 	goto out;
 
 out_refused:
-	fputs("treelockfs: cannot change", stderr);
-	for (i = 0; i < changes.n; i++)
-		if (!toks_has(&daemon, changes.v[i]))
-			fprintf(stderr, " '%s'", changes.v[i]);
-	fprintf(stderr, " in a remount of '%s': %s\n", mnt, strerror(-err));
+	say_refused(&changes, &daemon, mnt, -err);
 out:
 	mount_now_free(&now);
 	toks_free(&given);

@@ -13,8 +13,10 @@
  * FUSE options that differ from what the mount has (the daemon's own are
  * in MOUNTPOINT/.treelockfs/options), noatime and nodiratime turned on or
  * off (the daemon opens BACKING's files with O_NOATIME by them), and
- * strictatime. All or nothing: a refused option or value changes
- * nothing.
+ * strictatime, and any option that holds a control character (a newline
+ * would make one option two lines of the options file). All or nothing:
+ * a refused option or value changes nothing. Messages escape what they
+ * quote (escape.h).
  */
 #ifndef TREELOCKFS_REMOUNT_H
 #define TREELOCKFS_REMOUNT_H

@@ -36,6 +36,9 @@
 #include "remount.h"
 #include "mountchain.h"
 
+/* lockmgr keeps owner= whole (options.h) */
+_Static_assert(sizeof(((struct lockmgr *)0)->owner) > TL_OWNER_MAX, "owner= must fit lockmgr");
+
 /* configure found FUSE passthrough in the libfuse it links */
 #ifdef HAVE_FUSE_PASSTHROUGH
 #define TL_HAVE_PASSTHROUGH 1
@@ -137,6 +140,7 @@ static void check_mount_cycle(struct tl_config *cfg, struct tlfs *fs, const char
  * (O_NONBLOCK). Returns the fd, or -1 with the problem appended to CFG. */
 static int open_hold_log(struct tl_config *cfg, const char *file)
 {
+	char why[96];
 	struct stat st;
 	int fd;
 
@@ -156,9 +160,9 @@ static int open_hold_log(struct tl_config *cfg, const char *file)
 		config_error(cfg, "cannot use hold_log '%s': not a regular file", file);
 		goto out_close;
 	}
-	if (st.st_uid != geteuid()) {
-		config_error(cfg, "cannot use hold_log '%s': owned by uid %u, not by this daemon's "
-				  "uid %u", file, (unsigned)st.st_uid, (unsigned)geteuid());
+	/* the daemon's own: not root's for a daemon that is not root */
+	if (!config_file_trusted(&st, geteuid(), false, why, sizeof(why))) {
+		config_error(cfg, "cannot use hold_log '%s': %s", file, why);
 		goto out_close;
 	}
 	if (st.st_mode & 077) {
@@ -551,10 +555,13 @@ int main(int argc, char *argv[])
 		if (!loop_cfg)
 			goto out_signals;
 		fuse_loop_cfg_set_clone_fd(loop_cfg, (unsigned)opts.clone_fd);
-		/* UINT_MAX: not given; libfuse 3.14 would warn "Ignoring invalid max threads" */
+		/* UINT_MAX: not given; libfuse 3.14 would warn "Ignoring invalid max threads";
+		 * a value given was checked (options.c: 0 to TL_MAX_THREADS) */
 		if (opts.max_idle_threads != UINT_MAX)
 			fuse_loop_cfg_set_idle_threads(loop_cfg, opts.max_idle_threads);
-		if (opts.max_threads && opts.max_threads <= 100000)
+		/* 1 to TL_MAX_THREADS when given (options.c); 0: a libfuse
+		 * without a default */
+		if (opts.max_threads && opts.max_threads <= TL_MAX_THREADS)
 			fuse_loop_cfg_set_max_threads(loop_cfg, opts.max_threads);
 		err = fuse_session_loop_mt(se, loop_cfg);
 		fuse_loop_cfg_destroy(loop_cfg);

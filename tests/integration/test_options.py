@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import BIN, is_mounted
+from conftest import BIN, detach, is_mounted
 
 
 def run(args, timeout=20):
@@ -159,3 +159,43 @@ def test_options__hold_log_records_each_rename_on_the_monotonic_clock(mount_fact
     # a file that cannot be opened stops the mount at start
     r = run(["--hold_log=" + str(tmp_path / "no" / "such"), str(tmp_path), m.mnt + "x", "-f"])
     assert r.returncode != 0
+
+
+LAX = {
+    "hex": ("lock_timeout=0x10", "invalid lock_timeout '0x10': expected decimal seconds"),
+    "exponent": ("entry_timeout=1e-1", "invalid entry_timeout '1e-1'"),
+    "sign": ("rename_delay_ms=+5", "invalid rename_delay_ms '+5'"),
+    "no_config": ("config=", "invalid config '': expected a file name"),
+    "threads_0": ("max_threads=0",
+                  "invalid max_threads '0': expected a whole number from 1 to 100000"),
+    "threads_-1": ("max_threads=-1", "invalid max_threads '-1'"),
+    "threads_1e8": ("max_threads=100000000", "invalid max_threads '100000000'"),
+    "long_owner": ("owner=" + "o" * 70000,
+                   "invalid owner '%s...': longer than 63 bytes" % ("o" * 32)),
+    "owner_hash": ("owner=a#1", "invalid owner 'a#1'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LAX))
+def test_options__lax_values_are_refused_by_name(dirs, case):
+    """Refused before mounting; started without -f, so that a build that
+    accepts the value mounts in the background and is unmounted here."""
+    opt, want = LAX[case]
+    b, m = dirs
+    try:
+        r = run([b, m, "-o", opt])
+        assert r.returncode == 1
+        assert want in r.stderr, r.stderr[:2000]
+        assert len(r.stderr) < 2000  # a long value is not echoed whole
+        assert not is_mounted(m)
+    finally:
+        detach(m)
+
+
+def test_options__plain_values_at_their_bounds_mount(mount_factory):
+    m = mount_factory(opts=["lock_timeout=0.5", "max_threads=100000", "max_idle_threads=0",
+                            "owner=" + "o" * 63])
+    assert m.ctl("options").splitlines()[0] == "lock_timeout=0.5"
+    os.mkdir(m.path("a"))
+    os.rename(m.path("a"), m.path("b"))
+    assert m.stats()["renames"] == 1

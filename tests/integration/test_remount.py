@@ -178,6 +178,78 @@ def test_remount__options_file_lists_what_the_mount_was_given(mount_factory):
     assert m.ctl("options").splitlines() == ["lock_timeout=5", "attr_timeout=0.5"]
 
 
+def test_remount__value_with_a_control_character_is_refused_whole(helper, tree):
+    """A newline in a value would make two lines of .treelockfs/options,
+    two options; any control character refuses the remount, changing
+    nothing, and the message shows it escaped."""
+    mount("-t", "fuse.treelockfs", tree["backing"], tree["mnt"], "-o",
+          "lock_timeout=5,log_level=notice")
+    opts_path = os.path.join(tree["mnt"], ".treelockfs", "options")
+    with open(opts_path) as f:
+        before = f.read()
+    for opt, shown in (("lock_timeout=7\nlog_level=debug", "lock_timeout=7\\x0alog_level=debug"),
+                       ("log_level=debug\x1b[2J", "log_level=debug\\x1b[2J"),
+                       ("fsname=a\rlock_timeout=9", "fsname=a\\x0dlock_timeout=9")):
+        res = mount("-o", "remount,ro," + opt, tree["mnt"], check=False)
+        err = res.stderr.decode("utf-8", "replace")
+        assert res.returncode != 0, err
+        assert "cannot change '%s' in a remount of '%s': a control character in the option" \
+            % (shown, tree["mnt"]) in err, err
+        assert "\x1b" not in err and "\r" not in err, err
+        assert all(line.startswith(("treelockfs:", "mount")) for line in err.splitlines()), err
+        assert mountinfo(tree["mnt"])[2].split(",")[0] == "rw"  # nor the flags
+        with open(opts_path) as f:
+            assert f.read() == before
+    assert try_write(os.path.join(tree["mnt"], "f")) == 0
+    unmount(tree["mnt"])
+
+
+def test_remount__options_file_refuses_nul_and_garbage(mount_factory):
+    """What is not "name=value" lines is refused whole with EINVAL, and the
+    log says why; the options stay as they were."""
+    m = mount_factory(opts=["lock_timeout=5", "log_level=notice"])
+    opts = m.path(".treelockfs", "options")
+    before = m.ctl("options")
+    bad = {
+        b"\0": "a NUL byte at byte 0 of the write",
+        b"lock_timeout=2\0junk\n": "a NUL byte at byte 14 of the write",
+        b"log_level=debug\n\0": "a NUL byte at byte 16 of the write",
+        b"\n": "cannot change options while mounted: expected name=value lines",
+        b"lock_timeout=2\r\n": "cannot change 'lock_timeout=2\\x0d' while mounted: "
+                                "a control character in the line",
+        b"log_level=debug\x1b[2J\n": "cannot change 'log_level=debug\\x1b[2J' while mounted: "
+                                     "a control character in the line",
+        b"garbage\n": "cannot change 'garbage' while mounted: expected name=value",
+        b"=5\n": "cannot change '=5' while mounted: expected name=value",
+        b"lock_timeout=0x10\n": "cannot change 'lock_timeout=0x10' while mounted: expected "
+                                "decimal seconds from 0.001 to 86400",
+        b"lock_timeout=1e1\n": "cannot change 'lock_timeout=1e1' while mounted",
+        b"log_level=loud\n": "cannot change 'log_level=loud' while mounted: expected err, "
+                             "warning, notice, info or debug",
+        b"lock_scope=namespace\n": "cannot change 'lock_scope=namespace' while mounted: only "
+                                   "lock_timeout and log_level change while mounted",
+        b"log_level=debug\nlock_timeout=x\n": "cannot change 'lock_timeout=x' while mounted",
+    }
+    for data in bad:
+        fd = os.open(opts, os.O_WRONLY)
+        try:
+            assert errno_of(lambda: os.write(fd, data)) == errno.EINVAL, data
+        finally:
+            os.close(fd)
+        assert m.ctl("options") == before, data
+    fd = os.open(opts, os.O_WRONLY)
+    try:
+        assert os.write(fd, b"log_level=info\n") == 15
+    finally:
+        os.close(fd)
+    assert "log_level=info" in m.ctl("options").splitlines()
+    m.stop()
+    log = m.log()
+    for data, why in bad.items():
+        assert why in log, (data, why, log)
+    assert "\x1b" not in log and "\r" not in log
+
+
 # ---- atime ------------------------------------------------------------------------------------
 
 

@@ -194,6 +194,69 @@ def test_start_checks__command_line_bytes_are_escaped_in_libfuse_messages(dirs):
     assert _bytes_ok(r.stderr), r.stderr
 
 
+# ---- files others could write: config=, es_password_file, es_api_key_file ---------------------
+
+def _planted(tmp_path, name, text, how):
+    """File NAME in a 1777 directory, as another user or a slip left it."""
+    if not (tmp_path / "shared").exists():
+        _shared_dir(tmp_path)
+    path = tmp_path / "shared" / name
+    path.write_text(text)
+    os.chmod(path, {"nobody": 0o600, "group-writable": 0o620, "world-writable": 0o602,
+                    "root": 0o600}[how])
+    if how == "nobody":
+        os.chown(path, NOBODY, NOBODY)
+    return str(path)
+
+
+WHY = {"nobody": "owned by uid %d, not root" % NOBODY,
+       "group-writable": "writable by group or others",
+       "world-writable": "writable by group or others"}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the rule of a root daemon; files of nobody")
+@pytest.mark.parametrize("how", sorted(WHY))
+def test_start_checks__config_file_others_could_write_is_refused(dirs, tmp_path, how):
+    """Another user's config file (or one others may write) could turn
+    on allow_other or point the store elsewhere: a root daemon refuses it,
+    naming the file and why; its own mounts."""
+    b, m = dirs
+    conf = _planted(tmp_path, "c.conf", "allow_other\nlock_timeout = 5\n", how)
+    r = run_refused([b, m, "-f", "--config=" + conf], m)
+    assert r.returncode == 1, r.stderr
+    assert "cannot use config file '%s': %s" % (conf, WHY[how]) in r.stderr, r.stderr
+    good = _planted(tmp_path, "good.conf", "lock_timeout = 5\n", "root")
+    mnt = Mount(b, m, args=["--config=" + good]).start()
+    mnt.stop()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the rule of a root daemon; files of nobody")
+@pytest.mark.parametrize("option", ["es_password_file", "es_api_key_file"])
+def test_start_checks__secret_file_of_another_user_is_refused(dirs, tmp_path, option):
+    b, m = dirs
+    secret = _planted(tmp_path, "secret", "id:s3cr3t-xyzzy\n", "nobody")
+    opts = "lock_store=es,es_url=http://127.0.0.1:9,es_allow_insecure=1,es_start_timeout=0," \
+        + ("es_user=u," if option == "es_password_file" else "") + option + "=" + secret
+    r = run_refused([b, m, "-f", "-o", opts], m)
+    assert r.returncode == 1, r.stderr
+    assert "cannot use %s '%s': owned by uid %d, not root" % (option, secret, NOBODY) \
+        in r.stderr, r.stderr
+    assert "s3cr3t" not in r.stdout + r.stderr
+
+
+@pytest.mark.nofuse
+@pytest.mark.skipif(os.geteuid() != 0, reason="the rule of a root process; files of nobody")
+def test_start_checks__treelockctl_refuses_config_file_of_another_user(tmp_path):
+    from conftest import CTL
+    conf = _planted(tmp_path, "c.conf", "es_url = http://127.0.0.1:9\n", "nobody")
+    r = subprocess.run(["timeout", "60", CTL, "--config=" + conf, "--es_timeout_ms=200",
+                        "--es_start_timeout=0", "check"],
+                       capture_output=True, text=True, env=dict(os.environ, LC_ALL="C"))
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "cannot use config file '%s': owned by uid %d, not root" % (conf, NOBODY) \
+        in r.stderr, r.stderr
+
+
 # ---- mounts that would serve each other -------------------------------------------------------
 
 @pytest.mark.parametrize("depth", [2, 3])

@@ -238,6 +238,22 @@ START_TEST(test_escape__buf_reports_its_cap)
 }
 END_TEST
 
+START_TEST(test_escape__has_control)
+{
+	/* what escape_text() writes as \xHH because it is a control */
+	ck_assert(escape_has_control("a\nb", 3));
+	ck_assert(escape_has_control("\t", 1));
+	ck_assert(escape_has_control("a\x7f", 2));
+	ck_assert(escape_has_control("a\xc2\x85", 3)); /* NEL */
+	ck_assert(escape_has_control("a\0b", 3));      /* a NUL within LEN */
+	ck_assert(!escape_has_control("lock_timeout=5 x", 16));
+	ck_assert(!escape_has_control("b\xc3\xbchne\xc2\xa0", 8));
+	ck_assert(!escape_has_control("\xff\xfe", 2)); /* not UTF-8: no control */
+	ck_assert(!escape_has_control("\xc2", 1));     /* cut before its second byte */
+	ck_assert(!escape_has_control("a\nb", 1));     /* only LEN bytes */
+}
+END_TEST
+
 Suite *make_suite_escape(void)
 {
 	Suite *s = suite_create("escape");
@@ -252,6 +268,7 @@ Suite *make_suite_escape(void)
 	tcase_add_test(tc, test_escape__every_output_writes_the_same);
 	tcase_add_test(tc, test_escape__decodes_back_to_every_byte);
 	tcase_add_test(tc, test_escape__buf_reports_its_cap);
+	tcase_add_test(tc, test_escape__has_control);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -494,6 +494,275 @@ START_TEST(test_options__noatime_from_a_config_file)
 }
 END_TEST
 
+/* Parses "-o OPT" (or, with CTL, as treelockctl) afresh and validates;
+ * returns whether OPT passed. */
+static bool opt_passes(bool ctl, const char *opt)
+{
+	const char *argv[] = {"-o", opt, "/b", "/m", NULL};
+	const char *ctl_argv[] = {"-o", opt, "check", NULL};
+
+	reset();
+	parse(ctl, ctl ? ctl_argv : argv);
+	return config_validate(&cfg) == 0;
+}
+
+/* "-o OPT" is refused with a problem that contains WANT. */
+static void opt_refused(bool ctl, const char *opt, const char *want)
+{
+	ck_assert_msg(!opt_passes(ctl, opt), "'%.80s' was accepted", opt);
+	ck_assert_msg(strstr(cfg.errors, want), "'%.80s': no '%s' in: %.300s", opt, want,
+		      cfg.errors);
+}
+
+START_TEST(test_options__numbers_are_plain_decimal)
+{
+	/* every option that takes a number, one parser: seconds, then
+	 * whole numbers */
+	static const char *const seconds[] = {"lock_timeout", "entry_timeout", "attr_timeout",
+					      "negative_timeout", "lease_ttl"};
+	static const char *const wholes[] = {"rename_delay_ms", "metrics_interval",
+					     "export_remember", "lock_waiters",
+					     "lock_waiters_per_user", "es_timeout_ms",
+					     "es_start_timeout", "es_inflight", "max_threads",
+					     "max_idle_threads", "max_read", "blksize"};
+	static const char *const bad_seconds[] = {"0x10", "0X1p4", "1e3", "2E0", "inf", "nan",
+						  "infinity", " 5", "5 ", "+5", "-0", ".5", "5.",
+						  "5..0", "5:5", "", "5s", "1\n"};
+	static const char *const bad_wholes[] = {"0x10", "1e3", " 5", "5 ", "+5", "-1", "-0",
+						 "2.0", "", "5x", "18446744073709551617"};
+	char opt[128], want[128];
+	size_t i, j;
+
+	for (i = 0; i < sizeof(seconds) / sizeof(seconds[0]); i++) {
+		for (j = 0; j < sizeof(bad_seconds) / sizeof(bad_seconds[0]); j++) {
+			snprintf(opt, sizeof(opt), "%s=%s", seconds[i], bad_seconds[j]);
+			snprintf(want, sizeof(want), "invalid %s '", seconds[i]);
+			opt_refused(false, opt, want);
+		}
+		snprintf(opt, sizeof(opt), "%s=2.50", seconds[i]);
+		ck_assert_msg(opt_passes(false, opt), "%s: %s", opt, cfg.errors);
+		snprintf(opt, sizeof(opt), "%s=0010", seconds[i]);
+		ck_assert_msg(opt_passes(false, opt), "%s: %s", opt, cfg.errors);
+	}
+	ck_assert(opt_passes(false, "lock_timeout=0.25"));
+	ck_assert_double_eq(cfg.lock_timeout, 0.25);
+	for (i = 0; i < sizeof(wholes) / sizeof(wholes[0]); i++) {
+		for (j = 0; j < sizeof(bad_wholes) / sizeof(bad_wholes[0]); j++) {
+			snprintf(opt, sizeof(opt), "%s=%s", wholes[i], bad_wholes[j]);
+			snprintf(want, sizeof(want), "invalid %s '", wholes[i]);
+			opt_refused(false, opt, want);
+		}
+		snprintf(opt, sizeof(opt), "%s=2", wholes[i]);
+		ck_assert_msg(opt_passes(false, opt), "%s: %s", opt, cfg.errors);
+	}
+	/* log_level's numbers too */
+	opt_refused(false, "log_level=+5", "invalid log_level '+5'");
+	opt_refused(false, "log_level= 5", "invalid log_level ' 5'");
+	opt_refused(false, "log_level=05", "invalid log_level '05'");
+	ck_assert(opt_passes(false, "log_level=5"));
+	ck_assert_int_eq(cfg.log_level, 5);
+	/* treelockctl reads the same options */
+	opt_refused(true, "lock_timeout=0x10", "invalid lock_timeout '0x10'");
+}
+END_TEST
+
+START_TEST(test_options__max_threads_within_what_libfuse_takes)
+{
+	char *file = write_file("t.conf", "max_threads = 0\nmax_idle_threads = 7\n", 0644);
+	char *opt;
+	const char *argv[] = {NULL, "/b", "/m", NULL};
+
+	opt_refused(false, "max_threads=0", "invalid max_threads '0': expected a whole number "
+					    "from 1 to 100000");
+	opt_refused(false, "max_threads=-1", "invalid max_threads '-1'");
+	opt_refused(false, "max_threads=100000000", "invalid max_threads '100000000'");
+	opt_refused(false, "max_threads=100001", "invalid max_threads '100001'");
+	opt_refused(false, "max_idle_threads=100001", "invalid max_idle_threads '100001'");
+	ck_assert(opt_passes(false, "max_threads=100000"));
+	ck_assert(opt_passes(false, "max_threads=1,max_idle_threads=0"));
+	/* left for libfuse, which applies it */
+	ck_assert(args_have("max_threads=1"));
+	/* in a config file, naming its line */
+	ck_assert_int_ge(asprintf(&opt, "--config=%s", file), 0);
+	argv[0] = opt;
+	reset();
+	parse(false, argv);
+	ck_assert_int_eq(config_validate(&cfg), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "line 1: invalid max_threads '0'"));
+	ck_assert_ptr_null(strstr(cfg.errors, "line 2"));
+	/* reported once */
+	ck_assert_ptr_null(strstr(strstr(cfg.errors, "max_threads '0'") + 1, "max_threads '0'"));
+	free(opt);
+	free(file);
+}
+END_TEST
+
+START_TEST(test_options__config_needs_a_file)
+{
+	const char *dashes[] = {"--config=", "/b", "/m", NULL};
+	const char *two[] = {"--config", "", "/b", "/m", NULL};
+
+	opt_refused(false, "config=", "invalid config '': expected a file name");
+	opt_refused(true, "config=", "invalid config '': expected a file name");
+	reset();
+	parse(false, dashes);
+	ck_assert_int_eq(config_validate(&cfg), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "invalid config '': expected a file name"));
+	reset();
+	parse(false, two);
+	ck_assert_int_eq(config_validate(&cfg), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "invalid config '': expected a file name"));
+}
+END_TEST
+
+START_TEST(test_options__owner_is_a_short_name)
+{
+	char *huge = malloc(70000 + 7), opt[128];
+
+	ck_assert_ptr_nonnull(huge);
+	strcpy(huge, "owner=");
+	memset(huge + 6, 'a', 70000);
+	huge[70006] = '\0';
+	/* for every store: the name is in every holder id */
+	opt_refused(false, huge, "invalid owner 'aaaa");
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "longer than 63 bytes"));
+	ck_assert_uint_lt(strlen(cfg.errors), 200); /* not echoed whole */
+	huge[6 + 64] = '\0';
+	opt_refused(false, huge, "longer than 63 bytes");
+	huge[6 + 63] = '\0';
+	ck_assert_msg(opt_passes(false, huge), "%s", cfg.errors);
+	ck_assert_uint_eq(strlen(cfg.owner), 63);
+	opt_refused(false, "owner=", "invalid owner '': expected a name");
+	opt_refused(false, "owner=a#b", "invalid owner 'a#b': expected a name without blanks, "
+					"control characters or '#'");
+	opt_refused(false, "owner=a b", "invalid owner 'a b'");
+	opt_refused(false, "owner=a\tb", "invalid owner 'a\\x09b'");
+	opt_refused(false, "owner=a\x7f", "invalid owner 'a\\x7f'");
+	opt_refused(false, "owner=a\xc2\x85", "invalid owner 'a\\xc2\\x85'"); /* C1 NEL */
+	opt_refused(false, "owner=a\xff", "invalid owner 'a\\xff'");
+	opt_refused(true, "owner=a#b", "invalid owner 'a#b'");
+	snprintf(opt, sizeof(opt), "lock_store=es,es_url=http://x:9200,%s", "owner=a b");
+	opt_refused(false, opt, "invalid owner 'a b'");
+	ck_assert(opt_passes(false, "owner=build-7.example.org"));
+	ck_assert(opt_passes(false, "owner=b\xc3\xbchne")); /* UTF-8 text */
+	free(huge);
+}
+END_TEST
+
+START_TEST(test_options__file_trust_rule)
+{
+	struct stat st = {.st_mode = S_IFREG | 0644, .st_uid = 0};
+	char why[96];
+
+	/* a root process: root's files only */
+	ck_assert(config_file_trusted(&st, 0, true, why, sizeof(why)));
+	st.st_uid = 1000;
+	ck_assert(!config_file_trusted(&st, 0, true, why, sizeof(why)));
+	ck_assert_str_eq(why, "owned by uid 1000, not root");
+	/* another user's process: its own or root's */
+	ck_assert(config_file_trusted(&st, 1000, true, why, sizeof(why)));
+	st.st_uid = 0;
+	ck_assert(config_file_trusted(&st, 1000, true, why, sizeof(why)));
+	ck_assert(!config_file_trusted(&st, 1000, false, why, sizeof(why)));
+	ck_assert_str_eq(why, "owned by uid 0, not by uid 1000");
+	st.st_uid = 1001;
+	ck_assert(!config_file_trusted(&st, 1000, true, why, sizeof(why)));
+	ck_assert_str_eq(why, "owned by uid 1001, not by uid 1000 or root");
+	/* writable by others than the owner: never */
+	st.st_uid = 0;
+	st.st_mode = S_IFREG | 0664;
+	ck_assert(!config_file_trusted(&st, 0, true, why, sizeof(why)));
+	ck_assert_str_eq(why, "writable by group or others");
+	st.st_mode = S_IFREG | 0602;
+	ck_assert(!config_file_trusted(&st, 0, true, why, sizeof(why)));
+	ck_assert_str_eq(why, "writable by group or others");
+	st.st_mode = S_IFREG | 0444;
+	ck_assert(config_file_trusted(&st, 0, true, why, sizeof(why)));
+}
+END_TEST
+
+/* Config file NAME with MODE, given to UID (when root), parsed for the
+ * mount or CTL: returns the problems (or NULL). */
+static const char *parse_config_as(bool ctl, const char *name, mode_t mode, uid_t uid)
+{
+	char *file = write_file(name, "lock_timeout = 7\nallow_other\n", mode);
+	char *opt;
+	const char *argv[] = {NULL, "/b", "/m", NULL};
+
+	ck_assert_int_eq(chown(file, uid, uid), 0);
+	ck_assert_int_ge(asprintf(&opt, "--config=%s", file), 0);
+	argv[0] = opt;
+	reset();
+	parse(ctl, argv);
+	config_validate(&cfg);
+	free(opt);
+	free(file);
+	return cfg.errors;
+}
+
+START_TEST(test_options__config_file_others_could_write_is_refused)
+{
+	const char *err;
+	char want[256];
+	int ctl;
+
+	if (geteuid() != 0)
+		return; /* files of another owner need root */
+	for (ctl = 0; ctl < 2; ctl++) {
+		err = parse_config_as(ctl, "nobody.conf", 0644, 65534);
+		ck_assert_ptr_nonnull(err);
+		snprintf(want, sizeof(want),
+			 "cannot use config file '%s/nobody.conf': owned by uid 65534, not root",
+			 tmpdir);
+		ck_assert_msg(strstr(err, want), "%s", err);
+		ck_assert_int_eq(cfg.allow_other, 0); /* nothing of it was used */
+		ck_assert_double_eq(cfg.lock_timeout, 30.0);
+		err = parse_config_as(ctl, "group.conf", 0664, 0);
+		ck_assert_ptr_nonnull(err);
+		ck_assert_ptr_nonnull(strstr(err, "group.conf': writable by group or others"));
+		err = parse_config_as(ctl, "others.conf", 0646, 0);
+		ck_assert_ptr_nonnull(err);
+		ck_assert_ptr_nonnull(strstr(err, "others.conf': writable by group or others"));
+		/* root's, readable by all: fine */
+		ck_assert_ptr_null(parse_config_as(ctl, "good.conf", 0644, 0));
+		ck_assert_double_eq(cfg.lock_timeout, 7.0);
+	}
+}
+END_TEST
+
+START_TEST(test_options__secret_file_of_another_owner_is_refused)
+{
+	char *theirs = write_file("pw-nobody", "sekrit\n", 0600);
+	char *key = write_file("key-nobody", "id:sekrit\n", 0600);
+
+	if (geteuid() != 0)
+		goto out; /* files of another owner need root */
+	ck_assert_int_eq(chown(theirs, 65534, 65534), 0);
+	ck_assert_int_eq(chown(key, 65534, 65534), 0);
+	cfg.lock_store = TL_STORE_ES; /* secrets are the selected store's */
+	es_opts(&cfg)->user = strdup("u");
+	es_opts(&cfg)->password_file = strdup(theirs);
+	ck_assert_int_eq(config_load_secrets(&cfg), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "cannot use es_password_file '"));
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "pw-nobody': owned by uid 65534, not root"));
+	ck_assert_ptr_null(strstr(cfg.errors, "sekrit"));
+	ck_assert_ptr_null(es_opts(&cfg)->password);
+	free(cfg.errors);
+	cfg.errors = NULL;
+	free(es_opts(&cfg)->user);
+	es_opts(&cfg)->user = NULL;
+	free(es_opts(&cfg)->password_file);
+	es_opts(&cfg)->password_file = NULL;
+	es_opts(&cfg)->api_key_file = strdup(key);
+	ck_assert_int_eq(config_load_secrets(&cfg), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "key-nobody': owned by uid 65534, not root"));
+	ck_assert_ptr_null(es_opts(&cfg)->api_key);
+out:
+	free(theirs);
+	free(key);
+}
+END_TEST
+
 Suite *make_suite_options(void)
 {
 	Suite *s = suite_create("options");
@@ -520,6 +789,13 @@ Suite *make_suite_options(void)
 	tcase_add_test(tc, test_options__noatime_from_a_config_file);
 	tcase_add_test(tc, test_options__es_cacert_made_absolute);
 	tcase_add_test(tc, test_options__lock_store_names_the_backends);
+	tcase_add_test(tc, test_options__numbers_are_plain_decimal);
+	tcase_add_test(tc, test_options__max_threads_within_what_libfuse_takes);
+	tcase_add_test(tc, test_options__config_needs_a_file);
+	tcase_add_test(tc, test_options__owner_is_a_short_name);
+	tcase_add_test(tc, test_options__file_trust_rule);
+	tcase_add_test(tc, test_options__config_file_others_could_write_is_refused);
+	tcase_add_test(tc, test_options__secret_file_of_another_owner_is_refused);
 	suite_add_tcase(s, tc);
 	return s;
 }
