@@ -603,8 +603,13 @@ static void pruner_kick(struct tlfs *fs)
 
 void inode_pruner_init(struct tlfs *fs, const struct fuse_conn_info *conn)
 {
-	fs->pruner.no_prune = conn->proto_major < 7 ||
+	fs->pruner.no_prune = fs->cfg->inode_prune == TL_PRUNE_NAMES || conn->proto_major < 7 ||
 			      (conn->proto_major == 7 && conn->proto_minor < 45);
+	if (fs->cfg->inode_prune == TL_PRUNE_OFF) {
+		pthread_mutex_lock(&fs->itab_mutex);
+		fs->fd_high = 0;
+		pthread_mutex_unlock(&fs->itab_mutex);
+	}
 }
 
 void inode_note_name(struct tlfs *fs, struct ll_inode *in, struct ll_inode *parent,

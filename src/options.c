@@ -67,6 +67,7 @@ static const struct fuse_opt tl_opts[] = {
 	OPT_STR("attr_timeout", attr_timeout_s),
 	OPT_STR("negative_timeout", negative_timeout_s),
 	OPT_STR("passthrough", passthrough_s),
+	OPT_STR("inode_prune", inode_prune_s),
 	OPT_STR("log_level", log_level_s),
 	OPT_STR("config", config_file),
 	/* "--config FILE", two words, as the man page and --help promise */
@@ -182,6 +183,7 @@ int config_init(struct tl_config *cfg)
 	cfg->lock_strategy_s = strdup("tree");
 	cfg->lock_scope_s = strdup("rename");
 	cfg->passthrough_s = strdup("auto");
+	cfg->inode_prune_s = strdup("auto");
 	if (gethostname(host, sizeof(host)) != 0)
 		strcpy(host, "localhost");
 	host[TL_OWNER_MAX] = '\0'; /* a default always fits (validate_owner()) */
@@ -197,7 +199,7 @@ int config_init(struct tl_config *cfg)
 	cfg->lock_waiters = LOCKWAIT_DEFAULT_TOTAL;
 	cfg->lock_waiters_per_user = LOCKWAIT_DEFAULT_PER_USER;
 	if (!cfg->lock_store_s || !cfg->lock_strategy_s || !cfg->lock_scope_s || !cfg->owner ||
-	    !cfg->passthrough_s)
+	    !cfg->passthrough_s || !cfg->inode_prune_s)
 		return -ENOMEM;
 	for (i = 0; i < TL_STORE_COUNT; i++) {
 		const struct tl_store_options *so = store_options(i);
@@ -963,6 +965,16 @@ int config_validate(struct tl_config *cfg)
 	else
 		config_error(cfg, "invalid passthrough '%s': expected auto, on or off",
 			     cfg->passthrough_s);
+	if (strcmp(cfg->inode_prune_s, "auto") == 0)
+		cfg->inode_prune = TL_PRUNE_AUTO;
+	else if (strcmp(cfg->inode_prune_s, "names") == 0)
+		cfg->inode_prune = TL_PRUNE_NAMES;
+	else if (strcmp(cfg->inode_prune_s, "off") == 0)
+		cfg->inode_prune = TL_PRUNE_OFF;
+	else
+		config_value_error(cfg, "inode_prune", cfg->inode_prune_s,
+				   "invalid inode_prune '%s': expected auto, names or off",
+				   cfg->inode_prune_s);
 	config_parse_uint(cfg, "lock_waiters", cfg->lock_waiters_s, 0, 65536, &cfg->lock_waiters);
 	config_parse_uint(cfg, "lock_waiters_per_user", cfg->lock_waiters_per_user_s, 0, 65536,
 			  &cfg->lock_waiters_per_user);
@@ -1070,6 +1082,9 @@ static const char help_mount[] =
 	"                             through the daemon (FUSE passthrough; default auto:\n"
 	"                             where the kernel accepts it; on: refuse to mount\n"
 	"                             without it)\n"
+	"    --inode_prune=auto|names|off  past half the open-file limit, ask the kernel\n"
+	"                             to forget unused inodes (default auto: by inode\n"
+	"                             where the kernel can, else by the names of files)\n"
 	"    --lock_waiters=N         blocked flock()/F_SETLKW waits of the mount (default 1024);\n"
 	"                             one more fails with ENOLCK\n"
 	"    --lock_waiters_per_user=N  ... of one user (default 256)\n"
@@ -1100,7 +1115,7 @@ void config_free(struct tl_config *cfg)
 		&cfg->lock_store_s,     &cfg->lock_strategy_s,    &cfg->lock_scope_s,
 		&cfg->lock_timeout_s,   &cfg->rename_delay_ms_s,  &cfg->entry_timeout_s,
 		&cfg->attr_timeout_s,   &cfg->negative_timeout_s, &cfg->log_level_s,
-		&cfg->passthrough_s,
+		&cfg->passthrough_s,    &cfg->inode_prune_s,
 		&cfg->config_file,      &cfg->owner,              &cfg->lease_ttl_s,
 		&cfg->backing,          &cfg->errors,             &cfg->hold_log,
 		&cfg->metrics_file,     &cfg->metrics_interval_s,

@@ -68,6 +68,16 @@ enum tl_passthrough {
 	TL_PASSTHROUGH_OFF,
 };
 
+/* inode_prune=: how the daemon keeps its descriptors bounded (fs_inode.c).
+ * AUTO asks the kernel to forget inodes by nodeid where it can (FUSE
+ * protocol 7.45), else by the names of files; NAMES always by names; OFF
+ * never (descriptors then grow with what the kernel remembers). */
+enum tl_inode_prune {
+	TL_PRUNE_AUTO = 0,
+	TL_PRUNE_NAMES,
+	TL_PRUNE_OFF,
+};
+
 struct tl_config {
 	/* as given (strings are what fuse_opt fills; validated into enums) */
 	char *lock_store_s;
@@ -82,6 +92,7 @@ struct tl_config {
 	char *attr_timeout_s;
 	char *negative_timeout_s;
 	char *passthrough_s;
+	char *inode_prune_s;
 	char *log_level_s;
 	char *config_file;
 	char *owner;           /* store-generic: this mount as shown to others */
@@ -108,6 +119,7 @@ struct tl_config {
 	double attr_timeout;
 	double negative_timeout;
 	enum tl_passthrough passthrough;
+	enum tl_inode_prune inode_prune;
 	int log_level;
 	double lease_ttl;        /* seconds */
 	unsigned int export_remember; /* forgotten inodes kept findable by handle */
