@@ -169,6 +169,33 @@ void config_value_error(struct tl_config *cfg, const char *name, const char *val
 	config_error(cfg, "%s%s", where, line);
 }
 
+/* The words of the options that name one of a few choices, in the order
+ * of their enums (options.h). */
+static const char *const passthrough_words[] = {"auto", "on", "off"};
+static const char *const inode_prune_words[] = {"auto", "names", "off"};
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* VALUE of option NAME as the index of its word among WORDS (N of them),
+ * or 0 after an error that names the words. */
+static int config_parse_word(struct tl_config *cfg, const char *name, const char *value,
+			     const char *const *words, size_t n)
+{
+	char expected[160] = "";
+	size_t i, len;
+
+	for (i = 0; i < n; i++)
+		if (strcmp(value, words[i]) == 0)
+			return (int)i;
+	for (i = 0; i < n; i++) {
+		len = strlen(expected);
+		snprintf(expected + len, sizeof(expected) - len, "%s%s",
+			 i == 0 ? "" : i + 1 == n ? " or " : ", ", words[i]);
+	}
+	config_value_error(cfg, name, value, "invalid %s '%s': expected %s", name, value,
+			   expected);
+	return 0;
+}
+
 static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outargs);
 static void check_libfuse_number(struct tl_config *cfg, const char *opt);
 
@@ -956,25 +983,10 @@ int config_validate(struct tl_config *cfg)
 	if (cfg->export_remember_s)
 		config_parse_uint(cfg, "export_remember", cfg->export_remember_s, 0, 100000000,
 				  &cfg->export_remember);
-	if (strcmp(cfg->passthrough_s, "auto") == 0)
-		cfg->passthrough = TL_PASSTHROUGH_AUTO;
-	else if (strcmp(cfg->passthrough_s, "on") == 0)
-		cfg->passthrough = TL_PASSTHROUGH_ON;
-	else if (strcmp(cfg->passthrough_s, "off") == 0)
-		cfg->passthrough = TL_PASSTHROUGH_OFF;
-	else
-		config_error(cfg, "invalid passthrough '%s': expected auto, on or off",
-			     cfg->passthrough_s);
-	if (strcmp(cfg->inode_prune_s, "auto") == 0)
-		cfg->inode_prune = TL_PRUNE_AUTO;
-	else if (strcmp(cfg->inode_prune_s, "names") == 0)
-		cfg->inode_prune = TL_PRUNE_NAMES;
-	else if (strcmp(cfg->inode_prune_s, "off") == 0)
-		cfg->inode_prune = TL_PRUNE_OFF;
-	else
-		config_value_error(cfg, "inode_prune", cfg->inode_prune_s,
-				   "invalid inode_prune '%s': expected auto, names or off",
-				   cfg->inode_prune_s);
+	cfg->passthrough = (enum tl_passthrough)config_parse_word(
+		cfg, "passthrough", cfg->passthrough_s, passthrough_words, ARRAY_LEN(passthrough_words));
+	cfg->inode_prune = (enum tl_inode_prune)config_parse_word(
+		cfg, "inode_prune", cfg->inode_prune_s, inode_prune_words, ARRAY_LEN(inode_prune_words));
 	config_parse_uint(cfg, "lock_waiters", cfg->lock_waiters_s, 0, 65536, &cfg->lock_waiters);
 	config_parse_uint(cfg, "lock_waiters_per_user", cfg->lock_waiters_per_user_s, 0, 65536,
 			  &cfg->lock_waiters_per_user);
