@@ -310,9 +310,9 @@ int lockstore_es_break(struct lockstore *st, const char *key)
 	if (err)
 		return err;
 	err = es_delete(&es->cl, id, "refresh=true", false, 0);
-	free(id);
 	if (err == 0)
 		tl_log(LOG_NOTICE, "lock '%s' broken", id);
+	free(id);
 	return err == -ENOMEM ? -ENOLCK : err;
 }
 
