@@ -33,10 +33,14 @@ volume (gluster volume stop) and, if one outlives that, by the pid glusterd
 wrote in the run directory of ours; the FUSE clients are children stopped
 by pid and mount path.
 
-Run as a script it gives the figures of BENCHMARKS.md (bare GlusterFS and
-treelockfs on each client, N storms of S seconds each):
+Run as a script (as root, in a built tree) it gives the figures of
+BENCHMARKS.md: the damage table (storms bare and through treelockfs, each
+on a new volume; --settle S also times how long each host's own GlusterFS
+mount keeps failing entries afterwards) and the cost of one rename:
 
     tests/gluster/gluster.py table [--runs 3] [--seconds 60] [--modes bare,bare-nocache,treelockfs]
+        [--settle 30] [--treelockfs-opts O,O...] [--volume-set KEY=VALUE,...] [--report FILE]
+    tests/gluster/gluster.py cost [--nocache] [--n 100] [--batches 5]
 """
 import argparse
 import collections
@@ -544,6 +548,7 @@ def client_view(root, tokens, max_depth=64, read=True):
     seen_dirs = {}
     dirs_twice = 0
     errors = collections.Counter()
+    failed = []
     todo = [("", 0)]
     nfiles = 0
     while todo:
@@ -562,6 +567,7 @@ def client_view(root, tokens, max_depth=64, read=True):
                 st = os.lstat(p)
             except OSError as e:
                 _count(errors, e)
+                failed.append((os.path.join(rel, name), errno.errorcode.get(e.errno)))
                 continue
             if os.path.isdir(p) and not os.path.islink(p):
                 if st.st_ino in seen_dirs:
@@ -586,7 +592,7 @@ def client_view(root, tokens, max_depth=64, read=True):
     return {"unreachable": len(tokens - set(held)),
             "duplicated": sum(c - 1 for c in held.values()),
             "foreign": foreign, "dirs_twice": dirs_twice, "errors": dict(errors),
-            "files": nfiles, "dirs": len(seen_dirs)}
+            "failed": failed[:5], "files": nfiles, "dirs": len(seen_dirs)}
 
 
 def _xattr(path, name):
@@ -760,11 +766,13 @@ def summary(results):
 # ---- one run: a volume, two hosts, a storm, the audit ---------------------------------
 
 MODES = {
-    # name: (through treelockfs, the clients' caches off)
-    "bare": (False, False),
-    "bare-nocache": (False, True),
-    "treelockfs": (True, True),
-    "treelockfs-cache": (True, False),
+    # name: (through treelockfs, the FUSE client's kernel caches off
+    # (CLIENT_NOCACHE), the volume's caching translators off (VOLUME_NOCACHE))
+    "bare": (False, False, False),
+    "bare-nocache": (False, True, True),
+    "treelockfs": (True, True, True),
+    "treelockfs-cache": (True, False, False),
+    "treelockfs-kernel-nocache": (True, True, False),
 }
 TREELOCKFS_OPTS = ["lock_scope=namespace", "lease_ttl=5", "lock_timeout=30",
                    "entry_timeout=0", "attr_timeout=0", "negative_timeout=0"]
@@ -776,14 +784,21 @@ def wait_seen(root, rels, timeout=30):
              step=0.1, what="%s to see the seeded tree" % root)
 
 
-def own_view_errors(roots, tokens):
+def own_view_errors(roots, tokens, examples=None):
     """What each host's own mount (its client, its caches) shows right
-    after the storm: {host: {errno name: count}} of entries that fail."""
-    return {h: client_view(r, tokens, read=False)["errors"] for h, r in sorted(roots.items())}
+    after the storm: {host: {errno name: count}} of entries that fail;
+    EXAMPLES, a dict, gets {host: [(path, errno name)]} of a few."""
+    out = {}
+    for h, r in sorted(roots.items()):
+        v = client_view(r, tokens, read=False)
+        out[h] = v["errors"]
+        if examples is not None and v["failed"]:
+            examples[h] = v["failed"]
+    return out
 
 
 def one_run(gd, workdir, name, mode, seconds, files=25, nbricks=4, make_tl=None,
-            during=None, settle=0):
+            during=None, settle=0, volume_opts=None):
     """A run of MODE (MODES) on a new volume NAME: two hosts' clients,
     the tree seeded through host A, treelockfs on each host where the mode
     says (MAKE_TL(backing, owner) -> a started mount with .mnt and .stop()),
@@ -791,17 +806,18 @@ def one_run(gd, workdir, name, mode, seconds, files=25, nbricks=4, make_tl=None,
     storm does. With SETTLE > 0, each host's own GlusterFS mount is walked
     again every 2 s for up to SETTLE seconds until no entry fails (the
     time it took is reported). Returns a dict of the figures."""
-    use_tl, nocache = MODES[mode]
+    use_tl, client_nocache, volume_nocache = MODES[mode]
     work = os.path.join(str(workdir), name)
     os.makedirs(work)
     phases = {}
     t = time.monotonic()
-    vol = gd.volume(name, nbricks, VOLUME_NOCACHE if nocache else {})
+    vol = gd.volume(name, nbricks, dict(VOLUME_NOCACHE if volume_nocache else {},
+                                        **(volume_opts or {})))
     clients, tls = [], []
     try:
         for h in "AB":
             clients.append(Client(gd, vol, os.path.join(work, "gl" + h),
-                                  CLIENT_NOCACHE if nocache else ()).start())
+                                  CLIENT_NOCACHE if client_nocache else ()).start())
         phases["volume"], t = time.monotonic() - t, time.monotonic()
         tokens = seed(clients[0].mnt, files, name)
         wait_seen(clients[1].mnt, ["t%d/s%d" % (t, s) for t in range(TOPS) for s in range(SUBS)])
@@ -815,7 +831,8 @@ def one_run(gd, workdir, name, mode, seconds, files=25, nbricks=4, make_tl=None,
         results = storm(roots, seconds, during=(lambda: during(tls)) if during else None)
         phases["storm"], t = time.monotonic() - t, time.monotonic()
         kinds, why = summary(results)
-        own = own_view_errors({h: c.mnt for h, c in zip("AB", clients)}, tokens)
+        own_failed = {}
+        own = own_view_errors({h: c.mnt for h, c in zip("AB", clients)}, tokens, own_failed)
         settled = None
         if settle and any(own.values()):
             t1 = time.monotonic()
@@ -845,7 +862,7 @@ def one_run(gd, workdir, name, mode, seconds, files=25, nbricks=4, make_tl=None,
     phases["stop"] = time.monotonic() - t
     return {"name": name, "mode": mode, "seconds": seconds, "phases": phases,
             "files": len(tokens), "renames": kinds, "errors": why, "own_errors": own,
-            "settled": settled, "audit": a, "damage": damage(a)}
+            "own_failed": own_failed, "settled": settled, "audit": a, "damage": damage(a)}
 
 
 def describe(r):
@@ -859,3 +876,164 @@ def describe(r):
     if r.get("settled") is not None:
         line += "; clean again after %.0f s" % r["settled"]
     return line
+
+
+# ---- by hand: the damage table, the cost of a rename ----------------------------------
+
+def _integration_mount():
+    """The integration tier's Mount class (its conftest, loaded by path)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "integration_conftest", os.path.join(os.path.dirname(HERE), "integration", "conftest.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.Mount
+
+
+def rename_cost(root, n):
+    """One process renaming N files one after another in one directory
+    (each to a new name, then back: 2N renames). Returns microseconds per
+    rename."""
+    d = os.path.join(root, "cost")
+    os.makedirs(d)
+    for i in range(n):
+        with open(os.path.join(d, "f%d" % i), "w") as f:
+            f.write("x")
+    t0 = time.perf_counter()
+    for i in range(n):
+        os.rename(os.path.join(d, "f%d" % i), os.path.join(d, "g%d" % i))
+    for i in range(n):
+        os.rename(os.path.join(d, "g%d" % i), os.path.join(d, "f%d" % i))
+    us = 1e6 * (time.perf_counter() - t0) / (2 * n)
+    shutil.rmtree(d)
+    return us
+
+
+def _table(a, gd, work, store, Mount):
+    opts = [o for o in a.treelockfs_opts.split(",") if o]
+
+    def make_tl(backing, owner):
+        mnt = backing.rstrip("/") + "-tl"
+        os.makedirs(mnt, exist_ok=True)
+        return Mount(backing, mnt, opts=["lock_store=es", "es_url=" + store.url,
+                                         "owner=" + owner] + opts).start(timeout=30)
+    rows = collections.OrderedDict()
+    report = open(a.report, "a") if a.report else None
+    n = 0
+    for _ in range(a.runs):
+        for mode in a.modes.split(","):
+            n += 1
+            store.reset()
+            r = one_run(gd, work, "v%d" % n, mode, a.seconds, files=a.files, nbricks=a.bricks,
+                        make_tl=make_tl, settle=a.settle,
+                        volume_opts=dict(kv.split("=", 1) for kv in a.volume_set.split(",")
+                                         if kv))
+            print(describe(r), flush=True)
+            if r["own_failed"]:
+                print("    own mounts' failing entries: %r" % r["own_failed"], flush=True)
+            if report:
+                report.write(json.dumps(r, default=str) + "\n")
+                report.flush()
+            rows.setdefault(mode, []).append(r)
+    print("\n| | runs | damaged | unreachable files (fresh client) | directory gfids at two "
+          "paths | directories on some bricks only | files under two names | errors seen "
+          "through the mounts |\n| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for mode, rs in rows.items():
+        def rng(key, part="bricks"):
+            v = [r["audit"][part][key] for r in rs]
+            return "%d-%d" % (min(v), max(v)) if min(v) != max(v) else "%d" % v[0]
+        errs = collections.Counter()
+        for r in rs:
+            errs.update(r["errors"])
+        print("| %s | %d | %d | %s | %s | %s | %s | %s |" % (
+            mode, len(rs), sum(bool(r["damage"]) for r in rs), rng("unreachable", "client"),
+            rng("gfid_two_paths"), rng("partial_dirs"), rng("files_twice"),
+            ", ".join("%s %d" % kv for kv in errs.most_common())))
+
+
+def _cost(a, gd, work, store, Mount):
+    vol = gd.volume("cost", a.bricks, VOLUME_NOCACHE if a.nocache else {})
+    c = Client(gd, vol, os.path.join(work, "cost-gl"),
+               CLIENT_NOCACHE if a.nocache else ()).start()
+    try:
+        rows = [("GlusterFS client alone", c.mnt, None)]
+        for label, o in (("treelockfs, lock_store=mem", ["lock_store=mem"]),
+                         ("treelockfs, lock_store=es (the emulator)",
+                          ["lock_store=es", "es_url=" + store.url, "owner=hostA"])):
+            rows.append((label, None, o + [x for x in a.treelockfs_opts.split(",") if x]))
+        print("| one process renaming in one directory (%s, %d bricks) | us per rename "
+              "(median of %d batches of %d) |\n| --- | --- |"
+              % ("client caches off" if a.nocache else "default client caches", a.bricks,
+                 a.batches, 2 * a.n))
+        for label, root, opts in rows:
+            m = None
+            if opts is not None:
+                mnt = os.path.join(work, "cost-tl")
+                os.makedirs(mnt, exist_ok=True)
+                m = Mount(c.mnt, mnt, opts=opts).start(timeout=30)
+                root = m.mnt
+            try:
+                us = sorted(rename_cost(root, a.n) for _ in range(a.batches))
+            finally:
+                if m:
+                    m.stop()
+            print("| %s | %.0f (%.0f-%.0f) |" % (label, us[len(us) // 2], us[0], us[-1]),
+                  flush=True)
+    finally:
+        c.stop()
+        vol.stop()
+
+
+def _main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("table", help="storms bare and through treelockfs; the damage table")
+    t.add_argument("--runs", type=int, default=3)
+    t.add_argument("--seconds", type=float, default=60)
+    t.add_argument("--modes", default="bare,bare-nocache,treelockfs",
+                   help="a comma list of " + ", ".join(MODES))
+    t.add_argument("--files", type=int, default=25, help="files per subdirectory (16 of them)")
+    t.add_argument("--settle", type=float, default=0,
+                   help="walk each host's own GlusterFS mount again for up to this many "
+                   "seconds until no entry fails")
+    t.add_argument("--report", help="also append each run as a JSON line to this file")
+    t.add_argument("--volume-set", default="", help="more volume options, KEY=VALUE,...")
+    c = sub.add_parser("cost", help="one process renaming in one directory: bare, "
+                       "through treelockfs (mem, es)")
+    c.add_argument("--n", type=int, default=100, help="files (2N renames a batch)")
+    c.add_argument("--batches", type=int, default=5)
+    c.add_argument("--nocache", action="store_true", help="the client's caches off")
+    for p in (t, c):
+        p.add_argument("--bricks", type=int, default=4)
+        p.add_argument("--treelockfs-opts", default=",".join(TREELOCKFS_OPTS))
+        p.add_argument("--workdir", help="where the volume, its bricks and the mounts go "
+                       "(default: a new directory in $TMPDIR)")
+    a = ap.parse_args()
+    why = missing()
+    if why:
+        print("skipped: " + why)
+        return 77
+    import tempfile
+    import backends
+    Mount = _integration_mount()
+    work = a.workdir or tempfile.mkdtemp(prefix="tlfs-gluster-")
+    gd = Glusterd(os.path.join(work, "glusterd"))
+    store = None
+    try:
+        gd.start()
+        os.makedirs(os.path.join(work, "es"), exist_ok=True)
+        store = backends.make("emulator-es8", os.path.join(work, "es"))
+        store.start()
+        (_table if a.cmd == "table" else _cost)(a, gd, work, store, Mount)
+    finally:
+        if store:
+            store.stop()
+        gd.stop()
+    if not a.workdir:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())
