@@ -398,12 +398,12 @@ def _count(why, e):
     why[errno.errorcode.get(e.errno, str(e.errno))] += 1
 
 
-def flipper(root, host, seed_, deadline, q, pause):
+def flipper(root, host, seed_, stop, ctr, q, pause):
     """Renames top-level directories back and forth: X <-> X_."""
     rnd = random.Random(seed_)
     done = errs = 0
     why = collections.Counter()
-    while time.time() < deadline:
+    while not stop.is_set():
         try:
             tops = [e for e in os.listdir(root) if not e.startswith(".")]
         except OSError as e:
@@ -418,6 +418,7 @@ def flipper(root, host, seed_, deadline, q, pause):
         try:
             os.rename(os.path.join(root, x), os.path.join(root, y))
             done += 1
+            ctr.value = done
         except OSError as e:
             errs += 1
             _count(why, e)
@@ -425,7 +426,7 @@ def flipper(root, host, seed_, deadline, q, pause):
     q.put(("flipper", host, done, errs, dict(why)))
 
 
-def nester(root, host, seed_, deadline, q, pause):
+def nester(root, host, seed_, stop, ctr, q, pause):
     """Moves directories into one another and back out to the top: a
     directory (any depth) to a new name in another directory of depth 3 or
     less, or in the root."""
@@ -433,7 +434,7 @@ def nester(root, host, seed_, deadline, q, pause):
     done = errs = n = 0
     why = collections.Counter()
     dirs, stale = [], True
-    while time.time() < deadline:
+    while not stop.is_set():
         if stale or n % 4 == 0:
             dirs, stale = walk_dirs(root), False
         if len(dirs) < 2:
@@ -457,6 +458,7 @@ def nester(root, host, seed_, deadline, q, pause):
             os.rename(os.path.join(root, src),
                       os.path.join(root, dst, "n%s%d" % (host, n)))
             done += 1
+            ctr.value = done
         except OSError as e:
             errs += 1
             _count(why, e)
@@ -465,14 +467,14 @@ def nester(root, host, seed_, deadline, q, pause):
     q.put(("nester", host, done, errs, dict(why)))
 
 
-def file_renamer(root, host, seed_, deadline, q, pause):
+def file_renamer(root, host, seed_, stop, ctr, q, pause):
     """Renames files inside their directory (mostly) or into another one,
     each time to a new name."""
     rnd = random.Random(seed_)
     done = errs = n = 0
     why = collections.Counter()
     dirs = []
-    while time.time() < deadline:
+    while not stop.is_set():
         if n % 8 == 0 or not dirs:
             dirs = [d for d, _ in walk_dirs(root)]
             if not dirs:
@@ -494,6 +496,7 @@ def file_renamer(root, host, seed_, deadline, q, pause):
             os.rename(os.path.join(root, d, name),
                       os.path.join(root, to, "%s.%s%d" % (name.split(".")[0], host, n)))
             done += 1
+            ctr.value = done
         except OSError as e:
             errs += 1
             _count(why, e)
@@ -505,27 +508,41 @@ def file_renamer(root, host, seed_, deadline, q, pause):
 PAUSES = {"flipper": 0.1, "nester": 0.0, "files": 0.02}
 
 
-def storm(roots, duration, during=None):
+def storm(roots, duration, during=None, min_done=0, max_extra=180):
     """On each host (ROOTS: {host letter: its mount}) a flipper, a nester
-    and a file renamer for DURATION seconds. DURING, if given, is called
-    (in this process) while they run. Returns their results: (kind, host,
-    done, errors, {errno name: count})."""
-    deadline = time.time() + duration
+    and a file renamer for DURATION seconds, and then, while some kind of
+    rename has not succeeded MIN_DONE times (over both hosts), on for up to
+    MAX_EXTRA seconds more: a busy machine makes the storm longer, not
+    emptier. DURING, if given, is called (in this process) while they run;
+    the storm ends only after it returns. Returns their results: (kind,
+    host, done, errors, {errno name: count})."""
+    stop = multiprocessing.Event()
     q = multiprocessing.Queue()
-    procs = []
+    procs, ctrs = [], collections.defaultdict(list)
     for i, (host, root) in enumerate(sorted(roots.items())):
         for j, (fn, kind) in enumerate(((flipper, "flipper"), (nester, "nester"),
                                         (file_renamer, "files"))):
+            ctr = multiprocessing.Value("l", 0, lock=False)
+            ctrs[kind].append(ctr)
             procs.append(multiprocessing.Process(
-                target=fn, args=(root, host, 100 * i + j, deadline, q, PAUSES[kind])))
+                target=fn, args=(root, host, 100 * i + j, stop, ctr, q, PAUSES[kind])))
+    end = time.monotonic() + duration
     for p in procs:
         p.start()
     try:
         if during:
             during()
+        while time.monotonic() < end:
+            time.sleep(min(0.2, max(0.0, end - time.monotonic())))
+        end += max_extra
+        while time.monotonic() < end and any(sum(c.value for c in cs) < min_done
+                                             for cs in ctrs.values()):
+            time.sleep(0.1)
+        stop.set()
         # a rename stuck on a dead mount or a paused store only ends late
-        results = [q.get(timeout=duration + 300) for _ in procs]
+        results = [q.get(timeout=300) for _ in procs]
     finally:
+        stop.set()
         for p in procs:
             p.join(timeout=60)
             if p.is_alive():
@@ -616,8 +633,6 @@ def layout_ok(ranges):
     top. A missing layout (None) is a hole."""
     if any(r is None for r in ranges):
         return False
-    # a brick may hold an empty range (0, 0) only when another holds 0 too:
-    # DHT gives every brick of a distributed volume a range here
     rs = sorted(ranges)
     if rs[0][0] != 0 or rs[-1][1] != 0xffffffff:
         return False
@@ -798,7 +813,7 @@ def own_view_errors(roots, tokens, examples=None):
 
 
 def one_run(gd, workdir, name, mode, seconds, files=25, nbricks=4, make_tl=None,
-            during=None, settle=0, volume_opts=None):
+            during=None, settle=0, volume_opts=None, min_done=0):
     """A run of MODE (MODES) on a new volume NAME: two hosts' clients,
     the tree seeded through host A, treelockfs on each host where the mode
     says (MAKE_TL(backing, owner) -> a started mount with .mnt and .stop()),
@@ -828,7 +843,8 @@ def one_run(gd, workdir, name, mode, seconds, files=25, nbricks=4, make_tl=None,
         else:
             roots = {h: c.mnt for h, c in zip("AB", clients)}
         phases["seed"], t = time.monotonic() - t, time.monotonic()
-        results = storm(roots, seconds, during=(lambda: during(tls)) if during else None)
+        results = storm(roots, seconds, during=(lambda: during(tls)) if during else None,
+                        min_done=min_done)
         phases["storm"], t = time.monotonic() - t, time.monotonic()
         kinds, why = summary(results)
         own_failed = {}

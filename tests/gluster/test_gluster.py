@@ -36,8 +36,14 @@ ROUNDS = int(os.environ.get("TREELOCKFS_GLUSTER_ROUNDS", "0"))
 _names = iter("v%d" % i for i in range(1, 10000))
 
 
+# each kind of rename succeeds this often (over both hosts) before a storm
+# ends: a busy machine makes the storm longer, not emptier
+MIN_DONE = 5
+
+
 def run(glusterd, tmp_path, mode, seconds=SECONDS, **kw):
-    r = gluster.one_run(glusterd, tmp_path, next(_names), mode, seconds, **kw)
+    r = gluster.one_run(glusterd, tmp_path, next(_names), mode, seconds, min_done=MIN_DONE,
+                        **kw)
     print("\n" + gluster.describe(r))
     for k, v in r["audit"]["bricks"]["examples"].items():
         if v:
@@ -47,10 +53,10 @@ def run(glusterd, tmp_path, mode, seconds=SECONDS, **kw):
 
 def storm_did_its_work(r):
     """Enough of each kind of rename succeeded for the audit to mean
-    something (a busy machine only makes them fewer, never none)."""
+    something (the storm goes on until they did, for minutes if need be)."""
     done = {k: v[0] for k, v in r["renames"].items()}
-    assert done.get("flipper", 0) >= 5 and done.get("nester", 0) >= 5 and \
-        done.get("files", 0) >= 5, "too few renames to tell: %r" % r["renames"]
+    assert all(done.get(k, 0) >= MIN_DONE for k in ("flipper", "nester", "files")), \
+        "too few renames to tell: %r" % r["renames"]
 
 
 # ---- the audit itself, on bricks made by hand ---------------------------------------
@@ -181,7 +187,8 @@ def test_gluster__nemesis_a_host_killed_and_the_store_paused(glusterd, tmp_path,
 
     def during(tls):
         a = tls[0]
-        wait_for(lambda: a.stats()["renames"] >= 3, SECONDS, step=0.05,
+        # the storm goes on until this returns
+        wait_for(lambda: a.stats()["renames"] >= 3, 300, step=0.05,
                  what="host A's first renames")
         backing = a.backing
         os.kill(a.proc.pid, signal.SIGKILL)
@@ -202,5 +209,6 @@ def test_gluster__nemesis_a_host_killed_and_the_store_paused(glusterd, tmp_path,
     t0 = events[0][1]
     print("nemesis: %s" % ", ".join("%s at +%.1f s" % (e, t - t0) for e, t in events))
     assert [e for e, _ in events] == ["killed", "mounted again", "store resumed"]
+    storm_did_its_work(r)
     assert r["damage"] == {}, r["audit"]
     assert r["audit"]["client"]["errors"] == {}, r["audit"]["client"]
