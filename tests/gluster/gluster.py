@@ -11,11 +11,13 @@ there too whatever glusterd's options say (the CLI makes
 /var/lib/glusterd/geo-replication/, a brick its socket in /run/gluster).
 So glusterd starts in namespaces of its own (unshare):
 
-* a mount namespace, a slave of this one (unmounts made here still reach
-  it, so it keeps no other suite's FUSE mount alive), where the three
-  system directories are bind mounts of directories under the test's tmp
-  dir: nothing of the run lands in them. The gluster CLI runs in that mount
-  namespace too (nsenter --mount).
+* a private mount namespace (no mount made later, here or there, crosses
+  between the two), where the three system directories are bind mounts of
+  directories under the test's tmp dir: nothing of the run lands in them.
+  The copies of FUSE mounts it starts with are let go at once (a copy kept
+  there would keep another suite's FUSE daemon from ending at its
+  unmount). The gluster CLI runs in that mount namespace too (nsenter
+  --mount).
 * a network namespace with only its loopback up: glusterd and its bricks
   listen on 24007 and 49152 and up there, free whatever runs on this
   machine (a system glusterd, another run of this tier), and the FUSE
@@ -100,7 +102,7 @@ def missing():
     for d in SYSTEM_DIRS:
         if not os.path.isdir(d):
             return "no %s (the glusterfs-server package makes it)" % d
-    r = subprocess.run(["unshare", "--net", "--mount", "--propagation", "slave", "--", "true"],
+    r = subprocess.run(["unshare", "--net", "--mount", "--propagation", "private", "--", "true"],
                        capture_output=True, text=True)
     if r.returncode != 0:
         return "unshare --net --mount does not work here: %s" % r.stderr.strip()
@@ -109,9 +111,9 @@ def missing():
 
 # What runs in glusterd's new namespaces before glusterd itself (the same
 # pid: it execs): the loopback up; the copies of FUSE mounts that the new
-# mount namespace got from this one let go (this machine's mounts need not
-# propagate, so a copy kept here would keep another suite's FUSE daemon
-# from ending at its unmount); the system directories bound to ours.
+# mount namespace got from this one let go (a copy kept there would keep
+# another suite's FUSE daemon from ending at its unmount); the system
+# directories bound to ours.
 # argv: VOLFILE LOGFILE PIDFILE [OURS SYSTEM]...
 _PRELUDE = r"""
 import os, subprocess, sys
@@ -165,7 +167,7 @@ class Glusterd:
             args += [self._dir("sys" + d.replace("/", "-")), d]
         self.logf = open(os.path.join(self.workdir, "glusterd.out"), "ab")
         self.proc = subprocess.Popen(
-            ["unshare", "--net", "--mount", "--propagation", "slave", "--",
+            ["unshare", "--net", "--mount", "--propagation", "private", "--",
              sys.executable, "-c", _PRELUDE] + args,
             stdin=subprocess.DEVNULL, stdout=self.logf, stderr=subprocess.STDOUT,
             start_new_session=True)
