@@ -245,10 +245,10 @@ class Volume:
         # force: the bricks are on the root file system
         self.gd.cli("volume", "create", self.name, *["%s:%s" % (BRICK_HOST, b)
                                                      for b in self.bricks], "force")
+        self.started = True        # stop() deletes it from here on
         for k, v in self.options.items():
             self.gd.cli("volume", "set", self.name, k, v)
         self.gd.cli("volume", "start", self.name)
-        self.started = True
 
         def online():
             out = self.gd.cli("volume", "status", self.name, "detail", check=False).stdout
