@@ -5,9 +5,11 @@
 #   differential test (emulator vs real engines), the integration tests
 #   (pytest, mounting for real) and, where java and mvn are installed, the
 #   tests against a real OpenSearch cluster, where go and s3fs are
-#   installed, the object-store tests (two s3fs mounts of one bucket), and
-#   the multi-host run (hosts in network namespaces under a nemesis, judged
-#   by a checker). When the build links the bundled libfuse (deps/libfuse,
+#   installed, the object-store tests (two s3fs mounts of one bucket), the
+#   multi-host run (hosts in network namespaces under a nemesis, judged
+#   by a checker), and the GlusterFS tests (two FUSE clients of a
+#   distributed volume; glusterfs-server installed with apt-get where it
+#   can be). When the build links the bundled libfuse (deps/libfuse,
 #   with FUSE passthrough), the integration tests run once more on a second
 #   build against the system's libfuse.
 # The last line is the sum over all of them: "N passed, N failed[, N skipped]".
@@ -36,7 +38,7 @@ make -j"$(nproc 2>/dev/null || echo 2)" || { echo "0 passed, 1 failed"; exit 1; 
 
 log "make check"
 rm -f tests/esemu/run.xml tests/difftest/run.xml tests/integration/run.xml tests/engines/run.xml \
-	tests/objstore/run.xml tests/multihost/run.xml
+	tests/objstore/run.xml tests/multihost/run.xml tests/gluster/run.xml
 make check || status=1
 
 # When the main build links the bundled libfuse (contrib/build-libfuse.sh),
@@ -94,7 +96,7 @@ passed=$1 failed=$2 skipped=$3
 # The pytest suites write JUnit XML (run.xml beside run.sh); a suite that
 # left none either was skipped as a whole (exit 77: no pytest) or crashed.
 for suite in tests/esemu/run.sh tests/difftest/run.sh tests/integration/run.sh tests/engines/run.sh \
-	tests/objstore/run.sh tests/multihost/run.sh $syssuite; do
+	tests/objstore/run.sh tests/multihost/run.sh tests/gluster/run.sh $syssuite; do
 	xml=${suite%.sh}.xml
 	trs=${suite%.sh}.trs
 	if [ -f "$trs" ] && grep -q '^:test-result: SKIP' "$trs"; then

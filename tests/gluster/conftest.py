@@ -1,0 +1,86 @@
+"""Fixtures of the GlusterFS tier: a glusterd of the test's own (gluster.py
+says where and how it runs), the Elasticsearch emulator as the lock store
+and treelockfs mounts (the integration tier's Mount) over each host's
+GlusterFS client.
+
+The lock store is the es8 emulator, or the backend TREELOCKFS_GLUSTER_ES
+names (tests/backends.py). Nothing here kills or unmounts what it did not
+start.
+"""
+import importlib.util
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRCDIR = os.environ.get("TREELOCKFS_SRCDIR") or os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(SRCDIR, "tests"))
+sys.path.insert(0, HERE)
+
+import backends  # noqa: E402
+import gluster  # noqa: E402
+import mounts  # noqa: E402
+
+
+def _integration():
+    """The integration tier's conftest, for its Mount class (loaded under
+    another name: this file is "conftest" too)."""
+    spec = importlib.util.spec_from_file_location(
+        "integration_conftest", os.path.join(SRCDIR, "tests", "integration", "conftest.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+integration = _integration()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def built_programs():
+    """Every test fails, none skips, when treelockfs is not built."""
+    mounts.require_built(integration.BIN)
+
+
+@pytest.fixture(scope="module")
+def glusterd(tmp_path_factory):
+    """A started glusterd of our own; skips, with the reason, where
+    GlusterFS cannot run here."""
+    why = gluster.missing()
+    if why:
+        pytest.skip(why)
+    gd = gluster.Glusterd(tmp_path_factory.mktemp("glusterd")).start()
+    yield gd
+    gd.stop()
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    name = os.environ.get("TREELOCKFS_GLUSTER_ES", "emulator-es8")
+    if name in backends.ENGINES:
+        why = backends.engines_available()
+        if why:
+            pytest.skip("real %s: %s" % (name, why))
+    b = backends.make(name, str(tmp_path_factory.mktemp(name)))
+    b.start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture
+def make_tl(store):
+    """make_tl(backing, owner, opts=TREELOCKFS_OPTS) -> a started treelockfs
+    (lock_store=es) at BACKING-tl over one host's GlusterFS client."""
+    started = []
+    store.reset()
+
+    def make(backing, owner, opts=None):
+        mnt = backing.rstrip("/") + "-tl"
+        os.makedirs(mnt, exist_ok=True)
+        m = integration.Mount(backing, mnt, opts=[
+            "lock_store=es", "es_url=" + store.url, "owner=" + owner]
+            + list(gluster.TREELOCKFS_OPTS if opts is None else opts))
+        started.append(m)
+        return m.start(timeout=30)
+    yield make
+    mounts.stop_mounts([m for m in started if m.proc is not None])
