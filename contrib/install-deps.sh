@@ -5,9 +5,7 @@
 # (tests/engines: real OpenSearch and Elasticsearch nodes; Maven fetches
 # their jars on the first run); s3fs is for the object-store test tier
 # (tests/objstore, which also needs Go 1.24 or later, not from Debian 12);
-# glusterfs-server and glusterfs-client are for the GlusterFS tier
-# (tests/gluster, which starts a glusterd of its own and leaves the
-# system's alone); faketime is for the clock skew of tests/multihost; prometheus,
+# faketime is for the clock skew of tests/multihost; prometheus,
 # prometheus-node-exporter and python3-jsonschema check the metrics and
 # treelockctl's JSON with the real tools; python3-matplotlib draws
 # bench/run's picture (bench/plot). meson, ninja-build, dpkg-dev and
@@ -25,7 +23,7 @@ $SUDO apt-get install -y -q --no-install-recommends \
 	libfuse3-dev fuse3 libcurl4-openssl-dev libcjson-dev check \
 	python3 python3-pytest python3-elasticsearch \
 	curl openssl iproute2 attr util-linux procps fio bindfs faketime \
-	default-jdk-headless maven s3fs glusterfs-server glusterfs-client python3-matplotlib \
+	default-jdk-headless maven s3fs python3-matplotlib \
 	prometheus prometheus-node-exporter python3-jsonschema \
 	meson ninja-build dpkg-dev debian-archive-keyring
 sh "$(dirname "$0")/build-libfuse.sh"
