@@ -216,3 +216,14 @@ def wait_gone(pids, timeout=15):
             return True
         time.sleep(0.05)
     return False
+
+
+def integration_conftest():
+    """The integration tier's conftest module, for its Mount class, loaded
+    under a name of its own (every tier's file is "conftest" too)."""
+    import importlib.util
+    path = os.path.join(SRCDIR, "tests", "integration", "conftest.py")
+    spec = importlib.util.spec_from_file_location("integration_conftest", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

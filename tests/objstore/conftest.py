@@ -7,7 +7,6 @@ tests/engines (where java and mvn are), or the backends that
 TREELOCKFS_OBJSTORE_ES lists (a comma list, e.g. "emulator-es8").
 Nothing here kills or unmounts what it did not start.
 """
-import importlib.util
 import os
 import sys
 
@@ -23,17 +22,7 @@ import mounts  # noqa: E402
 import objstore  # noqa: E402
 
 
-def _integration():
-    """The integration tier's conftest, for its Mount class (loaded under
-    another name: this file is "conftest" too)."""
-    spec = importlib.util.spec_from_file_location(
-        "integration_conftest", os.path.join(SRCDIR, "tests", "integration", "conftest.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-integration = _integration()
+integration = mounts.integration_conftest()
 S3SERVER = os.environ.get("S3SERVER_BIN") or os.path.join(HERE, ".build", "s3server")
 
 
