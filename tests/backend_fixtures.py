@@ -177,3 +177,17 @@ def summary(terminalreporter):
     """From pytest_terminal_summary: why a real-engine tier was skipped."""
     for name, why in sorted(_SKIPPED.items()):
         terminalreporter.write_line("backend %s skipped: %s" % (name, why))
+
+
+def started_store(name, tmp_path_factory):
+    """For a tier's own store fixture (tests/objstore, tests/gluster): yields
+    backend NAME started in a directory of its own, and stops it after; a
+    real engine where none can run skips with the reason."""
+    if name in backends.ENGINES:
+        why = backends.engines_available()
+        if why:
+            pytest.skip("real %s: %s" % (name, why))
+    b = backends.make(name, str(tmp_path_factory.mktemp(name)))
+    b.start()
+    yield b
+    b.stop()

@@ -17,7 +17,7 @@ SRCDIR = os.environ.get("TREELOCKFS_SRCDIR") or os.path.dirname(os.path.dirname(
 sys.path.insert(0, os.path.join(SRCDIR, "tests"))
 sys.path.insert(0, HERE)
 
-import backends  # noqa: E402
+from backend_fixtures import started_store  # noqa: E402
 import mounts  # noqa: E402
 import objstore  # noqa: E402
 
@@ -80,14 +80,7 @@ def store(request, tmp_path_factory):
     with the reason, where no JDK and Maven are), or the backends that
     TREELOCKFS_OBJSTORE_ES lists (tests/backends.py)."""
     name = request.param
-    if name in backends.ENGINES:
-        why = backends.engines_available()
-        if why:
-            pytest.skip("real %s: %s" % (name, why))
-    b = backends.make(name, str(tmp_path_factory.mktemp(name)))
-    b.start()
-    yield b
-    b.stop()
+    yield from started_store(name, tmp_path_factory)
 
 
 @pytest.fixture
