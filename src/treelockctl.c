@@ -25,14 +25,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "escape.h"
-#include "options.h"
-#include "lockstore.h"
-#include "lockstore_es.h"
-#include "log.h"
-#include "mountchain.h"
-#include "path.h"
-#include "tlclock.h"
+#include "base/escape.h"
+#include "config/config.h"
+#include "lock/lockstore.h"
+#include "es/es_store.h"
+#include "base/log.h"
+#include "base/mountchain.h"
+#include "base/path.h"
+#include "base/tlclock.h"
 
 #define EXIT_USAGE 1
 #define EXIT_STORE 2
@@ -294,7 +294,7 @@ static int cmd_owners(struct lockstore *st, const struct ctl_opts *o)
 	size_t n = 0, i;
 	int err;
 
-	err = lockstore_es_owners(st, o->no_wait ? 0 : OBSERVE_MAX_MS, &own, &n);
+	err = es_store_owners(st, o->no_wait ? 0 : OBSERVE_MAX_MS, &own, &n);
 	if (err) {
 		fprintf(stderr, "treelockctl: cannot list owners: %s\n", strerror(-err));
 		return EXIT_STORE;
@@ -313,7 +313,7 @@ static int cmd_owners(struct lockstore *st, const struct ctl_opts *o)
 			cJSON_AddNumberToObject(w, "ttl_ms", (double)own[i].ttl_ms);
 			cJSON_AddStringToObject(w, "state", state_name(own[i].state));
 		}
-		lockstore_es_free_owners(own, n);
+		es_store_free_owners(own, n);
 		return print_json(root);
 	}
 	printf("%-48s %-16s %8s %8s  %s\n", "OWNER", "NAME", "RENEWED", "TTL", "STATE");
@@ -322,7 +322,7 @@ static int cmd_owners(struct lockstore *st, const struct ctl_opts *o)
 		printf("%-48s %-16s %8s %7.1fs  %s\n", own[i].id, own[i].name, age,
 		       (double)own[i].ttl_ms / 1000, state_name(own[i].state));
 	}
-	lockstore_es_free_owners(own, n);
+	es_store_free_owners(own, n);
 	return 0;
 }
 
@@ -333,7 +333,7 @@ static int cmd_intents(struct lockstore *st, const struct ctl_opts *o)
 	size_t n = 0, i;
 	int err;
 
-	err = lockstore_es_intents(st, o->no_wait ? 0 : OBSERVE_MAX_MS, &it, &n);
+	err = es_store_intents(st, o->no_wait ? 0 : OBSERVE_MAX_MS, &it, &n);
 	if (err) {
 		fprintf(stderr, "treelockctl: cannot list intents: %s\n", strerror(-err));
 		return EXIT_STORE;
@@ -358,7 +358,7 @@ static int cmd_intents(struct lockstore *st, const struct ctl_opts *o)
 				      : !cJSON_AddNullToObject(t, "to") ? -ENOMEM : 0) != 0)
 				err = -ENOMEM;
 		}
-		lockstore_es_free_intents(it, n);
+		es_store_free_intents(it, n);
 		if (err) {
 			cJSON_Delete(root);
 			root = NULL; /* print_json() says "out of memory" */
@@ -382,7 +382,7 @@ static int cmd_intents(struct lockstore *st, const struct ctl_opts *o)
 		free(from);
 		free(to);
 	}
-	lockstore_es_free_intents(it, n);
+	es_store_free_intents(it, n);
 	return 0;
 }
 
@@ -427,7 +427,7 @@ static int cmd_break(struct lockstore *st, const char *arg, const struct ctl_opt
 		free(key);
 		return EXIT_USAGE;
 	}
-	err = lockstore_es_break(st, key);
+	err = es_store_break(st, key);
 	if (err == -ENOENT)
 		fprintf(stderr, "treelockctl: no lock on '%s'\n", shown);
 	else if (err)
@@ -443,7 +443,7 @@ static int cmd_break(struct lockstore *st, const char *arg, const struct ctl_opt
 static int reap_one(struct lockstore *st, const char *owner)
 {
 	size_t nlocks = 0;
-	int err = lockstore_es_reap(st, owner, &nlocks);
+	int err = es_store_reap(st, owner, &nlocks);
 
 	if (err) {
 		fprintf(stderr, "treelockctl: cannot reap '%s': %s\n", owner, strerror(-err));
@@ -475,12 +475,12 @@ static int cmd_reap(struct lockstore *st, const char *owner, const struct ctl_op
 	size_t n = 0, norph = 0, i, found = 0;
 	int err, rc = 0;
 
-	err = lockstore_es_owners(st, o->no_wait ? 0 : OBSERVE_MAX_MS, &own, &n);
+	err = es_store_owners(st, o->no_wait ? 0 : OBSERVE_MAX_MS, &own, &n);
 	if (!err)
-		err = lockstore_es_orphans(st, &orph, &norph);
+		err = es_store_orphans(st, &orph, &norph);
 	if (err) {
 		fprintf(stderr, "treelockctl: cannot list owners: %s\n", strerror(-err));
-		lockstore_es_free_owners(own, n);
+		es_store_free_owners(own, n);
 		return EXIT_STORE;
 	}
 	for (i = 0; i < n; i++) {
@@ -535,7 +535,7 @@ static int cmd_reap(struct lockstore *st, const char *owner, const struct ctl_op
 	}
 	if (!owner && !found)
 		printf("no dead owner\n");
-	lockstore_es_free_owners(own, n);
+	es_store_free_owners(own, n);
 	for (i = 0; i < norph; i++)
 		free(orph[i]);
 	free(orph);
@@ -693,7 +693,7 @@ int main(int argc, char **argv)
 		goto out_free_args;
 	}
 	/* the store is es when an URL is given, whatever the default */
-	if (lockstore_es_configured(&cfg) && cfg.lock_store_s && strcmp(cfg.lock_store_s, "mem") == 0) {
+	if (es_store_configured(&cfg) && cfg.lock_store_s && strcmp(cfg.lock_store_s, "mem") == 0) {
 		free(cfg.lock_store_s);
 		cfg.lock_store_s = strdup("es");
 		if (!cfg.lock_store_s)
@@ -737,13 +737,13 @@ int main(int argc, char **argv)
 		goto out_free_args;
 	}
 	curl_global_init(CURL_GLOBAL_DEFAULT);
-	err = lockstore_es_open_ctl(&cfg, &st);
+	err = es_store_open_ctl(&cfg, &st);
 	if (err) {
 		rc = err == -EINVAL ? EXIT_USAGE : EXIT_STORE;
 		goto out_cleanup_curl;
 	}
 	if (strcmp(cmd, "check") == 0) {
-		err = lockstore_es_check(st, stdout, o.json);
+		err = es_store_check(st, stdout, o.json);
 		if (err == -ENOLCK)
 			fprintf(stderr, "treelockctl: cannot read the index: %s\n", strerror(-err));
 		rc = err ? EXIT_STORE : 0;

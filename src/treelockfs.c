@@ -26,15 +26,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "escape.h"
-#include "options.h"
-#include "fs.h"
-#include "lockstore.h"
-#include "log.h"
-#include "metrics.h"
-#include "tlclock.h"
-#include "remount.h"
-#include "mountchain.h"
+#include "base/escape.h"
+#include "config/config.h"
+#include "fs/fs.h"
+#include "lock/lockstore.h"
+#include "base/log.h"
+#include "base/metrics.h"
+#include "base/tlclock.h"
+#include "fs/remount.h"
+#include "base/mountchain.h"
 
 /* lockmgr keeps owner= whole (options.h) */
 _Static_assert(sizeof(((struct lockmgr *)0)->owner) > TL_OWNER_MAX, "owner= must fit lockmgr");
@@ -454,7 +454,7 @@ int main(int argc, char *argv[])
 	if (cfg.metrics_file && !cfg.errors)
 		metrics_dir_fd = open_metrics_dir(&cfg, cfg.metrics_file);
 	if (cfg.passthrough == TL_PASSTHROUGH_ON && cfg.backing) {
-		const char *why = backing_refusal(cfg.backing);
+		const char *why = passthrough_refusal(cfg.backing);
 
 		if (why)
 			config_error(&cfg, "%s", why);

@@ -1,7 +1,7 @@
 """The Painless subset of the es lock store's update scripts.
 
 A real tokenizer, parser and tree-walking evaluator, but only of what the
-store's six scripts (src/es_scripts.h), the guide's lock scripts and the
+store's six scripts (src/es/es_scripts.h), the guide's lock scripts and the
 differential test's probes are written in:
 
 * statements: declarations (``def``, ``boolean``, ``int``, ``long``,

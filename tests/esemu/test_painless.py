@@ -1,4 +1,4 @@
-"""The Painless subset: the store's own scripts (read from src/es_scripts.h),
+"""The Painless subset: the store's own scripts (read from src/es/es_scripts.h),
 the guide's lock scripts, Java semantics where they show in answers, and
 refusals of what is not in the subset."""
 
@@ -13,7 +13,7 @@ TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 
 
 def store_scripts():
-    with open(os.path.join(TOP, "src", "es_scripts.h")) as f:
+    with open(os.path.join(TOP, "src", "es", "es_scripts.h")) as f:
         text = f.read()
     return {name: "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', body))
             for name, body in re.findall(r"static const char SCRIPT_(\w+)\[\] =(.*?);\n", text, re.S)}

@@ -173,7 +173,7 @@ def test_manpage__every_help_option_heads_a_tagged_paragraph(binary, page):
 
 def control_files():
     """The names of the files of a mount's .treelockfs directory."""
-    with open(os.path.join(SRCDIR, "src", "fs_ctl.c"), encoding="utf-8") as f:
+    with open(os.path.join(SRCDIR, "src", "fs", "fs_ctl.c"), encoding="utf-8") as f:
         names = set(re.findall(r'\[CTL_[A-Z]+\] = \{"(\w+)"', f.read()))
     assert len(names) >= 5, names
     return names

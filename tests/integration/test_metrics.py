@@ -505,7 +505,7 @@ def test_metrics__alerting_rules_check():
 @pytest.mark.nofuse
 def test_metrics__man_page_lists_every_metric():
     """Every metric name metrics.c writes is in treelockfs(1)."""
-    with open(os.path.join(SRCDIR, "src", "metrics.c"), encoding="utf-8") as f:
+    with open(os.path.join(SRCDIR, "src", "base", "metrics.c"), encoding="utf-8") as f:
         names = set(re.findall(r'"(treelockfs_[a-z_]+)"', f.read()))
     with open(os.path.join(SRCDIR, "man", "treelockfs.1"), encoding="utf-8") as f:
         man = f.read().replace("\\-", "-")

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buf.h"
+#include "base/buf.h"
 #include "unit.h"
 
 START_TEST(test_buf__grows_and_terminates)

@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buf.h"
-#include "es_docs.h"
-#include "es_scripts.h"
-#include "lockplan.h"
+#include "base/buf.h"
+#include "es/es_docs.h"
+#include "es/es_scripts.h"
+#include "lock/lockplan.h"
 #include "unit.h"
 
 /* A plan of two items: shared /a, exclusive /a/b (from /a/b to nothing). */

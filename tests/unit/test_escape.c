@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buf.h"
-#include "escape.h"
+#include "base/buf.h"
+#include "base/escape.h"
 #include "unit.h"
 
 static const char *esc(const char *in, size_t size)

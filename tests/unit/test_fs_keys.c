@@ -16,7 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "fs_keys.h"
+#include "fs/fs_keys.h"
 #include "unit.h"
 
 static char tmpdir[64];

@@ -20,7 +20,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "httpc.h"
+#include "es/httpc.h"
 #include "responder.h"
 #include "unit.h"
 

@@ -11,10 +11,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "lockmgr.h"
-#include "lockplan.h"
-#include "lockstore.h"
-#include "tlclock.h"
+#include "lock/lockmgr.h"
+#include "lock/lockplan.h"
+#include "lock/lockstore.h"
+#include "base/tlclock.h"
 #include "unit.h"
 
 static struct tl_config cfg;

@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lockplan.h"
-#include "path.h"
+#include "lock/lockplan.h"
+#include "base/path.h"
 #include "unit.h"
 
 static char *plan_str(const struct tl_plan *p)

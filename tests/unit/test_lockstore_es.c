@@ -15,19 +15,19 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "es_docs.h"
-#include "es_i.h"
-#include "es_index.h"
-#include "es_retry.h"
-#include "es_scripts.h"
-#include "options.h"
-#include "lockplan.h"
-#include "lockstore.h"
-#include "lockstore_es.h"
-#include "lockstore_i.h"
-#include "log.h"
+#include "es/es_docs.h"
+#include "es/es_internal.h"
+#include "es/es_index.h"
+#include "es/es_retry.h"
+#include "es/es_scripts.h"
+#include "config/config.h"
+#include "lock/lockplan.h"
+#include "lock/lockstore.h"
+#include "es/es_store.h"
+#include "lock/lockstore_impl.h"
+#include "base/log.h"
 #include "responder.h"
-#include "tlclock.h"
+#include "base/tlclock.h"
 #include "unit.h"
 
 struct fake {
@@ -368,7 +368,7 @@ START_TEST(test_lockstore_es__bootstrap_creates_index)
 	const struct resp_req *put;
 
 	fx_init(&fx);
-	ck_assert_int_eq(lockstore_es_open(&fx.cfg, &fx.st), 0);
+	ck_assert_int_eq(es_store_open(&fx.cfg, &fx.st), 0);
 	ck_assert_int_eq(count(&fx, "GET", "/"), 1);
 	ck_assert_int_eq(count(&fx, "PUT", "/locks"), 1);
 	put = last(&fx, "/locks");
@@ -387,7 +387,7 @@ START_TEST(test_lockstore_es__refuses_other_strategy)
 	fx_init(&fx);
 	fx.f.index_exists = true;
 	snprintf(fx.f.strategy, sizeof(fx.f.strategy), "global");
-	ck_assert_int_eq(lockstore_es_open(&fx.cfg, &fx.st), -EINVAL);
+	ck_assert_int_eq(es_store_open(&fx.cfg, &fx.st), -EINVAL);
 	ck_assert_ptr_null(fx.st);
 	ck_assert_int_eq(count(&fx, "PUT", "/locks"), 0);
 	fx_done(&fx);
@@ -403,10 +403,10 @@ START_TEST(test_lockstore_es__unreachable_and_unauthorised)
 	 * default, as long as this case may run): one second here */
 	((struct es_options *)config_store_opts(&fx.cfg, TL_STORE_ES))->start_timeout = 1;
 	unit_es_url(&fx.cfg, "http://127.0.0.1:1");
-	ck_assert_int_eq(lockstore_es_open(&fx.cfg, &fx.st), -ENOLCK);
+	ck_assert_int_eq(es_store_open(&fx.cfg, &fx.st), -ENOLCK);
 	unit_es_url(&fx.cfg, fx.r.url);
 	fx.f.root_status = 401;
-	ck_assert_int_eq(lockstore_es_open(&fx.cfg, &fx.st), -ENOLCK);
+	ck_assert_int_eq(es_store_open(&fx.cfg, &fx.st), -ENOLCK);
 	ck_assert_int_eq(count(&fx, "GET", "/locks/_mapping"), 0);
 	fx_done(&fx);
 }
@@ -421,7 +421,7 @@ START_TEST(test_lockstore_es__one_bulk_per_acquire_and_release)
 	const struct resp_req *b;
 
 	fx_init(&fx);
-	ck_assert_int_eq(lockstore_es_open(&fx.cfg, &fx.st), 0);
+	ck_assert_int_eq(es_store_open(&fx.cfg, &fx.st), 0);
 	ck_assert_int_eq(fx.st->ops->start(fx.st), 0);
 	ck_assert_int_eq(lockplan_rename(TL_STRATEGY_TREE, "/a/b/c", "/a/d e", 0, NULL, 0, &plan), 0);
 	holder_init(&h, 1);
@@ -468,7 +468,7 @@ START_TEST(test_lockstore_es__scripts_stored_or_inline)
 
 		fx_init(&fx);
 		fx.f.script_put = puts[k];
-		ck_assert_int_eq(lockstore_es_open(&fx.cfg, &fx.st), 0);
+		ck_assert_int_eq(es_store_open(&fx.cfg, &fx.st), 0);
 		ck_assert_int_eq(fx.st->ops->start(fx.st), 0);
 		/* all six stored; at a refusal the first PUT is the last */
 		ck_assert_int_eq(fx.f.scripts_stored, stored ? 6 : 0);
@@ -518,7 +518,7 @@ static void open_count(struct fixture *fx, bool for_ctl, int *gets, int *puts, b
 	int g0 = script_reqs(fx, "GET", NULL), p0 = script_reqs(fx, "PUT", NULL);
 	struct es_store *es;
 
-	ck_assert_int_eq(es_store_open(&fx->cfg, &fx->st, for_ctl), 0);
+	ck_assert_int_eq(es_open(&fx->cfg, &fx->st, for_ctl), 0);
 	es = es_store_of(fx->st);
 	*stored = es_client_scripts_stored(&es->cl);
 	snprintf(note, size, "%s", es_index_scripts_note(&es->cl));
@@ -646,7 +646,7 @@ START_TEST(test_lockstore_es__scripts_mode_per_store)
 	for (k = 0; k < 3; k++) {
 		fx_init(&fx[k]);
 		fx[k].f.script_put = puts[k];
-		ck_assert_int_eq(lockstore_es_open(&fx[k].cfg, &fx[k].st), 0);
+		ck_assert_int_eq(es_store_open(&fx[k].cfg, &fx[k].st), 0);
 		ck_assert_int_eq(fx[k].st->ops->start(fx[k].st), 0);
 	}
 	ck_assert_int_eq(lockplan_rename(TL_STRATEGY_TREE, "/a/b", "/a/c", 0, NULL, 0, &plan), 0);
@@ -685,7 +685,7 @@ START_TEST(test_lockstore_es__long_key_uses_sha256_id)
 	key[0] = '/';
 	key[sizeof(key) - 1] = '\0';
 	fx_init(&fx);
-	ck_assert_int_eq(lockstore_es_open(&fx.cfg, &fx.st), 0);
+	ck_assert_int_eq(es_store_open(&fx.cfg, &fx.st), 0);
 	ck_assert_int_eq(fx.st->ops->start(fx.st), 0);
 	ck_assert_int_eq(lockplan_rename(TL_STRATEGY_TREE, key, "/short", 0, NULL, 0, &plan), 0);
 	holder_init(&h, 2);
@@ -708,7 +708,7 @@ START_TEST(test_lockstore_es__conflict_rolls_back_and_marks)
 	const struct resp_req *b;
 
 	fx_init(&fx);
-	ck_assert_int_eq(lockstore_es_open(&fx.cfg, &fx.st), 0);
+	ck_assert_int_eq(es_store_open(&fx.cfg, &fx.st), 0);
 	ck_assert_int_eq(fx.st->ops->start(fx.st), 0);
 	snprintf(fx.f.refuse, sizeof(fx.f.refuse), "/x/y");
 	ck_assert_int_eq(lockplan_rename(TL_STRATEGY_TREE, "/x/y", "/x/z", 0, NULL, 0, &plan), 0);
@@ -747,7 +747,7 @@ START_TEST(test_lockstore_es__retries_503_items)
 	struct tl_conflict why;
 
 	fx_init(&fx);
-	ck_assert_int_eq(lockstore_es_open(&fx.cfg, &fx.st), 0);
+	ck_assert_int_eq(es_store_open(&fx.cfg, &fx.st), 0);
 	ck_assert_int_eq(fx.st->ops->start(fx.st), 0);
 	ck_assert_int_eq(lockplan_rename(TL_STRATEGY_TREE, "/p/q", "/p/r", 0, NULL, 0, &plan), 0);
 	holder_init(&h, 4);
@@ -771,8 +771,8 @@ START_TEST(test_lockstore_es__break_encodes_id)
 	struct fixture fx;
 
 	fx_init(&fx);
-	ck_assert_int_eq(lockstore_es_open_ctl(&fx.cfg, &fx.st), 0);
-	ck_assert_int_eq(lockstore_es_break(fx.st, "/a b+c%d/\xc3\xa9"), 0);
+	ck_assert_int_eq(es_store_open_ctl(&fx.cfg, &fx.st), 0);
+	ck_assert_int_eq(es_store_break(fx.st, "/a b+c%d/\xc3\xa9"), 0);
 	ck_assert_int_eq(count(&fx, "DELETE", "/locks/_doc/%2Fa%20b%2Bc%25d%2F%C3%A9?refresh=true"),
 			 1);
 	/* the ctl store never creates the index */
@@ -938,7 +938,7 @@ static void fx_open_concurrent_n(struct fixture *fx, size_t slots)
 		((struct es_options *)config_store_opts(&fx->cfg, TL_STORE_ES))->inflight =
 			(unsigned int)slots;
 	fx->r.concurrent = true;
-	ck_assert_int_eq(lockstore_es_open(&fx->cfg, &fx->st), 0);
+	ck_assert_int_eq(es_store_open(&fx->cfg, &fx->st), 0);
 	ck_assert_int_eq(fx->st->ops->start(fx->st), 0);
 	ck_assert_uint_eq(es_store_of(fx->st)->batch.max_inflight, slots ? slots : SLOTS);
 }

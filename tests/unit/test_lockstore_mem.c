@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lockplan.h"
-#include "lockstore.h"
+#include "lock/lockplan.h"
+#include "lock/lockstore.h"
 #include "unit.h"
 
 static struct tl_config cfg;

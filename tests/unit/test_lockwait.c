@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "lockwait.h"
+#include "fs/plockwait.h"
 #include "unit.h"
 
 /* What done() saw. */
@@ -85,45 +85,45 @@ static int reopen(const char *path)
 	return fd;
 }
 
-static struct lockwait_params flock_params(int fd, uid_t uid, const void *key,
+static struct plockwait_params flock_params(int fd, uid_t uid, const void *key,
 					   struct outcome *o)
 {
-	struct lockwait_params p = {.kind = LOCKWAIT_FLOCK, .fd = fd, .flock_op = LOCK_EX,
+	struct plockwait_params p = {.kind = PLOCKWAIT_FLOCK, .fd = fd, .flock_op = LOCK_EX,
 				    .uid = uid, .tag = (uint64_t)fd, .key = key,
 				    .done = record, .arg = o};
 	return p;
 }
 
-static void start(struct lockwait_set *s, const struct lockwait_params *p)
+static void start(struct plockwait_set *s, const struct plockwait_params *p)
 {
-	struct lockwait *w;
+	struct plockwait *w;
 
-	ck_assert_int_eq(lockwait_prepare(s, p, &w), 0);
-	ck_assert_int_eq(lockwait_run(s, w), 0);
+	ck_assert_int_eq(plockwait_prepare(s, p, &w), 0);
+	ck_assert_int_eq(plockwait_run(s, w), 0);
 }
 
 START_TEST(test_lockwait__granted_when_holder_unlocks)
 {
-	char path[] = "/tmp/lockwait-XXXXXX";
+	char path[] = "/tmp/plockwait-XXXXXX";
 	struct outcome o = OUTCOME_INIT;
-	struct lockwait_set s;
-	struct lockwait_params p;
+	struct plockwait_set s;
+	struct plockwait_params p;
 	int holder = open_tmp(path), waiter = reopen(path), probe = reopen(path);
 
-	ck_assert_int_eq(lockwait_init(&s, 8, 8), 0);
+	ck_assert_int_eq(plockwait_init(&s, 8, 8), 0);
 	ck_assert_int_eq(flock(holder, LOCK_EX | LOCK_NB), 0);
 	p = flock_params(waiter, 1000, &o, &o);
 	start(&s, &p);
 	/* the lock is held: no answer can come before the unlock */
 	ck_assert(!wait_outcome(&o, 1));
-	ck_assert_uint_eq(lockwait_count(&s), 1);
+	ck_assert_uint_eq(plockwait_count(&s), 1);
 	ck_assert_int_eq(flock(holder, LOCK_UN), 0);
 	ck_assert(wait_outcome(&o, 30));
 	ck_assert_int_eq(o.res, 0);
 	/* the waiter's description holds it now */
 	ck_assert_int_eq(flock(probe, LOCK_EX | LOCK_NB), -1);
 	ck_assert_int_eq(errno, EWOULDBLOCK);
-	lockwait_destroy(&s);
+	plockwait_destroy(&s);
 	ck_assert_int_eq(o.calls, 1);
 	unlink(path);
 }
@@ -131,15 +131,15 @@ END_TEST
 
 START_TEST(test_lockwait__ofd_granted_and_cancelled)
 {
-	char path[] = "/tmp/lockwait-XXXXXX";
+	char path[] = "/tmp/plockwait-XXXXXX";
 	struct outcome o1 = OUTCOME_INIT, o2 = OUTCOME_INIT;
 	struct flock wr = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 10};
 	struct flock un = {.l_type = F_UNLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 10};
-	struct lockwait_set s;
-	struct lockwait_params p = {.kind = LOCKWAIT_OFD, .uid = 1, .lk = wr, .done = record};
+	struct plockwait_set s;
+	struct plockwait_params p = {.kind = PLOCKWAIT_OFD, .uid = 1, .lk = wr, .done = record};
 	int holder = open_tmp(path), w1 = reopen(path), w2 = reopen(path);
 
-	ck_assert_int_eq(lockwait_init(&s, 8, 8), 0);
+	ck_assert_int_eq(plockwait_init(&s, 8, 8), 0);
 	ck_assert_int_eq(fcntl(holder, F_OFD_SETLK, &wr), 0);
 	p.fd = w1;
 	p.key = &o1;
@@ -150,7 +150,7 @@ START_TEST(test_lockwait__ofd_granted_and_cancelled)
 	p.arg = &o2;
 	start(&s, &p);
 	/* the first is cancelled while it waits: EINTR */
-	lockwait_cancel_key(&s, &o1, EINTR);
+	plockwait_cancel_key(&s, &o1, EINTR);
 	ck_assert(wait_outcome(&o1, 30));
 	ck_assert_int_eq(o1.res, -EINTR);
 	ck_assert(!called_now(&o2));
@@ -161,43 +161,43 @@ START_TEST(test_lockwait__ofd_granted_and_cancelled)
 	/* and the cancelled one holds nothing: w1 conflicts with w2 only */
 	ck_assert_int_eq(fcntl(w2, F_OFD_SETLK, &un), 0);
 	ck_assert_int_eq(fcntl(holder, F_OFD_SETLK, &wr), 0);
-	lockwait_destroy(&s);
+	plockwait_destroy(&s);
 	unlink(path);
 }
 END_TEST
 
 START_TEST(test_lockwait__cancel_before_run_ends_at_once)
 {
-	char path[] = "/tmp/lockwait-XXXXXX";
+	char path[] = "/tmp/plockwait-XXXXXX";
 	struct outcome o = OUTCOME_INIT;
-	struct lockwait_set s;
-	struct lockwait_params p;
-	struct lockwait *w;
+	struct plockwait_set s;
+	struct plockwait_params p;
+	struct plockwait *w;
 	int holder = open_tmp(path), waiter = reopen(path);
 
-	ck_assert_int_eq(lockwait_init(&s, 8, 8), 0);
+	ck_assert_int_eq(plockwait_init(&s, 8, 8), 0);
 	ck_assert_int_eq(flock(holder, LOCK_EX | LOCK_NB), 0);
 	p = flock_params(waiter, 1, &o, &o);
-	ck_assert_int_eq(lockwait_prepare(&s, &p, &w), 0);
+	ck_assert_int_eq(plockwait_prepare(&s, &p, &w), 0);
 	/* an interrupt that came before the wait started */
-	lockwait_cancel_key(&s, &o, EINTR);
-	ck_assert_int_eq(lockwait_run(&s, w), 0);
+	plockwait_cancel_key(&s, &o, EINTR);
+	ck_assert_int_eq(plockwait_run(&s, w), 0);
 	ck_assert(wait_outcome(&o, 30));
 	ck_assert_int_eq(o.res, -EINTR);
-	lockwait_destroy(&s);
+	plockwait_destroy(&s);
 	unlink(path);
 }
 END_TEST
 
 START_TEST(test_lockwait__cancel_tag_returns_answered)
 {
-	char path[] = "/tmp/lockwait-XXXXXX";
+	char path[] = "/tmp/plockwait-XXXXXX";
 	struct outcome o[3] = {OUTCOME_INIT, OUTCOME_INIT, OUTCOME_INIT};
-	struct lockwait_set s;
-	struct lockwait_params p;
+	struct plockwait_set s;
+	struct plockwait_params p;
 	int holder = open_tmp(path), a = reopen(path), b = reopen(path);
 
-	ck_assert_int_eq(lockwait_init(&s, 8, 8), 0);
+	ck_assert_int_eq(plockwait_init(&s, 8, 8), 0);
 	ck_assert_int_eq(flock(holder, LOCK_EX | LOCK_NB), 0);
 	p = flock_params(a, 1, &o[0], &o[0]);
 	start(&s, &p);
@@ -205,15 +205,15 @@ START_TEST(test_lockwait__cancel_tag_returns_answered)
 	start(&s, &p);
 	p = flock_params(b, 1, &o[2], &o[2]);
 	start(&s, &p);
-	lockwait_cancel_tag(&s, (uint64_t)a, EBADF);
+	plockwait_cancel_tag(&s, (uint64_t)a, EBADF);
 	/* both waits of A are answered when it returns, B's goes on */
 	ck_assert(called_now(&o[0]) && called_now(&o[1]));
 	ck_assert_int_eq(o[0].res, -EBADF);
 	ck_assert_int_eq(o[1].res, -EBADF);
 	ck_assert(!called_now(&o[2]));
-	ck_assert_uint_eq(lockwait_count(&s), 1);
+	ck_assert_uint_eq(plockwait_count(&s), 1);
 	/* the end of the set answers what is left */
-	lockwait_destroy(&s);
+	plockwait_destroy(&s);
 	ck_assert(called_now(&o[2]));
 	ck_assert_int_eq(o[2].res, -EINTR);
 	ck_assert_int_eq(o[2].calls, 1);
@@ -223,15 +223,15 @@ END_TEST
 
 START_TEST(test_lockwait__bounds_refuse_with_enolck)
 {
-	char path[] = "/tmp/lockwait-XXXXXX";
+	char path[] = "/tmp/plockwait-XXXXXX";
 	struct outcome o[5] = {OUTCOME_INIT, OUTCOME_INIT, OUTCOME_INIT, OUTCOME_INIT,
 			       OUTCOME_INIT};
-	struct lockwait_set s;
-	struct lockwait_params p;
-	struct lockwait *w;
+	struct plockwait_set s;
+	struct plockwait_params p;
+	struct plockwait *w;
 	int holder = open_tmp(path), fd = reopen(path);
 
-	ck_assert_int_eq(lockwait_init(&s, 2, 3), 0);
+	ck_assert_int_eq(plockwait_init(&s, 2, 3), 0);
 	ck_assert_int_eq(flock(holder, LOCK_EX | LOCK_NB), 0);
 	p = flock_params(fd, 7, &o[0], &o[0]);
 	start(&s, &p);
@@ -239,19 +239,19 @@ START_TEST(test_lockwait__bounds_refuse_with_enolck)
 	start(&s, &p);
 	/* a third of user 7: over its bound */
 	p = flock_params(fd, 7, &o[2], &o[2]);
-	ck_assert_int_eq(lockwait_prepare(&s, &p, &w), -ENOLCK);
+	ck_assert_int_eq(plockwait_prepare(&s, &p, &w), -ENOLCK);
 	/* another user may still wait, until the mount's bound */
 	p = flock_params(fd, 8, &o[3], &o[3]);
 	start(&s, &p);
 	p = flock_params(fd, 9, &o[4], &o[4]);
-	ck_assert_int_eq(lockwait_prepare(&s, &p, &w), -ENOLCK);
-	ck_assert_uint_eq(lockwait_count(&s), 3);
+	ck_assert_int_eq(plockwait_prepare(&s, &p, &w), -ENOLCK);
+	ck_assert_uint_eq(plockwait_count(&s), 3);
 	/* a wait that ended makes room */
-	lockwait_cancel_key(&s, &o[0], EINTR);
+	plockwait_cancel_key(&s, &o[0], EINTR);
 	ck_assert(wait_outcome(&o[0], 30));
 	p = flock_params(fd, 7, &o[2], &o[2]);
 	start(&s, &p);
-	lockwait_destroy(&s);
+	plockwait_destroy(&s);
 	for (int i = 0; i < 4; i++)
 		ck_assert_int_eq(o[i].calls, 1);
 	ck_assert_int_eq(o[4].calls, 0);
@@ -263,13 +263,13 @@ END_TEST
  * what the waiter holds, whichever came first. */
 START_TEST(test_lockwait__grant_and_cancel_race_outcome_tells_truth)
 {
-	char path[] = "/tmp/lockwait-XXXXXX";
-	struct lockwait_set s;
-	struct lockwait_params p;
+	char path[] = "/tmp/plockwait-XXXXXX";
+	struct plockwait_set s;
+	struct plockwait_params p;
 	int holder = open_tmp(path), waiter = reopen(path), probe = reopen(path);
 	int granted = 0, cancelled = 0;
 
-	ck_assert_int_eq(lockwait_init(&s, 8, 8), 0);
+	ck_assert_int_eq(plockwait_init(&s, 8, 8), 0);
 	for (int i = 0; i < 300; i++) {
 		struct outcome o = OUTCOME_INIT;
 		int res;
@@ -280,7 +280,7 @@ START_TEST(test_lockwait__grant_and_cancel_race_outcome_tells_truth)
 		if (i % 2)
 			usleep(i % 7 * 100);
 		ck_assert_int_eq(flock(holder, LOCK_UN), 0);
-		lockwait_cancel_key(&s, &o, EINTR);
+		plockwait_cancel_key(&s, &o, EINTR);
 		ck_assert(wait_outcome(&o, 30));
 		res = flock(probe, LOCK_EX | LOCK_NB);
 		if (o.res == 0) {
@@ -295,14 +295,14 @@ START_TEST(test_lockwait__grant_and_cancel_race_outcome_tells_truth)
 		}
 	}
 	ck_assert_int_eq(granted + cancelled, 300);
-	lockwait_destroy(&s);
+	plockwait_destroy(&s);
 	unlink(path);
 }
 END_TEST
 
 Suite *make_suite_lockwait(void)
 {
-	Suite *s = suite_create("lockwait");
+	Suite *s = suite_create("plockwait");
 	TCase *tc = tcase_create("core");
 
 	tcase_set_timeout(tc, 120);

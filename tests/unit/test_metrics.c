@@ -12,7 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "metrics.h"
+#include "base/metrics.h"
 #include "unit.h"
 
 /* SRC rendered into a new string (caller frees). */

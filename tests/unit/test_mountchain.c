@@ -13,7 +13,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include "mountchain.h"
+#include "base/mountchain.h"
 #include "unit.h"
 
 static char tmpdir[64];

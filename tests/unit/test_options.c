@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "es_i.h"
+#include "es/es_internal.h"
 #include "unit.h"
 
 static struct es_options *es_opts(struct tl_config *cfg)

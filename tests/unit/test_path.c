@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "path.h"
+#include "base/path.h"
 #include "unit.h"
 
 static const struct {

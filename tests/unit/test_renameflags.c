@@ -7,7 +7,7 @@
 #include <errno.h>
 #include <stdio.h>
 
-#include "renameflags.h"
+#include "fs/renameflags.h"
 #include "unit.h"
 
 START_TEST(test_renameflags__exchange_refused_at_once)

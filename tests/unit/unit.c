@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lockstore.h"
-#include "es_i.h"
-#include "log.h"
+#include "lock/lockstore.h"
+#include "es/es_internal.h"
+#include "base/log.h"
 #include "unit.h"
 
 void unit_es_url(struct tl_config *cfg, const char *url)

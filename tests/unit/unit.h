@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "options.h"
+#include "config/config.h"
 
 /* The store fixture every suite shares: fills CFG (config_init()) for
  * STORE with the tests' settings and validates it: strategy tree,

@@ -1,0 +1,178 @@
+/* es_i.h - the es store's state, shared by the files of the es store
+ *
+ * The files, one meaning each, and who calls whom (no circle; drawn from
+ * the objects' symbols):
+ *
+ *   lockstore_es.c       the vtable: acquire, refusal, release, abandon,
+ *                        list, open, close
+ *   es_store_admin.c treelockctl: owners, intents, reap, check
+ *   es_lease.c           this mount's lease and its heartbeat thread
+ *   es_owners.c          other owners: observer table, take-over, reap
+ *   es_kept.c            release-like bulks that must arrive; kept ones
+ *   es_retry.c           who retries what (the chart), start retries
+ *   es_batch.c           group commit of _bulk requests, sender thread
+ *   es_index.c           cluster check, index bootstrap, stored scripts
+ *   es_client.c          one request: paths, statuses, _bulk, _mget, ...
+ *   es_docs.c            documents and bulk items (pure); es_scripts.h
+ *   es_options.c         the backend's options
+ *
+ *   es_store_admin -> lockstore_es, es_owners, es_index, es_retry,
+ *                         es_options
+ *   lockstore_es -> es_lease, es_owners, es_kept, es_batch, es_index,
+ *                   es_retry, es_options
+ *   es_lease   -> es_kept, es_index, es_retry
+ *   es_owners  -> es_kept, es_batch
+ *   es_kept    -> es_batch, es_retry
+ *   es_batch   -> es_client            es_retry -> es_client
+ *   es_index   -> es_client            es_client -> httpc
+ *   (besides, most files call es_client and es_docs; es_docs calls
+ *   nothing of the store; es_scripts.h includes nothing)
+ *
+ * Lock order: es_store.mutex is a leaf; it is never held across a request.
+ */
+#ifndef TREELOCKFS_ES_ES_INTERNAL_H
+#define TREELOCKFS_ES_ES_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "es/es_batch.h"
+#include "es/es_client.h"
+#include "lock/lockplan.h"
+#include "lock/lockstore.h"
+
+/* Longest owner= name: an owner id "<name>:<pid>:<nonce>" fits ES_ID_MAX. */
+#define ES_NAME_MAX 63
+#define ES_ID_MAX 160
+#define ES_DEFAULT_INDEX "treelockfs-locks"
+#define ES_DEFAULT_TIMEOUT_MS 5000
+/* How long a mount retries a store that fails at start (seconds). */
+#define ES_DEFAULT_START_TIMEOUT 30
+#define ES_PASSWORD_ENV "TREELOCKFS_ES_PASSWORD"
+
+/* Lease documents of our own former owner ids kept for deletion. */
+#define ES_MAX_ABANDONED 8
+/* Owners remembered by an observer (oldest live ones are forgotten). */
+#define ES_MAX_OBSERVED 256
+
+/* The es backend's own options (es_options.c), hung on tl_config. */
+struct es_options {
+	char *url;             /* "https://a:9200,https://b:9200" */
+	char *index;
+	char *user;
+	char *password_file;
+	char *api_key_file;
+	char *cacert;
+	char *timeout_ms_s;
+	char *start_timeout_s;
+	char *inflight_s;
+	int insecure;
+	/* es_allow_insecure: credentials may go to an http:// URL (warned) */
+	int allow_insecure;
+	unsigned int timeout_ms;
+	unsigned int start_timeout; /* seconds */
+	unsigned int inflight;      /* _bulk requests in flight at most */
+	/* es_group_commit (default 1): 0 sends each rename's bulk at once,
+	 * alone, up to ES_BATCH_INFLIGHT_MAX in flight (es_inflight unused) */
+	int group_commit;
+	/* es_scripts=stored|inline (default stored); inline: 1 */
+	char *scripts_s;
+	int scripts_inline;
+	/* es_password=, es_api_key= as given: always refused (a secret in an
+	 * option is seen by others), kept only to say so; never logged */
+	char *password_arg;
+	char *api_key_arg;
+	/* secrets, loaded by config_load_secrets(); never logged */
+	char *password;
+	char *api_key;
+};
+
+/* What an observer saw of one owner's lease document. */
+struct es_observed {
+	char *id;              /* owner id */
+	int64_t seq_no;        /* -1: document gone */
+	int64_t first_ms;      /* monotonic, when seq_no was first seen */
+	int64_t ttl_ms;        /* the owner's lease_ttl, from its document */
+	bool dead;
+	bool reaped;
+};
+
+/* A release bulk that could not be sent, resent by the heartbeat. */
+struct es_pending {
+	char *body;            /* ndjson of idempotent release items */
+	size_t len;
+	int64_t not_before;    /* monotonic ms */
+	int confirms;          /* resends left after the first success */
+	struct es_pending *next;
+};
+
+struct es_store {
+	struct lockstore base;
+	struct es_client cl;
+	struct es_batch batch;   /* every _bulk goes through it */
+	char name[ES_NAME_MAX + 1]; /* owner= name */
+	int64_t ttl_ms;
+	int64_t tmo_ms;        /* lock_timeout + ttl: how long a waiter mark lives */
+	unsigned int timeout_ms;
+	unsigned int start_timeout; /* seconds */
+	enum tl_strategy strategy;
+	char version[64];
+	bool opensearch;
+	/* es_allow_insecure=1 let credentials go to an http:// URL: said at
+	 * start and by treelockctl check */
+	bool cleartext_creds;
+
+	pthread_mutex_t mutex;   /* leaf: never held across a request */
+	/* protected by mutex: */
+	char owner[ES_ID_MAX];   /* this mount's owner id */
+	char nonce[24];
+	int64_t owner_seq, owner_term;
+	bool owner_doc;          /* our lease document exists */
+	int64_t renewed_ms;      /* monotonic SEND time of the last good renewal */
+	unsigned int epoch;
+	unsigned int held_cur, held_old; /* holders acquired in this / older epochs */
+	struct es_observed obs[ES_MAX_OBSERVED];
+	size_t nobs;
+	struct es_pending *pending;
+	/* kept releases are resent from pending_due on (monotonic ms, 0:
+	 * none kept), not only at the next heartbeat: until they are sent,
+	 * our own renames on those keys would wait for them */
+	int64_t pending_due;
+	int64_t pending_backoff; /* ms, doubles up to the heartbeat period */
+	/* lease documents of our former owner ids (lapsed, then renewed):
+	 * deleted once no rename can act under them (after due_ms), or at a
+	 * clean exit, so that they do not wait for a reap */
+	char abandoned[ES_MAX_ABANDONED][ES_ID_MAX];
+	int64_t abandoned_due[ES_MAX_ABANDONED]; /* monotonic ms */
+	size_t nabandoned;
+	bool started, stop;
+	pthread_cond_t cond;
+	pthread_t hb;
+	bool warned_stale;
+	/* the index lost our mapping or strategy (es_index_verify() by the
+	 * heartbeat): no lock is taken until it is ours again */
+	int index_err;           /* 0, -EPROTO or -EINVAL */
+};
+
+/* The es backend's options in CFG (es_options.c). */
+const struct es_options *es_options_of(const struct tl_config *cfg);
+
+/* True when a URL of O's es_url is http:// (credentials would travel
+ * unencrypted). */
+bool es_opts_cleartext(const struct es_options *o);
+
+/* Opens the store (lockstore_es.c); FOR_CTL: treelockctl's observer. */
+int es_open(const struct tl_config *cfg, struct lockstore **out, bool for_ctl);
+
+/* ST as an es store, or NULL when it is another backend. */
+struct es_store *es_store_of(struct lockstore *st);
+
+/* How often the heartbeat renews the lease: lease_ttl/3, at least 50 ms
+ * (es_lease.c's thread; es_kept.c backs off up to it). */
+static inline int64_t es_heartbeat_period(const struct es_store *es)
+{
+	return es->ttl_ms / 3 > 50 ? es->ttl_ms / 3 : 50;
+}
+
+#endif /* TREELOCKFS_ES_ES_INTERNAL_H */
