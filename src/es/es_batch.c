@@ -556,10 +556,13 @@ int es_batch_send_detached(struct es_batch *g, const struct buf *b, int64_t dead
 	if (nitems <= 0 || nitems > ES_BULK_MAX_ITEMS || !g->ready)
 		return es_batch_send(g, b, deadline, root); /* a bulk in chunks is waited for */
 	pthread_mutex_lock(&g->mutex);
-	/* what es_batch_send() would send at once, it sends: a lone rename
-	 * sees its release answered before it returns, as without a sender */
-	at_once = !g->sender_on || g->sender_stop ||
-		  (!g->queue && g->inflight < g->max_inflight && slot_opens(g, 1));
+	/* with a sender thread every release is handed to it, a lone
+	 * rename's too: the rename returns after one round trip (its
+	 * acquire), and its release leaves at once on the sender's
+	 * connection; the mount's next acquire of the same documents waits
+	 * for that answer (req_blocked()); without group commit each rename
+	 * sends and waits for its own two requests, as before either */
+	at_once = !g->sender_on || g->sender_stop || g->solo;
 	pthread_mutex_unlock(&g->mutex);
 	if (at_once)
 		return es_batch_send(g, b, deadline, root);
@@ -604,6 +607,7 @@ int es_batch_open(struct es_batch *g, struct es_client *c, unsigned int max_infl
 	if (max_inflight == 0) { /* no group commit: every slot opens at once */
 		g->max_inflight = ES_BATCH_INFLIGHT_MAX;
 		g->extra_min = 1;
+		g->solo = true;
 	}
 	g->age_ms = ES_BATCH_AGE_MS;
 	g->ready = true;

@@ -37,11 +37,12 @@
  * less than more, smaller requests) or the oldest has waited
  * ES_BATCH_AGE_MS (a slow request holds up the rest no longer than that). */
 /*
- * Releases that would queue anyway need not be waited for: a release
- * submitted with es_batch_send_detached() while a request is out or others
- * queue is handed to the client's sender thread and the rename goes on at
- * once; its items leave with the next request (the same queue, the same
- * rules) and its outcome reaches a callback. An acquire whose documents a
+ * Releases need not be waited for: a release submitted with
+ * es_batch_send_detached() is handed to the client's sender thread and the
+ * rename goes on at once (a rename alone costs one round trip, its
+ * acquire); its items leave at once when a slot is free, else with the
+ * next request (the same queue, the same rules), and its outcome reaches
+ * a callback. An acquire whose documents a
  * handed-off release still holds in flight in another request does not
  * leave before that answer: the store would refuse it on our own lock. In
  * one request the items keep their order, so a release queued before an
@@ -72,6 +73,7 @@ struct es_batch {
 	unsigned int extra_min;      /* queued bulks that open a further slot */
 	int64_t age_ms;              /* or the queue's age that does */
 	bool ready;                  /* the mutex and conds exist */
+	bool solo;                   /* no group commit: releases waited for */
 	/* handed-off bulks (es_batch_send_detached()): queued, and in
 	 * flight (linked by fly_next); the sender thread sends the queue
 	 * while it holds any */
@@ -124,8 +126,8 @@ typedef void es_detached_fn(void *arg, int err, cJSON *root, const struct buf *b
 int es_batch_start_sender(struct es_batch *g);
 
 /* Sends B as es_batch_send() does under DEADLINE (its return value and
- * *ROOT) when B can leave at once or no sender thread runs. Otherwise
- * hands a copy of B to the sender thread, which sends it with the queue
+ * *ROOT) when no sender thread runs (or it is stopping), group commit is
+ * off, or B is too large for one request. Otherwise hands a copy of B to the sender thread, which sends it with the queue
  * (under no deadline) and calls DONE(ARG, ...) once the answer or the
  * failure is known, and returns 1 at once (*ROOT NULL). */
 int es_batch_send_detached(struct es_batch *g, const struct buf *b, int64_t deadline,
