@@ -1,7 +1,8 @@
 #!/bin/sh
 # Builds treelockfs if needed and runs every test:
 #   make check: unit tests (check, TAP), the same unit tests built with
-#   -fsanitize=address,undefined, the Elasticsearch emulator's tests, the
+#   -fsanitize=address,undefined, the layout check (the layers' maps
+#   against the objects, TAP), the Elasticsearch emulator's tests, the
 #   differential test (emulator vs real engines), the integration tests
 #   (pytest, mounting for real) and, where java and mvn are installed, the
 #   tests against a real OpenSearch cluster, where go and s3fs are
@@ -82,10 +83,10 @@ if grep -q '^#define TL_LIBFUSE_BUNDLED 1' config.h 2>/dev/null; then
 	fi
 fi
 
-# Count every test: TAP results of the unit binaries (.trs files), and the
-# JUnit XML of the Python suites.
+# Count every test: TAP results of the unit binaries and of the layout
+# check (.trs files), and the JUnit XML of the Python suites.
 summary=$(
-	for trs in tests/unit/unit.trs tests/unit/unit-asan.trs; do
+	for trs in tests/unit/unit.trs tests/unit/unit-asan.trs tests/layout/check.trs; do
 		[ -f "$trs" ] && sed -n 's/^:test-result: //p' "$trs"
 	done | awk '
 		/^PASS|^XFAIL/ { p++ } /^FAIL|^XPASS|^ERROR/ { f++ } /^SKIP/ { s++ }

@@ -4,9 +4,11 @@
  *               | break PATH | reap OWNER|--dead
  *   treelockctl metrics MOUNTPOINT
  *
- * Store options are the mount's (options.h), parsed the same way, so one
+ * Store options are the mount's (config.h), parsed the same way, so one
  * config file serves both. treelockctl never takes a lease: it observes.
  * Exit status: 0 ok, 1 usage or configuration error, 2 store error.
+ *
+ * Depends on: base, config, lock, es (its admin commands: es_store.h).
  */
 #include <config.h>
 

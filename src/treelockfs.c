@@ -7,6 +7,8 @@
  * mount, so mounting over BACKING itself works. The lock store is opened
  * (and, for es, checked and bootstrapped) before daemonising; its threads
  * start in the FUSE init callback, after the fork.
+ *
+ * Depends on: base, config, lock, fs.
  */
 #include <config.h>
 

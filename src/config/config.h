@@ -5,6 +5,16 @@
  * mount.fuse3 work), and as "name=value" in a config file given with
  * --config=FILE / -o config=FILE. Later wins: defaults < config file <
  * command line. Booleans come in pairs: "es_insecure" / "no_es_insecure".
+ *
+ * Files in src/config/:
+ *
+ *   config.[ch]   the options: their table, defaults, the config file,
+ *                 validation
+ *
+ * Depends on: base.
+ * Exception: config.c and config.h use lock (the names of the lock
+ *   strategies and of the stores: lockplan.h, lockstore.h).
+ * Exception: config.c uses fs (plockwait.h's defaults of lock_waiters).
  */
 #ifndef TREELOCKFS_CONFIG_CONFIG_H
 #define TREELOCKFS_CONFIG_CONFIG_H

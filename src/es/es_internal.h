@@ -1,32 +1,41 @@
-/* es_i.h - the es store's state, shared by the files of the es store
+/* es_internal.h - the es store's state, shared by the files of the es store
  *
- * The files, one meaning each, and who calls whom (no circle; drawn from
- * the objects' symbols):
+ * Files in src/es/:
  *
- *   lockstore_es.c       the vtable: acquire, refusal, release, abandon,
- *                        list, open, close
- *   es_store_admin.c treelockctl: owners, intents, reap, check
- *   es_lease.c           this mount's lease and its heartbeat thread
- *   es_owners.c          other owners: observer table, take-over, reap
- *   es_kept.c            release-like bulks that must arrive; kept ones
- *   es_retry.c           who retries what (the chart), start retries
- *   es_batch.c           group commit of _bulk requests, sender thread
- *   es_index.c           cluster check, index bootstrap, stored scripts
- *   es_client.c          one request: paths, statuses, _bulk, _mget, ...
- *   es_docs.c            documents and bulk items (pure); es_scripts.h
- *   es_options.c         the backend's options
+ *   es_internal.h   this header: the store's state, shared by its files
+ *   es_store.[ch]   the store's face: open, close, acquire, refusal,
+ *                   release, abandon, list; es_store.h: what treelockctl
+ *                   asks beyond the vtable
+ *   es_admin.c      treelockctl's asks: owners, intents, reap, break, check
+ *   es_lease.[ch]   this mount's lease and its heartbeat thread
+ *   es_owners.[ch]  other owners: observer table, take-over, reap
+ *   es_kept.[ch]    release-like bulks that must arrive; kept ones
+ *   es_retry.[ch]   who retries what (the chart), start retries
+ *   es_batch.[ch]   group commit of _bulk requests, sender thread
+ *   es_index.[ch]   cluster check, index bootstrap, stored scripts
+ *   es_client.[ch]  one request: paths, statuses, _bulk, _mget, ...
+ *   es_docs.[ch]    documents and bulk items (pure)
+ *   es_scripts.h    the Painless scripts (includes nothing)
+ *   es_options.c    the backend's own options
+ *   httpc.[ch]      a thin libcurl wrapper; knows nothing of Elasticsearch
  *
- *   es_store_admin -> lockstore_es, es_owners, es_index, es_retry,
- *                         es_options
- *   lockstore_es -> es_lease, es_owners, es_kept, es_batch, es_index,
- *                   es_retry, es_options
- *   es_lease   -> es_kept, es_index, es_retry
- *   es_owners  -> es_kept, es_batch
- *   es_kept    -> es_batch, es_retry
- *   es_batch   -> es_client            es_retry -> es_client
- *   es_index   -> es_client            es_client -> httpc
- *   (besides, most files call es_client and es_docs; es_docs calls
- *   nothing of the store; es_scripts.h includes nothing)
+ * Who calls whom among them (drawn from the objects' symbols; no circle):
+ *
+ *   es_admin   -> es_store, es_owners, es_index, es_retry, es_options,
+ *                 es_client, es_docs, httpc
+ *   es_store   -> es_lease, es_owners, es_kept, es_batch, es_index,
+ *                 es_retry, es_options, es_client, es_docs, httpc
+ *   es_lease   -> es_owners, es_kept, es_index, es_retry, es_client,
+ *                 es_docs, httpc
+ *   es_owners  -> es_kept, es_batch, es_client, es_docs
+ *   es_kept    -> es_batch, es_retry, es_client, es_docs
+ *   es_retry   -> es_client, httpc
+ *   es_batch   -> es_client
+ *   es_index   -> es_client, es_docs, httpc
+ *   es_client  -> es_docs, httpc
+ *   (es_docs, es_options and httpc call none of them)
+ *
+ * Depends on: base, config, lock.
  *
  * Lock order: es_store.mutex is a leaf; it is never held across a request.
  */

@@ -12,21 +12,38 @@
  * A hidden entry ".treelockfs/" at the root (never listed) holds read-only
  * "stats", "metrics", "locks", "options" and "backing" files.
  *
- * The files behind it, and the only calls between them (declared below):
+ * Files in src/fs/:
  *
- *   fs_passthrough.c  the operations that pass through, the ops table
- *   fs_inode.c        the inode table, caller credentials, tlfs_prepare()
- *   fs_rename.c       ll_rename() and entry locks: keys, hold, check,
- *                     rename (the keys themselves: fs_keys.h; the plan
- *                     and the hold: lockmgr.h)
- *   fs_plock.c        POSIX record locks and flock()
- *   fs_ctl.c          the .treelockfs control entry
- *   fs_backing.c      FUSE passthrough: backing files the kernel reads and
+ *   fs.h              this header: struct tlfs, the inodes, and the calls
+ *                     between the files below
+ *   fs_ops.c          the FUSE operations and their table, tlfs_ops
+ *   fs_passthrough.c  FUSE passthrough: backing files the kernel reads and
  *                     writes itself
+ *   fs_inode.c        the inode table, tlfs_prepare() and tlfs_release()
+ *   fs_creds.c        acting as the caller: credentials, capabilities,
+ *                     umask, set-ID bits, O_NOATIME
+ *   fs_export.c       lookups by file handle (export_support)
+ *   fs_rename.c       ll_rename() and entry locks: keys, hold, check,
+ *                     rename (the plan and the hold: lockmgr.h)
+ *   fs_keys.[ch]      lock keys: where an entry of the backing tree is now
+ *   renameflags.[ch]  which rename flags a backing filesystem refuses
+ *   fs_plock.c        POSIX record locks and flock()
+ *   plockwait.[ch]    lock waits that hold no request thread
+ *   fs_ctl.c          the .treelockfs control entry
+ *   remount.[ch]      "mount -o remount" of a treelockfs mount
  *
- * Only treelockfs.c includes this header from outside; it uses struct tlfs,
- * tlfs_ops, tlfs_prepare() and passthrough_refusal() only. None of these files names a lock
- * store: what they need of one they ask the lock manager (lockmgr.h).
+ * Depends on: base, config, lock.
+ *
+ * None of these files names a lock store: what they need of one they ask
+ * the lock manager (lockmgr.h). From outside, only treelockfs.c includes
+ * this header (it fills struct tlfs); config.c takes plockwait.h's
+ * defaults.
+ *
+ * Called from outside src/fs/, by treelockfs.c only:
+ *
+ *   tlfs_ops, tlfs_prepare(), tlfs_release(), inode_export_prepare(),
+ *   passthrough_refusal(), keys_set_home(), ctl_render_metrics(),
+ *   remount_requested(), remount_given_options(), remount_run()
  */
 #ifndef TREELOCKFS_FS_FS_H
 #define TREELOCKFS_FS_FS_H

@@ -3,7 +3,7 @@
  * A store keeps the locks of plans (lockplan.h) for one or many mounts.
  * The lock manager (lockmgr.h) drives it and never knows which backend it
  * is: mem (in-process table, lockstore_mem.c) or es (an Elasticsearch or
- * OpenSearch index shared by many hosts, lockstore_es.c).
+ * OpenSearch index shared by many hosts, src/es/).
  *
  * Protocol, per plan:
  *
@@ -29,6 +29,22 @@
  * renames that held or waited for its keys when it started.
  *
  * Thread rules: every op may be called from many threads at once.
+ *
+ * This header also holds the map of the lock core, the layer between the
+ * FUSE side (src/fs/) and the stores:
+ *
+ * Files in src/lock/:
+ *
+ *   lockplan.[ch]     which locks an operation needs, in which order (pure)
+ *   lockmgr.[ch]      runs plans against the store: waits, deadline,
+ *                     circuit, holds
+ *   lockstore.[ch]    this interface; lockstore.c: the registry of
+ *                     backends, opening one, the one errno mapping
+ *   lockstore_impl.h  the backends' constructors, for lockstore.c
+ *   lockstore_mem.c   the embedded store: the plans it holds, in a list
+ *
+ * Depends on: base, config.
+ * Exception: lockstore.c uses es (it opens the es store: lock_store=es).
  */
 #ifndef TREELOCKFS_LOCK_LOCKSTORE_H
 #define TREELOCKFS_LOCK_LOCKSTORE_H
