@@ -38,7 +38,7 @@
 #include "fs/remount.h"
 #include "base/mountchain.h"
 
-/* lockmgr keeps owner= whole (options.h) */
+/* lockmgr keeps owner= whole (config.h) */
 _Static_assert(sizeof(((struct lockmgr *)0)->owner) > TL_OWNER_MAX, "owner= must fit lockmgr");
 
 /* configure found FUSE passthrough in the libfuse it links */
@@ -558,10 +558,10 @@ int main(int argc, char *argv[])
 			goto out_signals;
 		fuse_loop_cfg_set_clone_fd(loop_cfg, (unsigned)opts.clone_fd);
 		/* UINT_MAX: not given; libfuse 3.14 would warn "Ignoring invalid max threads";
-		 * a value given was checked (options.c: 0 to TL_MAX_THREADS) */
+		 * a value given was checked (config.c: 0 to TL_MAX_THREADS) */
 		if (opts.max_idle_threads != UINT_MAX)
 			fuse_loop_cfg_set_idle_threads(loop_cfg, opts.max_idle_threads);
-		/* 1 to TL_MAX_THREADS when given (options.c); 0: a libfuse
+		/* 1 to TL_MAX_THREADS when given (config.c); 0: a libfuse
 		 * without a default */
 		if (opts.max_threads && opts.max_threads <= TL_MAX_THREADS)
 			fuse_loop_cfg_set_max_threads(loop_cfg, opts.max_threads);

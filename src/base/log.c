@@ -47,7 +47,7 @@ int tl_log_parse_level(const char *name)
 		return LOG_ERR;
 	if (strcmp(name, "warn") == 0)
 		return LOG_WARNING;
-	/* one digit, as options take numbers (options.h): no blank or sign */
+	/* one digit, as options take numbers (config.h): no blank or sign */
 	if (name[0] >= '0' + LOG_ERR && name[0] <= '0' + LOG_DEBUG && name[1] == '\0')
 		return name[0] - '0';
 	return -1;

@@ -197,17 +197,17 @@ struct lockstore {
 };
 
 /* One backend, as lock_store=NAME selects it: its name, its own options
- * (parsed, checked and freed by options.c through them) and its
+ * (parsed, checked and freed by config.c through them) and its
  * constructor (lockstore_open()). A new backend is one more file and one
  * more row of lockstore_backends. */
 struct lockstore_backend {
 	const char *name;                       /* lock_store=NAME */
-	const struct tl_store_options *options; /* options.h; NULL: none */
+	const struct tl_store_options *options; /* config.h; NULL: none */
 	int (*open)(const struct tl_config *cfg, struct lockstore **out);
 };
 
 /* The one registry of backends: TL_STORE_COUNT rows, by enum
- * tl_store_kind (options.h). */
+ * tl_store_kind (config.h). */
 extern const struct lockstore_backend lockstore_backends[];
 
 /* Opens the store named by cfg->lock_store. For es this checks the cluster

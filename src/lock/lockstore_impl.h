@@ -1,4 +1,4 @@
-/* lockstore_i.h - backend constructors, shared by lockstore.c and the
+/* lockstore_impl.h - backend constructors, shared by lockstore.c and the
  * backends only. */
 #ifndef TREELOCKFS_LOCK_LOCKSTORE_IMPL_H
 #define TREELOCKFS_LOCK_LOCKSTORE_IMPL_H
