@@ -225,7 +225,7 @@ struct tlfs {
 	struct plockwait_set waits;
 };
 
-/* The operations, for fuse_session_new() (fs_passthrough.c). */
+/* The operations, for fuse_session_new() (fs_ops.c). */
 extern const struct fuse_lowlevel_ops tlfs_ops;
 
 /* Makes the tables and the root inode and notes BACKING's path; call after
@@ -317,6 +317,63 @@ void tlfs_proc_path(int fd, char buf[64]);
  * (LimitNOFILE=, ulimit -Hn), not a failure of one request. This function
  * can't fail. */
 int tlfs_fd_errno(int err);
+
+/* ---- the operations of tlfs_ops ----
+ *
+ * Each ll_* function below (and ll_rename(), ll_getlk(), ll_setlk(),
+ * ll_flock() further down) is the libfuse low-level operation of its
+ * name, with libfuse's contract (fuse_lowlevel.h): it answers its request
+ * exactly once, also on failure, and never fails otherwise. A control
+ * inode or handle (fs_ctl.c) is answered as the control entry is. */
+
+/* fs_names.c: names looked up, created and removed */
+void ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name);
+void ll_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup);
+void ll_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets);
+void ll_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev);
+void ll_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode);
+void ll_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name);
+void ll_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent, const char *name);
+void ll_unlink(fuse_req_t req, fuse_ino_t parent, const char *name);
+void ll_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name);
+void ll_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+	       struct fuse_file_info *fi);
+
+/* fs_attrs.c: an inode's own attributes, without an open file */
+void ll_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void ll_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int valid,
+		struct fuse_file_info *fi);
+void ll_access(fuse_req_t req, fuse_ino_t ino, int mask);
+void ll_readlink(fuse_req_t req, fuse_ino_t ino);
+
+/* fs_files.c: open files */
+void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
+void ll_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in_buf, off_t off,
+		  struct fuse_file_info *fi);
+void ll_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void ll_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void ll_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi);
+void ll_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
+		  struct fuse_file_info *fi);
+void ll_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
+			struct fuse_file_info *fi_in, fuse_ino_t ino_out, off_t off_out,
+			struct fuse_file_info *fi_out, size_t len, int flags);
+void ll_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, struct fuse_file_info *fi);
+
+/* fs_dirs.c: open directories */
+void ll_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void ll_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
+		struct fuse_file_info *fi);
+void ll_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void ll_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi);
+
+/* fs_xattrs.c: extended attributes */
+void ll_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
+		 size_t size, int flags);
+void ll_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size);
+void ll_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size);
+void ll_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name);
 
 /* ---- fs_creds.c: acting as the caller ---- */
 
