@@ -381,6 +381,12 @@ void ll_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name);
  * root. Returns 0 or -errno. */
 int creds_enter(struct tlfs *fs, fuse_req_t req);
 
+/* Before an operation on IN's backing file as the caller of REQ: acts as
+ * the caller (creds_enter()) and puts the path that names IN through /proc
+ * (tlfs_proc_path()) into PROC, for the calls that take a path. Returns 0
+ * or -errno (PROC is set either way). */
+int creds_enter_proc(struct tlfs *fs, fuse_req_t req, struct ll_inode *in, char proc[64]);
+
 /* Back to the daemon's own (root) credentials on this thread. */
 void creds_daemon(struct tlfs *fs);
 

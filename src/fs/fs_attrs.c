@@ -64,8 +64,7 @@ void ll_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int valid,
 		fuse_reply_err(req, EPERM);
 		return;
 	}
-	tlfs_proc_path(in->fd, proc);
-	res = creds_enter(fs, req);
+	res = creds_enter_proc(fs, req, in, proc);
 	if (res)
 		goto out;
 	if (valid & FUSE_SET_ATTR_MODE) {
@@ -162,12 +161,11 @@ void ll_access(fuse_req_t req, fuse_ino_t ino, int mask)
 		fuse_reply_err(req, (mask & W_OK) ? EACCES : 0);
 		return;
 	}
-	res = creds_enter(fs, req);
+	res = creds_enter_proc(fs, req, in, proc);
 	if (res) {
 		fuse_reply_err(req, -res);
 		return;
 	}
-	tlfs_proc_path(in->fd, proc);
 	res = faccessat(AT_FDCWD, proc, mask, AT_EACCESS);
 	fuse_reply_err(req, res == -1 ? errno : 0);
 }

@@ -124,6 +124,12 @@ int creds_enter(struct tlfs *fs, fuse_req_t req)
 	return creds_switch(c->pid, c->uid, c->gid, req);
 }
 
+int creds_enter_proc(struct tlfs *fs, fuse_req_t req, struct ll_inode *in, char proc[64])
+{
+	tlfs_proc_path(in->fd, proc);
+	return creds_enter(fs, req);
+}
+
 bool creds_are_root(void)
 {
 	return thread_creds.uid == 0;

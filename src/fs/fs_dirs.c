@@ -37,6 +37,7 @@ void ll_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct tlfs *fs = req_fs(req);
 	struct ll_inode *in = inode_get(fs, ino);
 	struct ll_dir *d;
+	char proc[64];
 	int fd, err;
 
 	if (in->ctl && in->ctl != CTL_DIR) {
@@ -52,17 +53,12 @@ void ll_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		d->ctl = true;
 		goto out_reply;
 	}
-	err = creds_enter(fs, req);
+	err = creds_enter_proc(fs, req, in, proc);
 	if (err)
 		goto out_free;
 	/* through /proc, not openat(fd, "."): that would also need search
 	 * permission on the directory itself, which open(2) does not */
-	{
-		char proc[64];
-
-		tlfs_proc_path(in->fd, proc);
-		fd = open(proc, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	}
+	fd = open(proc, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd == -1) {
 		err = -tlfs_fd_errno(errno);
 		goto out_free;

@@ -58,12 +58,11 @@ void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		ctl_open(fs, req, in, fi);
 		return;
 	}
-	res = creds_enter(fs, req);
+	res = creds_enter_proc(fs, req, in, proc);
 	if (res) {
 		fuse_reply_err(req, -res);
 		return;
 	}
-	tlfs_proc_path(in->fd, proc);
 	if (fi->flags & OPEN_FLAG_EXEC) {
 		fd = open_exec(fs, proc, fi->flags);
 	} else {

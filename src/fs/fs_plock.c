@@ -283,20 +283,29 @@ out_reply:
 
 /* ---- operations ------------------------------------------------------------------------- */
 
+/* The description of the locks of FI's lock owner on the file open as FI
+ * (plock_get(), as the daemon: the description is the daemon's own), into
+ * *OUT (NULL for none); created when CREATE. Returns 0, -EBADF for a
+ * control file or a directory, -ENOENT (none and not CREATE) or -errno. */
+static int plock_of_fi(struct tlfs *fs, struct fuse_file_info *fi, bool create,
+		       struct plock_owner **out)
+{
+	*out = NULL;
+	if (fi->fh & (CTL_TAG | DIR_TAG))
+		return -EBADF;
+	creds_daemon(fs);
+	return plock_get(fs, fi->fh, fi->lock_owner, create, out);
+}
+
 void ll_getlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct flock *lock)
 {
 	struct tlfs *fs = req_fs(req);
-	struct plock_owner *o = NULL;
+	struct plock_owner *o;
 	int res;
 
-	if (fi->fh & (CTL_TAG | DIR_TAG)) {
-		fuse_reply_err(req, EBADF);
-		return;
-	}
 	/* an owner without a description holds nothing: test against all
 	 * (the caller's own fd holds no lock) */
-	creds_daemon(fs);
-	res = plock_get(fs, fi->fh, fi->lock_owner, false, &o);
+	res = plock_of_fi(fs, fi, false, &o);
 	if (res && res != -ENOENT) {
 		fuse_reply_err(req, -res);
 		return;
@@ -317,15 +326,10 @@ void ll_setlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct 
 	      int sleep)
 {
 	struct tlfs *fs = req_fs(req);
-	struct plock_owner *o = NULL;
+	struct plock_owner *o;
 	int res;
 
-	if (fi->fh & (CTL_TAG | DIR_TAG)) {
-		fuse_reply_err(req, EBADF);
-		return;
-	}
-	creds_daemon(fs);
-	res = plock_get(fs, fi->fh, fi->lock_owner, lock->l_type != F_UNLCK, &o);
+	res = plock_of_fi(fs, fi, lock->l_type != F_UNLCK, &o);
 	if (res) {
 		/* unlocking with no description: it holds nothing */
 		fuse_reply_err(req, res == -ENOENT ? 0 : -res);

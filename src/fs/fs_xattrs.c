@@ -21,15 +21,22 @@
  * act on the magic link itself. */
 static int xattr_target(struct tlfs *fs, fuse_req_t req, struct ll_inode *in, char proc[64])
 {
-	int err;
-
 	if (in->ctl)
 		return -ENOTSUP;
-	err = creds_enter(fs, req);
-	if (err)
-		return err;
-	tlfs_proc_path(in->fd, proc);
-	return 0;
+	return creds_enter_proc(fs, req, in, proc);
+}
+
+/* Replies what a getxattr or listxattr of SIZE bytes (0: the size only)
+ * into BUF gave: N bytes, or -1 with errno set; then frees BUF. */
+static void reply_xattr(fuse_req_t req, char *buf, size_t size, ssize_t n)
+{
+	if (n == -1)
+		fuse_reply_err(req, errno);
+	else if (size)
+		fuse_reply_buf(req, buf, (size_t)n);
+	else
+		fuse_reply_xattr(req, (size_t)n);
+	free(buf);
 }
 
 void ll_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size,
@@ -69,13 +76,7 @@ void ll_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 	if (n == -1 && errno == EOPNOTSUPP && fs->posix_acl &&
 	    strncmp(name, "system.posix_acl_", 17) == 0)
 		errno = ENODATA;
-	if (n == -1)
-		fuse_reply_err(req, errno);
-	else if (size)
-		fuse_reply_buf(req, buf, (size_t)n);
-	else
-		fuse_reply_xattr(req, (size_t)n);
-	free(buf);
+	reply_xattr(req, buf, size, n);
 }
 
 /* The names of LIST (LEN bytes) a caller who is not root may see: the
@@ -150,13 +151,7 @@ void ll_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 			errno = ERANGE;
 		}
 	}
-	if (n == -1)
-		fuse_reply_err(req, errno);
-	else if (size)
-		fuse_reply_buf(req, buf, (size_t)n);
-	else
-		fuse_reply_xattr(req, (size_t)n);
-	free(buf);
+	reply_xattr(req, buf, size, n);
 }
 
 void ll_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
