@@ -50,6 +50,7 @@
 
 #include <errno.h>
 #include <fuse_lowlevel.h>
+#include <linux/capability.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -400,6 +401,35 @@ void creds_noatime(struct tlfs *fs, int fd);
 /* True when this thread acts as root (its own or a root caller's). */
 bool creds_are_root(void);
 
+/* True when this thread's permitted set holds capability CAP (false also
+ * when it cannot be asked). This function can't fail. */
+bool creds_permitted(int cap);
+
+/* This thread's credentials, as creds_registration_begin() saved them. */
+struct creds_saved {
+	enum { CREDS_KEPT, CREDS_RESTRICTED, CREDS_NO_FSETID } switched;
+	struct __user_cap_data_struct caps[_LINUX_CAPABILITY_U32S_3];
+	gid_t groups[256];
+	int ngroups;
+	uid_t fsuid;
+	gid_t fsgid;
+};
+
+/* Before this thread registers a passthrough id (fs_passthrough.c):
+ * switches it to the credentials the kernel keeps for every read and
+ * write through the id, whoever opened the file, saving its own in OLD.
+ * Serving several users (fs->switch_creds): nobody's fsuid and fsgid, no
+ * supplementary groups, no effective capability but CAP_SYS_ADMIN (which
+ * the registration needs); serving its owner only with fs->killpriv: its
+ * own without CAP_FSETID; else its own. Returns 0, or -errno with this
+ * thread's credentials unchanged. After 0, call creds_registration_end()
+ * once the registration is made. */
+int creds_registration_begin(struct tlfs *fs, struct creds_saved *old);
+
+/* Puts back what creds_registration_begin() saved in OLD. This function
+ * can't fail: the thread has the capabilities it gives back. */
+void creds_registration_end(const struct creds_saved *old);
+
 /* Set-ID bits on write. With FUSE_CAP_HANDLE_KILLPRIV_V2 the kernel stops
  * asking for security.capability before every write (the FUSE superblock
  * gets SB_NOSEC) and leaves clearing the set-user-ID and set-group-ID bits
@@ -410,8 +440,8 @@ bool creds_are_root(void);
  * it), and security.capability goes on any write, whoever writes. What a
  * thread cannot carry by itself is a root caller without CAP_FSETID:
  * creds_kill_begin() drops it for such a call. (A passthrough write never
- * reaches the daemon: passthrough_register() keeps CAP_FSETID out of the
- * registration.) */
+ * reaches the daemon: creds_registration_begin() keeps CAP_FSETID out of
+ * the registration.) */
 
 /* At init: asks the kernel for FUSE_CAP_HANDLE_KILLPRIV_V2 where it and
  * libfuse offer it, and sets fs->killpriv. */

@@ -4,7 +4,9 @@
  * Each request thread switches its own filesystem uid/gid, groups and
  * capabilities (all per thread in Linux) to the caller's before it acts
  * on the backing filesystem, so the backing filesystem judges every call
- * by the caller's rights, as it would natively.
+ * by the caller's rights, as it would natively. Every switch of a
+ * thread's credentials or capabilities is made here, also those around
+ * the registration of a passthrough id (fs_passthrough.c).
  */
 #include <config.h>
 
@@ -35,30 +37,55 @@ static __thread struct {
 	gid_t gid;
 } thread_creds;
 
-/* Raises (ON) or drops capability CAP in this thread's effective set
- * (capset acts on the calling thread only); sets *CHANGED when it did.
- * Returns 0 or -errno (a capability the thread is not permitted has
- * nothing to drop or raise). */
-static int creds_cap(int cap, bool on, bool *changed)
+/* This thread's capability sets into CAPS, and back (capget and capset
+ * act on the calling thread only). Return 0 or -errno. */
+static int caps_get(struct __user_cap_data_struct caps[_LINUX_CAPABILITY_U32S_3])
 {
 	struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+
+	return syscall(SYS_capget, &hdr, caps) == -1 ? -errno : 0;
+}
+
+static int caps_set(struct __user_cap_data_struct caps[_LINUX_CAPABILITY_U32S_3])
+{
+	struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+
+	return syscall(SYS_capset, &hdr, caps) == -1 ? -errno : 0;
+}
+
+/* Raises (ON) or drops capability CAP in this thread's effective set;
+ * sets *CHANGED when it did. Returns 0 or -errno (a capability the thread
+ * is not permitted has nothing to drop or raise). */
+static int creds_cap(int cap, bool on, bool *changed)
+{
 	struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3];
 	uint32_t bit = UINT32_C(1) << (cap % 32);
-	int w = cap / 32;
+	int w = cap / 32, err;
 
 	*changed = false;
-	if (syscall(SYS_capget, &hdr, data) == -1)
-		return -errno;
+	err = caps_get(data);
+	if (err)
+		return err;
 	if (!(data[w].permitted & bit) || !!(data[w].effective & bit) == on)
 		return 0;
 	if (on)
 		data[w].effective |= bit;
 	else
 		data[w].effective &= ~bit;
-	if (syscall(SYS_capset, &hdr, data) == -1)
-		return -errno;
+	err = caps_set(data);
+	if (err)
+		return err;
 	*changed = true;
 	return 0;
+}
+
+bool creds_permitted(int cap)
+{
+	struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3];
+
+	if (caps_get(data))
+		return false;
+	return data[cap / 32].permitted & (UINT32_C(1) << (cap % 32));
 }
 
 /* Raises (ON) or drops CAP_SYS_RESOURCE in this thread's effective set.
@@ -224,6 +251,119 @@ void creds_daemon(struct tlfs *fs)
 {
 	if (fs->switch_creds)
 		creds_switch(0, 0, 0, NULL);
+}
+
+/* ---- registering a passthrough id ------------------------------------- */
+
+/* the kernel's overflow ids: nobody, nogroup */
+#define CREDS_NOBODY 65534
+
+static void creds_restore(const struct creds_saved *old);
+
+/* Switches this thread to the credentials a registration carries on a
+ * mount serving several users (see the top of fs_passthrough.c), saving
+ * its own in OLD. Returns 0 or -errno (then this thread's credentials are
+ * OLD again). */
+static int creds_restrict(struct creds_saved *old)
+{
+	struct __user_cap_data_struct caps[_LINUX_CAPABILITY_U32S_3];
+	int w = CAP_SYS_ADMIN / 32, err;
+	size_t i;
+
+	err = caps_get(old->caps);
+	if (err)
+		return err;
+	/* the raw syscalls act on this thread only (glibc's setgroups would
+	 * change every thread) */
+	old->ngroups = (int)syscall(SYS_getgroups, 256, old->groups);
+	if (old->ngroups < 0)
+		return -errno;
+	old->fsuid = (uid_t)setfsuid((uid_t)-1);
+	old->fsgid = (gid_t)setfsgid((gid_t)-1);
+	if (syscall(SYS_setgroups, 0, NULL) == -1) {
+		err = -errno;
+		goto out_restore;
+	}
+	setfsgid(CREDS_NOBODY);
+	setfsuid(CREDS_NOBODY);
+	memcpy(caps, old->caps, sizeof(caps));
+	for (i = 0; i < _LINUX_CAPABILITY_U32S_3; i++)
+		caps[i].effective = 0;
+	caps[w].effective = old->caps[w].permitted & (UINT32_C(1) << (CAP_SYS_ADMIN % 32));
+	err = caps_set(caps);
+	if (!err && (setfsuid((uid_t)-1) != CREDS_NOBODY || setfsgid((gid_t)-1) != CREDS_NOBODY))
+		err = -EPERM;
+	if (!err)
+		return 0;
+out_restore:
+	creds_restore(old);
+	return err;
+}
+
+/* Puts back what creds_restrict() saved in OLD. The order matters:
+ * setfsuid() needs CAP_SETUID in the effective set, and moving fsuid to or
+ * from 0 changes the effective file capabilities. This function can't
+ * fail: the daemon's thread has the capabilities it gives back. */
+static void creds_restore(const struct creds_saved *old)
+{
+	struct __user_cap_data_struct caps[_LINUX_CAPABILITY_U32S_3];
+
+	memcpy(caps, old->caps, sizeof(caps));
+	caps_set(caps);
+	syscall(SYS_setgroups, old->ngroups, old->groups);
+	setfsgid(old->fsgid);
+	setfsuid(old->fsuid);
+	caps_set(caps);
+}
+
+/* On a mount that serves its owner only, with fs->killpriv: saves this
+ * thread's capabilities in OLD and drops CAP_FSETID from its effective
+ * set. The kernel then leaves set-ID bits to the registration's
+ * credentials, and a caller without CAP_FSETID (a root process that gave
+ * it up) may write through it: its writes must clear the bits, so no
+ * registration keeps them (root's writes to a file that got a set-ID bit
+ * while open through the kernel clear it too; files with the bits at
+ * their first open stay on the daemon path). Returns 0 or -errno. */
+static int creds_no_fsetid(struct creds_saved *old)
+{
+	struct __user_cap_data_struct caps[_LINUX_CAPABILITY_U32S_3];
+	int err;
+
+	err = caps_get(old->caps);
+	if (err)
+		return err;
+	memcpy(caps, old->caps, sizeof(caps));
+	caps[CAP_FSETID / 32].effective &= ~(UINT32_C(1) << (CAP_FSETID % 32));
+	return caps_set(caps);
+}
+
+int creds_registration_begin(struct tlfs *fs, struct creds_saved *old)
+{
+	int err = 0;
+
+	old->switched = CREDS_KEPT;
+	if (fs->switch_creds)
+		err = creds_restrict(old);
+	else if (fs->killpriv)
+		err = creds_no_fsetid(old);
+	else
+		return 0;
+	if (err)
+		return err;
+	old->switched = fs->switch_creds ? CREDS_RESTRICTED : CREDS_NO_FSETID;
+	return 0;
+}
+
+void creds_registration_end(const struct creds_saved *old)
+{
+	struct __user_cap_data_struct caps[_LINUX_CAPABILITY_U32S_3];
+
+	if (old->switched == CREDS_RESTRICTED) {
+		creds_restore(old);
+	} else if (old->switched == CREDS_NO_FSETID) {
+		memcpy(caps, old->caps, sizeof(caps));
+		caps_set(caps);
+	}
 }
 
 /* ---- atime ------------------------------------------------------------ */

@@ -21,7 +21,7 @@
  *    set-group-ID bits), no fsuid 0 (ext4's resuid). A write then gets
  *    at most what any user gets. Capabilities, fsuid and groups are per
  *    thread: they are switched on the request thread around the ioctl
- *    and put back. Files whose writes must keep root's privileges stay on
+ *    and put back (creds_registration_begin(), fs_creds.c). Files whose writes must keep root's privileges stay on
  *    the daemon path: files with a set-ID bit (a writer's own write
  *    decides whether the bits survive), and files opened for writing by
  *    root (reserved blocks, quota limits). Root's read-only opens pass
@@ -70,11 +70,9 @@
 #include <linux/capability.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/fsuid.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "fs/fs.h"
@@ -91,9 +89,6 @@ struct tl_backing_map {
 #define TL_DEV_IOC_MAGIC 229
 #define TL_DEV_IOC_BACKING_OPEN _IOW(TL_DEV_IOC_MAGIC, 1, struct tl_backing_map)
 #define TL_DEV_IOC_BACKING_CLOSE _IOW(TL_DEV_IOC_MAGIC, 2, uint32_t)
-
-/* the kernel's overflow ids: nobody, nogroup */
-#define PT_NOBODY 65534
 
 #define OVERLAYFS_MAGIC 0x794c7630
 #define ECRYPTFS_MAGIC 0xf15f
@@ -146,21 +141,11 @@ static void pt_fallback(struct tlfs *fs, enum pt_why why, int err)
 		       pt_why_text[why]);
 }
 
-static bool has_cap_sys_admin(void)
-{
-	struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
-	struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3];
-
-	if (syscall(SYS_capget, &hdr, data) == -1)
-		return false;
-	return data[CAP_SYS_ADMIN / 32].permitted & (UINT32_C(1) << (CAP_SYS_ADMIN % 32));
-}
-
 const char *passthrough_refusal(const char *backing)
 {
 	struct statfs sf;
 
-	if (!has_cap_sys_admin())
+	if (!creds_permitted(CAP_SYS_ADMIN))
 		return "passthrough=on needs CAP_SYS_ADMIN, which the kernel wants to register a "
 		       "backing file";
 	if (statfs(backing, &sf) == 0 &&
@@ -222,113 +207,15 @@ static enum pt_why pt_choose(struct tlfs *fs, fuse_req_t req, int fd, int flags)
 	return PT_USED;
 }
 
-/* This thread's credentials, as passthrough_register() puts them back. */
-struct pt_creds {
-	struct __user_cap_data_struct caps[_LINUX_CAPABILITY_U32S_3];
-	gid_t groups[256];
-	int ngroups;
-	uid_t fsuid;
-	gid_t fsgid;
-};
-
-static int caps_set(struct __user_cap_data_struct *caps)
-{
-	struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
-
-	return syscall(SYS_capset, &hdr, caps) == -1 ? -errno : 0;
-}
-
-static void creds_restore(const struct pt_creds *old);
-
-/* Switches this thread to the credentials a registration carries on a
- * mount serving several users (see the top of this file), saving its own
- * in OLD. Returns 0 or -errno (then this thread's credentials are OLD
- * again). */
-static int creds_restrict(struct pt_creds *old)
-{
-	struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
-	struct __user_cap_data_struct caps[_LINUX_CAPABILITY_U32S_3];
-	int w = CAP_SYS_ADMIN / 32, err;
-	size_t i;
-
-	if (syscall(SYS_capget, &hdr, old->caps) == -1)
-		return -errno;
-	/* the raw syscalls act on this thread only (glibc's setgroups would
-	 * change every thread) */
-	old->ngroups = (int)syscall(SYS_getgroups, 256, old->groups);
-	if (old->ngroups < 0)
-		return -errno;
-	old->fsuid = (uid_t)setfsuid((uid_t)-1);
-	old->fsgid = (gid_t)setfsgid((gid_t)-1);
-	if (syscall(SYS_setgroups, 0, NULL) == -1) {
-		err = -errno;
-		goto out_restore;
-	}
-	setfsgid(PT_NOBODY);
-	setfsuid(PT_NOBODY);
-	memcpy(caps, old->caps, sizeof(caps));
-	for (i = 0; i < _LINUX_CAPABILITY_U32S_3; i++)
-		caps[i].effective = 0;
-	caps[w].effective = old->caps[w].permitted & (UINT32_C(1) << (CAP_SYS_ADMIN % 32));
-	err = caps_set(caps);
-	if (!err && (setfsuid((uid_t)-1) != PT_NOBODY || setfsgid((gid_t)-1) != PT_NOBODY))
-		err = -EPERM;
-	if (!err)
-		return 0;
-out_restore:
-	creds_restore(old);
-	return err;
-}
-
-/* Puts back what creds_restrict() saved in OLD. The order matters:
- * setfsuid() needs CAP_SETUID in the effective set, and moving fsuid to or
- * from 0 changes the effective file capabilities. This function can't
- * fail: the daemon's thread has the capabilities it gives back. */
-static void creds_restore(const struct pt_creds *old)
-{
-	struct __user_cap_data_struct caps[_LINUX_CAPABILITY_U32S_3];
-
-	memcpy(caps, old->caps, sizeof(caps));
-	caps_set(caps);
-	syscall(SYS_setgroups, old->ngroups, old->groups);
-	setfsgid(old->fsgid);
-	setfsuid(old->fsuid);
-	caps_set(caps);
-}
-
-/* On a mount that serves its owner only, with fs->killpriv: saves this
- * thread's capabilities in OLD and drops CAP_FSETID from its effective
- * set. The kernel then leaves set-ID bits to the registration's
- * credentials, and a caller without CAP_FSETID (a root process that gave
- * it up) may write through it: its writes must clear the bits, so no
- * registration keeps them (root's writes to a file that got a set-ID bit
- * while open through the kernel clear it too; files with the bits at
- * their first open stay on the daemon path). Returns 0 or -errno. */
-static int creds_no_fsetid(struct pt_creds *old)
-{
-	struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
-	struct __user_cap_data_struct caps[_LINUX_CAPABILITY_U32S_3];
-
-	if (syscall(SYS_capget, &hdr, old->caps) == -1)
-		return -errno;
-	memcpy(caps, old->caps, sizeof(caps));
-	caps[CAP_FSETID / 32].effective &= ~(UINT32_C(1) << (CAP_FSETID % 32));
-	return caps_set(caps);
-}
-
 /* Registers the open FD as a backing file, with credentials no user
  * gains from when several are served. Returns the id (> 0) or -errno. */
 static int passthrough_register(struct tlfs *fs, int fd)
 {
 	struct tl_backing_map map = {.fd = fd};
-	bool restrict_all = fs->switch_creds, fsetid_only = !fs->switch_creds && fs->killpriv;
-	struct pt_creds old;
-	int id, err = 0;
+	struct creds_saved old;
+	int id, err;
 
-	if (restrict_all)
-		err = creds_restrict(&old);
-	else if (fsetid_only)
-		err = creds_no_fsetid(&old);
+	err = creds_registration_begin(fs, &old);
 	if (err)
 		return err;
 	id = ioctl(fuse_session_fd(fs->se), TL_DEV_IOC_BACKING_OPEN, &map);
@@ -336,10 +223,7 @@ static int passthrough_register(struct tlfs *fs, int fd)
 		err = -errno;
 	else if (id == 0)
 		err = -EPROTO;
-	if (restrict_all)
-		creds_restore(&old);
-	else if (fsetid_only)
-		caps_set(old.caps);
+	creds_registration_end(&old);
 	if (err)
 		return err;
 	stats_add(&fs->pt_ids, 1);
