@@ -1,7 +1,7 @@
 /* fs.h - the FUSE filesystem of treelockfs (libfuse low-level API)
  *
- * Every operation is a passthrough to the backing directory by inode: each
- * inode the kernel knows is an O_PATH fd on the backing file, so renames
+ * Every operation is forwarded to BACKING by inode: each inode the kernel
+ * knows is an O_PATH fd on the backing file, so renames
  * made behind the mount's back (other hosts, BACKING itself) never confuse
  * it. rename() is wrapped in the locks of its plan, whose keys are the
  * current paths of the directories involved; with lock_scope=namespace so
@@ -105,8 +105,8 @@ struct ll_inode {
 	struct ll_inode *lru_prev, *lru_next;
 	/* the five above: protected by fs->itab_mutex */
 	/* the open files of a regular file while passthrough is in use, and
-	 * the backing id they all share (0: they go through the daemon);
-	 * fs_backing.c; protected by fs->itab_mutex */
+	 * the passthrough id they all share (0: they go through the daemon);
+	 * fs_passthrough.c; protected by fs->itab_mutex */
 	uint32_t opens;
 	int passthrough_id;
 	/* where the kernel last learnt this inode (a non-directory's name in
@@ -135,7 +135,7 @@ struct inode_pruner {
 	uint64_t asked;           /* atomic: inodes asked to be forgotten */
 };
 
-/* Whether this mount uses FUSE passthrough (fs_backing.c), decided at
+/* Whether this mount uses FUSE passthrough (fs_passthrough.c), decided at
  * init: OFF (passthrough=off, or a libfuse without it), UNAVAILABLE
  * (wanted, but the kernel does not offer it: every open falls back), IN_USE
  * (file by file). */
@@ -176,12 +176,12 @@ struct tlfs {
 	dev_t own_dev;           /* this mount's device, 0 while unknown: a
 				  * lookup that reaches it again is ELOOP */
 
-	/* FUSE passthrough (fs_backing.c): the state, set once by init
+	/* FUSE passthrough (fs_passthrough.c): the state, set once by init
 	 * before any open; failed: passthrough=on found it unusable at init
 	 * (main() then exits 1); atomic counters for .treelockfs/stats:
-	 * opens answered with a backing id, opens that fell back, backing
-	 * ids registered now; no_register: atomic, set when the kernel
-	 * refused a registration for the whole mount (no privilege) */
+	 * opens answered with a passthrough id, opens that fell back,
+	 * passthrough ids registered now; no_register: atomic, set when the
+	 * kernel refused a registration for the whole mount (no privilege) */
 	enum pt_state pt;
 	bool pt_failed;
 	bool pt_no_register;
@@ -456,14 +456,14 @@ static inline void creds_killpriv_init(struct tlfs *fs, struct fuse_conn_info *c
 /* Before a write, truncate or O_TRUNC open by REQ of the backing file FD
  * (any fd of it, O_PATH too), after creds_enter(), where the kernel left
  * the set-ID bits to us (a write with fs->killpriv; an O_TRUNC open
- * always, the kernel drops its own clearing of them then): when this thread holds CAP_FSETID, the file has a set-ID bit and the
- * caller lacks CAP_FSETID, drops CAP_FSETID from this thread's effective
- * set, so that the backing filesystem clears the bits as natively. KILL
- * true: the kernel said the caller lacks it (a truncate's
- * FUSE_SET_ATTR_KILL_SUID); false: the caller's task is asked
- * (/proc/PID/status; a caller that cannot be asked counts as lacking it).
- * Returns true when dropped: call creds_kill_end() after the operation.
- * This function can't fail. */
+ * always, the kernel drops its own clearing of them then): when this
+ * thread holds CAP_FSETID, the file has a set-ID bit and the caller lacks
+ * CAP_FSETID, drops CAP_FSETID from this thread's effective set, so that
+ * the backing filesystem clears the bits as natively. KILL true: the
+ * kernel said the caller lacks it (a truncate's FUSE_SET_ATTR_KILL_SUID);
+ * false: the caller's task is asked (/proc/PID/status; a caller that
+ * cannot be asked counts as lacking it). Returns true when dropped: call
+ * creds_kill_end() after the operation. This function can't fail. */
 bool creds_kill_begin(struct tlfs *fs, fuse_req_t req, int fd, bool kill);
 
 /* Puts back what creds_kill_begin() dropped (DROPPED: what it returned).
@@ -515,7 +515,8 @@ void plock_drop_owner(struct tlfs *fs, int fd, uint64_t owner);
  * ".." (the parent of a directory the kernel found by handle) in PARENT;
  * the kernel sends them only with export_support. */
 void ll_lookup_export(fuse_req_t req, fuse_ino_t parent, const char *name);
-/* ---- fs_backing.c: FUSE passthrough ---- */
+
+/* ---- fs_passthrough.c: FUSE passthrough ---- */
 
 #ifdef HAVE_FUSE_PASSTHROUGH
 /* Why passthrough=on cannot work for BACKING before anything is mounted
@@ -529,16 +530,17 @@ const char *passthrough_refusal(const char *backing);
 void passthrough_init(struct tlfs *fs, struct fuse_conn_info *conn);
 
 /* Decides how the open file FD (just opened on regular file IN for REQ)
- * does its I/O and records the open: sets fi->backing_id when the kernel
- * is to do it on the backing file, else leaves the open on the daemon
- * path (and logs the reason, once per reason). Every call must be matched
- * by one passthrough_release() (also when the open's reply fails). This
- * function can't fail: what cannot pass through falls back. */
+ * does its I/O and records the open: sets fi->backing_id to a passthrough
+ * id when the kernel is to do it on the backing file, else leaves the
+ * open on the daemon path (and logs the reason, once per reason). Every
+ * call must be matched by one passthrough_release() (also when the open's
+ * reply fails). This function can't fail: what cannot pass through falls
+ * back. */
 void passthrough_open(struct tlfs *fs, fuse_req_t req, struct ll_inode *in, int fd,
-		  struct fuse_file_info *fi);
+		      struct fuse_file_info *fi);
 
 /* Records the release of an open of IN; the last one closes the inode's
- * backing id. This function can't fail. */
+ * passthrough id. This function can't fail. */
 void passthrough_release(struct tlfs *fs, struct ll_inode *in);
 #else
 static inline const char *passthrough_refusal(const char *backing)
@@ -552,7 +554,7 @@ static inline void passthrough_init(struct tlfs *fs, struct fuse_conn_info *conn
 }
 
 static inline void passthrough_open(struct tlfs *fs, fuse_req_t req, struct ll_inode *in, int fd,
-				struct fuse_file_info *fi)
+				    struct fuse_file_info *fi)
 {
 }
 

@@ -1,12 +1,14 @@
-/* fs_backing.c - FUSE passthrough: open files whose reads, writes and
+/* fs_passthrough.c - FUSE passthrough: open files whose reads, writes and
  * mmap the kernel does on the backing file itself, see fs.h
  *
- * At open the daemon registers a backing file with the kernel
- * (FUSE_DEV_IOC_BACKING_OPEN on the session's /dev/fuse descriptor) and
- * answers with its id; from then on read, write, splice and mmap of that
- * open file never reach the daemon. Everything else (flush, fsync,
- * fallocate, locks, setattr, copy_file_range) still does, on the
- * daemon's own descriptor of the open, as without passthrough.
+ * At open the daemon registers its descriptor of the backing file with the
+ * kernel (FUSE_DEV_IOC_BACKING_OPEN on the session's /dev/fuse descriptor)
+ * and answers with the passthrough id the kernel gives it (the kernel's and
+ * libfuse's own names say "backing id": fi->backing_id, the ioctls below);
+ * from then on read, write, splice and mmap of that open file never reach
+ * the daemon. Everything else (flush, fsync, fallocate, locks, setattr,
+ * copy_file_range) still does, on the daemon's own descriptor of the
+ * open, as without passthrough.
  *
  * The kernel's rules (Linux 6.9 and later), and what follows from them:
  *
@@ -18,26 +20,27 @@
  *    no capability but CAP_SYS_ADMIN, which the ioctl itself checks: no
  *    CAP_SYS_RESOURCE (ext4's blocks reserved for root, quota hard
  *    limits), no CAP_FSETID (a write clears the set-user-ID and
- *    set-group-ID bits), no fsuid 0 (ext4's resuid). A write then gets
- *    at most what any user gets. Capabilities, fsuid and groups are per
- *    thread: they are switched on the request thread around the ioctl
- *    and put back (creds_registration_begin(), fs_creds.c). Files whose writes must keep root's privileges stay on
- *    the daemon path: files with a set-ID bit (a writer's own write
- *    decides whether the bits survive), and files opened for writing by
- *    root (reserved blocks, quota limits). Root's read-only opens pass
- *    through: a read needs no privilege once the open is allowed. (A
- *    file open in one mode keeps it: root's write open of a file that is
- *    open with passthrough writes as any user would, as it did before.)
- *    Permissions are checked once, at the daemon's own open with the
- *    caller's credentials; the kernel checks none at read or write.
- *    With FUSE_CAP_HANDLE_KILLPRIV_V2 (fs->killpriv) the kernel clears no
- *    set-ID bit itself before such a write: the backing filesystem does,
- *    as the registration's credentials decide, so a registration on a
- *    mount that serves its owner only carries no CAP_FSETID either.
+ *    set-group-ID bits), no fsuid 0 (ext4's resuid). A write then gets at
+ *    most what any user gets. Capabilities, fsuid and groups are per
+ *    thread: they are switched on the request thread around the ioctl and
+ *    put back (creds_registration_begin(), fs_creds.c). Files whose writes
+ *    must keep root's privileges stay on the daemon path: files with a
+ *    set-ID bit (a writer's own write decides whether the bits survive),
+ *    and files opened for writing by root (reserved blocks, quota limits).
+ *    Root's read-only opens pass through: a read needs no privilege once
+ *    the open is allowed. (A file open in one mode keeps it: root's write
+ *    open of a file that is open with passthrough writes as any user
+ *    would, as it did before.) Permissions are checked once, at the
+ *    daemon's own open with the caller's credentials; the kernel checks
+ *    none at read or write. With FUSE_CAP_HANDLE_KILLPRIV_V2
+ *    (fs->killpriv) the kernel clears no set-ID bit itself before such a
+ *    write: the backing filesystem does, as the registration's credentials
+ *    decide, so a registration on a mount that serves its owner only
+ *    carries no CAP_FSETID either.
  *
  *  - Every open of an inode that is open with passthrough must name the
- *    same backing id, and an inode open through the page cache refuses a
- *    passthrough open: the kernel fails a mixed open with EIO. So an
+ *    same passthrough id, and an inode open through the page cache refuses
+ *    a passthrough open: the kernel fails a mixed open with EIO. So an
  *    inode's mode is decided at its first open and kept while any open of
  *    it lasts (the daemon's count of opens is never below the kernel's:
  *    the kernel ends an open's I/O mode before it sends the RELEASE). The
@@ -207,8 +210,9 @@ static enum pt_why pt_choose(struct tlfs *fs, fuse_req_t req, int fd, int flags)
 	return PT_USED;
 }
 
-/* Registers the open FD as a backing file, with credentials no user
- * gains from when several are served. Returns the id (> 0) or -errno. */
+/* Registers the open FD with the kernel for passthrough, with credentials
+ * no user gains from when several are served (creds_registration_begin()).
+ * Returns the passthrough id (> 0) or -errno. */
 static int passthrough_register(struct tlfs *fs, int fd)
 {
 	struct tl_backing_map map = {.fd = fd};
@@ -230,6 +234,7 @@ static int passthrough_register(struct tlfs *fs, int fd)
 	return id;
 }
 
+/* Closes passthrough id ID. This function can't fail. */
 static void passthrough_unregister(struct tlfs *fs, int id)
 {
 	uint32_t v = (uint32_t)id;
