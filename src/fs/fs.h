@@ -1,27 +1,41 @@
 /* fs.h - the FUSE filesystem of treelockfs (libfuse low-level API)
  *
  * Every operation is forwarded to BACKING by inode: each inode the kernel
- * knows is an O_PATH fd on the backing file, so renames
- * made behind the mount's back (other hosts, BACKING itself) never confuse
- * it. rename() is wrapped in the locks of its plan, whose keys are the
- * current paths of the directories involved; with lock_scope=namespace so
- * are the operations that create or remove names. With allow_other, each
- * operation runs with the requesting user's fsuid, fsgid and supplementary
- * groups.
+ * knows is an O_PATH fd on the backing file, so renames made behind the
+ * mount's back (other hosts, BACKING itself) never confuse it. rename()
+ * is wrapped in the locks of its plan, whose keys are the current paths
+ * of the directories involved; with lock_scope=namespace so are the
+ * operations that create or remove names. With allow_other, each
+ * operation runs with the requesting user's fsuid, fsgid and
+ * supplementary groups.
  *
- * A hidden entry ".treelockfs/" at the root (never listed) holds read-only
- * "stats", "metrics", "locks", "options" and "backing" files.
+ * A hidden entry ".treelockfs/" at the root (never listed) holds the
+ * read-only "stats", "metrics", "locks" and "backing" files, and
+ * "options", which also takes the options that may change while mounted.
  *
  * Files in src/fs/:
  *
  *   fs.h              this header: struct tlfs, the inodes, and the calls
- *                     between the files below
- *   fs_ops.c          the FUSE operations and their table, tlfs_ops
- *   fs_passthrough.c  FUSE passthrough: backing files the kernel reads and
- *                     writes itself
- *   fs_inode.c        the inode table, tlfs_prepare() and tlfs_release()
- *   fs_creds.c        acting as the caller: credentials, capabilities,
- *                     umask, set-ID bits, O_NOATIME
+ *                     between the files below (the only ones they make)
+ *   fs_ops.c          the table of all operations (tlfs_ops) and those of
+ *                     the mount as a whole: init, destroy, statfs
+ *   fs_names.c        names looked up, created and removed: lookup,
+ *                     forget, mknod, mkdir, symlink, link, create,
+ *                     unlink, rmdir
+ *   fs_attrs.c        an inode's attributes without an open file:
+ *                     getattr, setattr, access, readlink
+ *   fs_files.c        open files: open, read, write (and the write-back
+ *                     of shared mappings), flush, fsync, fallocate,
+ *                     copy_file_range, lseek, release
+ *   fs_dirs.c         open directories: opendir, readdir, releasedir,
+ *                     fsyncdir
+ *   fs_xattrs.c       extended attributes
+ *   fs_passthrough.c  FUSE passthrough: open files the kernel reads and
+ *                     writes itself on the backing file
+ *   fs_inode.c        the inode table, tlfs_prepare() and tlfs_release(),
+ *                     paths through /proc, the daemon's descriptors
+ *   fs_creds.c        acting as the caller: credentials, capabilities
+ *                     (every switch of them), umask, set-ID bits, O_NOATIME
  *   fs_export.c       lookups by file handle (export_support)
  *   fs_rename.c       ll_rename() and entry locks: keys, hold, check,
  *                     rename (the plan and the hold: lockmgr.h)
@@ -491,7 +505,7 @@ struct op_lock {
 /* Takes the entry plan of NAME in PARENT when lock_scope=namespace (else
  * holds nothing). Returns 0 or -errno (EBUSY, ENOLCK, ENOENT, ...). */
 int rename_lock_entry(struct tlfs *fs, fuse_req_t req, struct ll_inode *parent, const char *name,
-	       struct op_lock *l);
+		      struct op_lock *l);
 
 /* Releases what rename_lock_entry() took; accepts a lock that holds nothing. */
 void rename_unlock_entry(struct tlfs *fs, struct op_lock *l);

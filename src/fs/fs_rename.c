@@ -49,7 +49,7 @@ static struct keys_dir key_dir(struct ll_inode *in)
 
 /* Takes the entry plan of NAME in PARENT when lock_scope=namespace. */
 int rename_lock_entry(struct tlfs *fs, fuse_req_t req, struct ll_inode *parent, const char *name,
-	       struct op_lock *l)
+		      struct op_lock *l)
 {
 	struct keys_dir dir = key_dir(parent);
 	struct keys_buf key;
