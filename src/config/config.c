@@ -23,7 +23,6 @@
 
 #include "base/escape.h"
 #include "lock/lockstore.h"
-#include "fs/plockwait.h"
 #include "base/log.h"
 #include "config/config.h"
 #include "base/path.h"
@@ -223,8 +222,8 @@ int config_init(struct tl_config *cfg)
 	cfg->lease_ttl = TL_DEFAULT_LEASE_TTL;
 	cfg->metrics_interval = TL_DEFAULT_METRICS_INTERVAL;
 	cfg->export_remember = TL_DEFAULT_EXPORT_REMEMBER;
-	cfg->lock_waiters = PLOCKWAIT_DEFAULT_TOTAL;
-	cfg->lock_waiters_per_user = PLOCKWAIT_DEFAULT_PER_USER;
+	cfg->lock_waiters = TL_DEFAULT_LOCK_WAITERS;
+	cfg->lock_waiters_per_user = TL_DEFAULT_LOCK_WAITERS_PER_USER;
 	if (!cfg->lock_store_s || !cfg->lock_strategy_s || !cfg->lock_scope_s || !cfg->owner ||
 	    !cfg->passthrough_s || !cfg->inode_prune_s)
 		return -ENOMEM;

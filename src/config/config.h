@@ -14,7 +14,6 @@
  * Depends on: base.
  * Exception: config.c and config.h use lock (the names of the lock
  *   strategies and of the stores: lockplan.h, lockstore.h).
- * Exception: config.c uses fs (plockwait.h's defaults of lock_waiters).
  */
 #ifndef TREELOCKFS_CONFIG_CONFIG_H
 #define TREELOCKFS_CONFIG_CONFIG_H
@@ -271,5 +270,9 @@ void config_free(struct tl_config *cfg);
 #define TL_DEFAULT_LEASE_TTL 10.0
 #define TL_DEFAULT_METRICS_INTERVAL 15
 #define TL_DEFAULT_EXPORT_REMEMBER 1000000
+/* Blocked flock()/fcntl() waits of a mount and of one uid (lock_waiters=,
+ * lock_waiters_per_user=; fs/plockwait.h counts them). */
+#define TL_DEFAULT_LOCK_WAITERS 1024
+#define TL_DEFAULT_LOCK_WAITERS_PER_USER 256
 
 #endif /* TREELOCKFS_CONFIG_CONFIG_H */

@@ -47,10 +47,6 @@
  * action is to ignore it: sent by someone else, it is harmless. */
 #define PLOCKWAIT_SIGNAL SIGURG
 
-/* Defaults of the bounds (options lock_waiters, lock_waiters_per_user). */
-#define PLOCKWAIT_DEFAULT_TOTAL 1024
-#define PLOCKWAIT_DEFAULT_PER_USER 256
-
 struct plockwait;
 
 /* The waits of one mount. Zeroed, it is a set that was never made:
