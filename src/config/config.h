@@ -1,19 +1,32 @@
-/* options.h - tl_config: options of the mount and of treelockctl, their
- * defaults, the config file and validation.
+/* config.h - the configuration (struct tl_config) of the mount and of
+ * treelockctl: its options, their defaults, the config file and validation
  *
  * Every option exists as "--name=value" and "-o name=value" (so fstab and
  * mount.fuse3 work), and as "name=value" in a config file given with
  * --config=FILE / -o config=FILE. Later wins: defaults < config file <
  * command line. Booleans come in pairs: "es_insecure" / "no_es_insecure".
+ * Each option of ours is one row of config_options (config.c); each lock
+ * store's own options are its tl_store_options, parsed alongside. Of
+ * the layers above, nothing is included (the FUSE layer, the es store's
+ * internals), and of libfuse only fuse_opt.
  *
  * Files in src/config/:
  *
- *   config.[ch]   the options: their table, defaults, the config file,
- *                 validation
+ *   config.[ch]        the options of ours, one row each (config_options),
+ *                      and the parsing, defaults, checks, --help and
+ *                      cleanup that follow from the rows
+ *   config_i.h         what the files of src/config/ share
+ *   config_file.c      the files a configuration is read from: the config
+ *                      file (config=FILE) and the stores' secret files
+ *   config_value.c     one option's value (numbers, words, file names) and
+ *                      the problems found in a configuration
+ *   config_libfuse.c   libfuse's own options: those a config file may
+ *                      carry, the numbers they take, allow_other
  *
  * Depends on: base.
- * Exception: config.c and config.h use lock (the names of the lock
- *   strategies and of the stores: lockplan.h, lockstore.h).
+ * Exception: config.c and config.h use lock (what they configure: the names
+ *   of the lock strategies, lockplan.h, and the stores with their own
+ *   options, lockstore.h).
  */
 #ifndef TREELOCKFS_CONFIG_CONFIG_H
 #define TREELOCKFS_CONFIG_CONFIG_H
@@ -39,8 +52,9 @@ struct fuse_opt;
 
 /* A backend's own options (sshfs cache_parse_options style): its fuse_opt
  * table (offsets into its own struct of SIZE bytes) runs over the same
- * arguments and config file as the shared table, before it. The backends
- * and their options are listed once, in lockstore_backends (lockstore.h). */
+ * arguments and config file as our options (config_options), before
+ * them. The backends and their options are listed once, in
+ * lockstore_backends (lockstore.h). */
 struct tl_store_options {
 	size_t size;                      /* of the backend's option struct */
 	const struct fuse_opt *opts;      /* its fuse_opt table */
@@ -87,8 +101,11 @@ enum tl_inode_prune {
 	TL_PRUNE_OFF,
 };
 
+/* Each option's members are named in its row of config_options
+ * (config.c): a bool or string is one member; an option converted by
+ * config_validate() has NAME_s, as given, and NAME, its value. */
 struct tl_config {
-	/* as given (strings are what fuse_opt fills; validated into enums) */
+	/* as given, or the default (NULL: none); converted by config_validate() */
 	char *lock_store_s;
 	char *lock_strategy_s;
 	char *lock_scope_s;
@@ -151,7 +168,9 @@ struct tl_config {
 	char *origin_file;
 };
 
-/* Fills CFG with the defaults. Returns 0 or -ENOMEM. */
+/* Fills CFG with the defaults. Returns 0, -ENOMEM, or -EINVAL when a
+ * default of config_options is out of its own bounds (a bug, which the
+ * unit tests meet first). */
 int config_init(struct tl_config *cfg);
 
 /* Parses ARGS (argv of treelockfs or treelockctl) into CFG, reading a
@@ -246,8 +265,9 @@ void config_print_help(bool for_ctl);
 /* Frees what CFG owns (not CFG itself); secrets are wiped first. */
 void config_free(struct tl_config *cfg);
 
-/* fuse_opt entries of one option in both spellings: "--name=v", "name=v"
- * (in -o lists and config files); booleans also as "no_name". */
+/* For a backend's fuse_opt table (tl_store_options): the entries of one
+ * option in both spellings, "--name=v" and "name=v" (in -o lists and
+ * config files); booleans also as "no_name", as ours are matched. */
 #define TL_OPT_STR(name, type, field)                                                              \
 	{"--" name "=%s", offsetof(type, field), 0}, {name "=%s", offsetof(type, field), 0}
 #define TL_OPT_BOOL(name, type, field)                                                             \
@@ -261,15 +281,11 @@ void config_free(struct tl_config *cfg);
  * FUSE_LOOP_MT_MAX_THREADS: it ignores a larger value). */
 #define TL_MAX_THREADS 100000
 
-#define TL_DEFAULT_LOCK_TIMEOUT 30.0
+/* Bounds and defaults that others use too; the rest are in the rows of
+ * config_options (config.c). */
 #define TL_LOCK_TIMEOUT_MIN 0.001 /* seconds, also for .treelockfs/options */
 #define TL_LOCK_TIMEOUT_MAX 86400
-#define TL_DEFAULT_ENTRY_TIMEOUT 1.0
-#define TL_DEFAULT_ATTR_TIMEOUT 1.0
-#define TL_DEFAULT_NEGATIVE_TIMEOUT 0.0
-#define TL_DEFAULT_LEASE_TTL 10.0
-#define TL_DEFAULT_METRICS_INTERVAL 15
-#define TL_DEFAULT_EXPORT_REMEMBER 1000000
+#define TL_DEFAULT_LEASE_TTL 10.0 /* seconds: lease_ttl= */
 /* Blocked flock()/fcntl() waits of a mount and of one uid (lock_waiters=,
  * lock_waiters_per_user=; fs/plockwait.h counts them). */
 #define TL_DEFAULT_LOCK_WAITERS 1024

@@ -1,9 +1,11 @@
-/* test_config.c - option parsing: both spellings, config file, errors
- * reported all at once, secrets refused when others can read them */
+/* test_options.c - the configuration (config_*): options in both
+ * spellings, the config file, errors reported all at once, secrets
+ * refused when others can read them, --help */
 #include <config.h>
 
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <fuse_opt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -494,6 +496,111 @@ START_TEST(test_options__noatime_from_a_config_file)
 }
 END_TEST
 
+START_TEST(test_options__bools_in_pairs)
+{
+	const char *argv[] = {"--allow_other", "-o", "export_support,no_allow_other", "/b", "/m",
+			      "--no_export_support", "-o", "--allow_other", NULL};
+	const char *with_value[] = {"-o", "export_support=1", "/b", "/m", NULL};
+	const char *ctl_with_value[] = {"--allow_other=1", "check", NULL};
+
+	parse(false, argv);
+	ck_assert_int_eq(config_validate(&cfg), 0);
+	ck_assert_int_eq(cfg.allow_other, 1);
+	ck_assert_int_eq(cfg.export_support, 0);
+	ck_assert(!args_have("allow_other"));
+	ck_assert(!args_have("export_support"));
+	/* a bool takes no value: "name=1" is not ours, but libfuse's to refuse */
+	reset();
+	parse(false, with_value);
+	ck_assert_int_eq(config_validate(&cfg), 0);
+	ck_assert_int_eq(cfg.export_support, 0);
+	ck_assert(args_have("export_support=1"));
+	reset();
+	parse(true, ctl_with_value);
+	ck_assert_ptr_nonnull(cfg.errors);
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "unknown option '--allow_other=1'"));
+}
+END_TEST
+
+START_TEST(test_options__value_options_need_their_value)
+{
+	const char *argv[] = {"/b", "/m", "-o", "lock_timeout", "--lock_scope", NULL};
+	const char *ctl_argv[] = {"--lock_timeout", "check", NULL};
+
+	/* "name" without "=": not ours, libfuse's to refuse */
+	parse(false, argv);
+	ck_assert_int_eq(config_validate(&cfg), 0);
+	ck_assert(args_have("lock_timeout"));
+	ck_assert(args_have("--lock_scope"));
+	ck_assert_double_eq(cfg.lock_timeout, 30.0);
+	reset();
+	parse(true, ctl_argv);
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "unknown option '--lock_timeout'"));
+}
+END_TEST
+
+/* The --help of config_print_help(FOR_CTL), as printed to stdout. */
+static char *help_of(bool for_ctl)
+{
+	char *path, *text = NULL;
+	size_t size = 0;
+	int fd, saved;
+	FILE *f;
+
+	ck_assert_int_ge(asprintf(&path, "%s/help", tmpdir), 0);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	ck_assert_int_ge(fd, 0);
+	fflush(stdout);
+	saved = dup(1);
+	ck_assert_int_ge(saved, 0);
+	ck_assert_int_ge(dup2(fd, 1), 0);
+	config_print_help(for_ctl);
+	fflush(stdout);
+	ck_assert_int_ge(dup2(saved, 1), 0);
+	close(saved);
+	close(fd);
+	f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_ge(getdelim(&text, &size, '\0', f), 0);
+	fclose(f);
+	free(path);
+	return text;
+}
+
+START_TEST(test_options__help_in_columns)
+{
+	char *help = help_of(false), *ctl_help = help_of(true), *line, *save = NULL;
+	size_t name, text;
+
+	ck_assert_ptr_nonnull(strstr(help, "Mount options:\n    --lock_scope=SCOPE       rename|"));
+	ck_assert_ptr_nonnull(strstr(help, "\n    --passthrough=auto|on|off  reads and"));
+	ck_assert_ptr_nonnull(strstr(help, "\n    --export_support         file handles"));
+	ck_assert_ptr_nonnull(strstr(help, "\n    -V, --version            version\n"
+					   "Lock store options"));
+	ck_assert_ptr_nonnull(strstr(help, "\n    --no_es_group_commit     each rename"));
+	ck_assert_ptr_nonnull(strstr(help, "\n    --log_level=LEVEL        err|warning|"));
+	ck_assert_ptr_null(strstr(ctl_help, "Mount options"));
+	ck_assert_ptr_null(strstr(ctl_help, "--lock_scope"));
+	ck_assert_ptr_nonnull(strstr(ctl_help, "\n    --lock_timeout=SECONDS   give up"));
+	/* every option's text at column 29, or two spaces after a longer
+	 * name; its further lines at column 29 */
+	for (line = strtok_r(help, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		if (line[0] != ' ')
+			continue;
+		name = strspn(line, " ");
+		if (strncmp(line + name, "--", 2) == 0) {
+			name += strcspn(line + name, " ");
+			text = name + strspn(line + name, " ");
+			ck_assert_msg(text == 29 || (name > 27 && text == name + 2), "%s", line);
+		} else if (line[name] != '-') {
+			ck_assert_msg(name == 29, "%s", line);
+		}
+	}
+	free(help);
+	free(ctl_help);
+}
+END_TEST
+
 /* Parses "-o OPT" (or, with CTL, as treelockctl) afresh and validates;
  * returns whether OPT passed. */
 static bool opt_passes(bool ctl, const char *opt)
@@ -787,6 +894,9 @@ Suite *make_suite_options(void)
 	tcase_add_test(tc, test_options__atime_and_export_support);
 	tcase_add_test(tc, test_options__atime_that_cannot_be_honoured);
 	tcase_add_test(tc, test_options__noatime_from_a_config_file);
+	tcase_add_test(tc, test_options__bools_in_pairs);
+	tcase_add_test(tc, test_options__value_options_need_their_value);
+	tcase_add_test(tc, test_options__help_in_columns);
 	tcase_add_test(tc, test_options__es_cacert_made_absolute);
 	tcase_add_test(tc, test_options__lock_store_names_the_backends);
 	tcase_add_test(tc, test_options__numbers_are_plain_decimal);
