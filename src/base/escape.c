@@ -67,25 +67,53 @@ static size_t escape_piece(const unsigned char *s, char piece[PIECE_MAX], const 
 	return 4;
 }
 
-size_t escape_text(char *out, size_t size, const char *in)
+/* Hands IN, escaped, piece by piece to PUT (with ARG) until PUT returns
+ * non-zero. Returns what PUT returned last (0 when all of IN went). */
+static int escape_each(const char *in, int (*put)(void *arg, const char *p, size_t n), void *arg)
 {
 	const unsigned char *s = (const unsigned char *)in;
 	char piece[PIECE_MAX];
 	const char *p;
-	size_t o = 0, n, used;
+	size_t n, used;
+	int res;
+
+	while (*s) {
+		n = escape_piece(s, piece, &p, &used);
+		res = put(arg, p, n);
+		if (res)
+			return res;
+		s += used;
+	}
+	return 0;
+}
+
+/* escape_text()'s output: SIZE bytes at OUT, LEN of them written. */
+struct text_out {
+	char *out;
+	size_t size, len;
+};
+
+/* Appends a piece while it fits whole with the NUL; else returns 1. */
+static int put_text(void *arg, const char *p, size_t n)
+{
+	struct text_out *t = arg;
+
+	if (t->len + n >= t->size)
+		return 1;
+	memcpy(t->out + t->len, p, n);
+	t->len += n;
+	return 0;
+}
+
+size_t escape_text(char *out, size_t size, const char *in)
+{
+	struct text_out t = {out, size, 0};
 
 	if (size == 0)
 		return 0;
-	while (*s) {
-		n = escape_piece(s, piece, &p, &used);
-		if (o + n >= size)
-			break;
-		memcpy(out + o, p, n);
-		o += n;
-		s += used;
-	}
-	out[o] = '\0';
-	return o;
+	escape_each(in, put_text, &t);
+	out[t.len] = '\0';
+	return t.len;
 }
 
 bool escape_has_control(const char *in, size_t len)
@@ -100,34 +128,24 @@ bool escape_has_control(const char *in, size_t len)
 	return false;
 }
 
+static int put_file(void *arg, const char *p, size_t n)
+{
+	return fwrite(p, 1, n, arg) != n ? -EIO : 0;
+}
+
 int escape_fputs(const char *in, FILE *f)
 {
-	const unsigned char *s = (const unsigned char *)in;
-	char piece[PIECE_MAX];
-	const char *p;
-	size_t n, used;
+	return escape_each(in, put_file, f);
+}
 
-	while (*s) {
-		n = escape_piece(s, piece, &p, &used);
-		if (fwrite(p, 1, n, f) != n)
-			return -EIO;
-		s += used;
-	}
-	return 0;
+static int put_buf(void *arg, const char *p, size_t n)
+{
+	struct buf *b = arg;
+
+	return buf_add(b, p, n) != 0 ? b->err : 0;
 }
 
 int escape_buf(struct buf *b, const char *in)
 {
-	const unsigned char *s = (const unsigned char *)in;
-	char piece[PIECE_MAX];
-	const char *p;
-	size_t n, used;
-
-	while (*s) {
-		n = escape_piece(s, piece, &p, &used);
-		if (buf_add(b, p, n) != 0)
-			return b->err;
-		s += used;
-	}
-	return 0;
+	return escape_each(in, put_buf, b);
 }
