@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -88,6 +89,68 @@ static void gauge(FILE *f, const struct tl_metrics_src *src, const char *name, c
 	sample_d(f, src, name, NULL, v);
 }
 
+/* A counter family of one sample, its value the uint64_t at OFFSET of
+ * the struct it is read from (counters()). */
+struct counter_row {
+	const char *name;
+	const char *help;
+	size_t offset;
+};
+
+/* the lock manager's counters, of struct tl_stats */
+static const struct counter_row lock_counters[] = {
+	{"treelockfs_entry_ops_total", "Namespace operations planned with lock_scope=namespace.",
+	 offsetof(struct tl_stats, entry_ops)},
+	{"treelockfs_lock_acquisitions_total",
+	 "Lock plans acquired (renames and entry operations).",
+	 offsetof(struct tl_stats, acquired)},
+	{"treelockfs_lock_conflicts_total",
+	 "Attempts the lock store refused because another holder had a key.",
+	 offsetof(struct tl_stats, conflicts)},
+	{"treelockfs_lock_waits_total", "Lock plans that had to wait at least once.",
+	 offsetof(struct tl_stats, waits)},
+	{"treelockfs_lock_timeouts_total", "Lock plans given up after lock_timeout (EBUSY).",
+	 offsetof(struct tl_stats, timeouts)},
+	{"treelockfs_fenced_total",
+	 "Renames refused because this mount's lease was no longer fresh.",
+	 offsetof(struct tl_stats, fenced)},
+	{"treelockfs_lock_store_errors_total",
+	 "Lock operations that failed in the lock store (ENOLCK).",
+	 offsetof(struct tl_stats, errors)},
+	{"treelockfs_store_down_refusals_total",
+	 "Lock plans refused at once (ENOLCK) because the lock store was down.",
+	 offsetof(struct tl_stats, store_down_refusals)},
+};
+
+/* the lock store's counters, of struct tl_store_metrics */
+static const struct counter_row store_counters[] = {
+	{"treelockfs_store_requests_total",
+	 "Requests sent to the lock store (each attempt; 0 for the mem store).",
+	 offsetof(struct tl_store_metrics, requests)},
+	{"treelockfs_store_request_failures_total",
+	 "Lock store requests that got no answer: refused, timed out, cut or too big.",
+	 offsetof(struct tl_store_metrics, failures)},
+	{"treelockfs_store_sent_bytes_total", "Request body bytes sent to the lock store.",
+	 offsetof(struct tl_store_metrics, bytes_sent)},
+	{"treelockfs_store_received_bytes_total",
+	 "Response body bytes received from the lock store.",
+	 offsetof(struct tl_store_metrics, bytes_received)},
+};
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* The N counters of ROWS, read from the struct at BASE (stats_get(): the
+ * live tl_stats is written by other threads meanwhile). */
+static void counters(FILE *f, const struct tl_metrics_src *src, const struct counter_row *rows,
+		     size_t n, const void *base)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		counter(f, src, rows[i].name, rows[i].help,
+			stats_get((const uint64_t *)((const char *)base + rows[i].offset)));
+}
+
 /* H as a Prometheus histogram NAME in seconds. The counts are read once
  * each; the count is their sum, so that +Inf equals _count even while
  * other threads record. */
@@ -145,26 +208,7 @@ int metrics_format(FILE *f, const struct tl_metrics_src *src)
 		snprintf(extra, sizeof(extra), "result=\"%s\"", stats_result_name((enum tl_result)r));
 		sample_u(f, src, "treelockfs_renames_total", extra, stats_get(&s->results[r]));
 	}
-	counter(f, src, "treelockfs_entry_ops_total",
-		"Namespace operations planned with lock_scope=namespace.",
-		stats_get(&s->entry_ops));
-	counter(f, src, "treelockfs_lock_acquisitions_total",
-		"Lock plans acquired (renames and entry operations).", stats_get(&s->acquired));
-	counter(f, src, "treelockfs_lock_conflicts_total",
-		"Attempts the lock store refused because another holder had a key.",
-		stats_get(&s->conflicts));
-	counter(f, src, "treelockfs_lock_waits_total",
-		"Lock plans that had to wait at least once.", stats_get(&s->waits));
-	counter(f, src, "treelockfs_lock_timeouts_total",
-		"Lock plans given up after lock_timeout (EBUSY).", stats_get(&s->timeouts));
-	counter(f, src, "treelockfs_fenced_total",
-		"Renames refused because this mount's lease was no longer fresh.",
-		stats_get(&s->fenced));
-	counter(f, src, "treelockfs_lock_store_errors_total",
-		"Lock operations that failed in the lock store (ENOLCK).", stats_get(&s->errors));
-	counter(f, src, "treelockfs_store_down_refusals_total",
-		"Lock plans refused at once (ENOLCK) because the lock store was down.",
-		stats_get(&s->store_down_refusals));
+	counters(f, src, lock_counters, ARRAY_LEN(lock_counters), s);
 	if (sm->store_down >= 0)
 		gauge(f, src, "treelockfs_store_down",
 		      "1 while the lock store is held down (renames fail at once), else 0.",
@@ -178,16 +222,7 @@ int metrics_format(FILE *f, const struct tl_metrics_src *src)
 	histogram(f, src, "treelockfs_rename_duration_seconds",
 		  "How long renames took in the daemon, from request to answer.", &s->rename);
 
-	counter(f, src, "treelockfs_store_requests_total",
-		"Requests sent to the lock store (each attempt; 0 for the mem store).",
-		sm->requests);
-	counter(f, src, "treelockfs_store_request_failures_total",
-		"Lock store requests that got no answer: refused, timed out, cut or too big.",
-		sm->failures);
-	counter(f, src, "treelockfs_store_sent_bytes_total",
-		"Request body bytes sent to the lock store.", sm->bytes_sent);
-	counter(f, src, "treelockfs_store_received_bytes_total",
-		"Response body bytes received from the lock store.", sm->bytes_received);
+	counters(f, src, store_counters, ARRAY_LEN(store_counters), sm);
 	if (sm->request_seconds)
 		histogram(f, src, "treelockfs_store_request_duration_seconds",
 			  "How long lock store requests took, answered or not.",
