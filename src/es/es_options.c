@@ -1,10 +1,10 @@
-/* es_options.c - the es backend's own options, see options.h
+/* es_options.c - the es backend's own options (its tl_store_options), see config.h
  *
  * es_url, es_index, es_user, es_password_file, es_api_key_file, es_cacert,
  * es_timeout_ms, es_start_timeout, es_inflight, es_scripts, es_insecure,
- * es_allow_insecure: parsed by this
- * table over the same command line and config file as the shared options,
- * checked here, kept in struct es_options (es_i.h). owner and lease_ttl
+ * es_allow_insecure: parsed by this table over the same command line and
+ * config file as the options of config.c, checked here, kept in struct
+ * es_options (es_internal.h). owner and lease_ttl
  * are store-generic (any store shared by many mounts has owners and
  * leases) and stay in tl_config, checked there.
  */
@@ -25,7 +25,7 @@
 
 #define OPT_STR(name, field) TL_OPT_STR(name, struct es_options, field)
 
-/* owner= is checked for every store (options.c), to this length */
+/* owner= is checked for every store (config.c), to this length */
 _Static_assert(ES_NAME_MAX == TL_OWNER_MAX, "owner= names must fit owner ids");
 
 static const struct fuse_opt es_opts[] = {
