@@ -3,10 +3,16 @@
  * Files in src/es/:
  *
  *   es_internal.h   this header: the store's state, shared by its files
- *   es_store.[ch]   the store's face: open, close, acquire, refusal,
- *                   release, abandon, list; es_store.h: what treelockctl
- *                   asks beyond the vtable
- *   es_admin.c      treelockctl's asks: owners, intents, reap, break, check
+ *   es_store.[ch]   the store's face: the vtable, open, close; the
+ *                   documents' shapes; es_store.h: what treelockctl asks
+ *                   beyond the vtable
+ *   es_acquire.c    taking and releasing a plan's locks: the protocol
+ *                   (try-acquire, release, abandon), its requests, charts
+ *   es_refusal.c    a refused attempt: ours after all?, who blocks,
+ *                   take-over, rollback and waiter marks
+ *   es_listing.c    listing the locks: the vtable's list
+ *   es_admin.c      treelockctl's asks: owners, intents, orphans, reap,
+ *                   break, check
  *   es_lease.[ch]   this mount's lease and its heartbeat thread
  *   es_owners.[ch]  other owners: observer table, take-over, reap
  *   es_kept.[ch]    release-like bulks that must arrive; kept ones
@@ -23,8 +29,12 @@
  *
  *   es_admin   -> es_store, es_owners, es_index, es_retry, es_options,
  *                 es_client, es_docs, httpc
- *   es_store   -> es_lease, es_owners, es_kept, es_batch, es_index,
- *                 es_retry, es_options, es_client, es_docs, httpc
+ *   es_store   -> es_acquire, es_listing, es_lease, es_owners, es_batch,
+ *                 es_index, es_retry, es_options, es_client, httpc
+ *   es_acquire -> es_refusal, es_lease, es_owners, es_kept, es_batch,
+ *                 es_retry, es_client, es_docs
+ *   es_refusal -> es_owners, es_kept, es_batch, es_client, es_docs
+ *   es_listing -> es_batch, es_client, es_docs
  *   es_lease   -> es_owners, es_kept, es_index, es_retry, es_client,
  *                 es_docs, httpc
  *   es_owners  -> es_kept, es_batch, es_client, es_docs
@@ -50,6 +60,8 @@
 #include "es/es_client.h"
 #include "lock/lockplan.h"
 #include "lock/lockstore.h"
+
+struct es_req;
 
 /* Longest owner= name: an owner id "<name>:<pid>:<nonce>" fits ES_ID_MAX. */
 #define ES_NAME_MAX 63
@@ -164,6 +176,56 @@ struct es_store {
 	int index_err;           /* 0, -EPROTO or -EINVAL */
 };
 
+/* Per-holder scratch of the es store (tl_holder.priv): made by the first
+ * try-acquire, freed by release or abandon (es_acquire.c). */
+struct es_hold {
+	char holder[ES_ID_MAX + 24]; /* holder id "<owner id>#<ticket>" of the last attempt */
+	unsigned int epoch;
+	bool held;
+	bool marked; /* waiter marks left in the index */
+};
+
+/* ST, which is an es store (the vtable's functions are called with their
+ * own store only); es_store_of() when it may be another backend. */
+static inline struct es_store *es_of(struct lockstore *st)
+{
+	return (struct es_store *)st;
+}
+
+/* The deadline of holder H in monotonic ms (0: none), passed to every
+ * request made on its behalf. */
+static inline int64_t es_hold_deadline(const struct tl_holder *h)
+{
+	return h->deadline_us ? h->deadline_us / 1000 : 0;
+}
+
+/* The vtable's try_acquire, release and abandon (es_acquire.c), as
+ * lockstore.h describes them. es_try_acquire(): one attempt at PLAN for
+ * holder H; returns 0, -EAGAIN (WHY filled), -ENOLCK, -EACCES, -ENOMEM.
+ * es_release(): a release that cannot be sent now is kept and resent
+ * (0); returns -ENOLCK (neither sent nor kept) or -ENOMEM. es_abandon():
+ * drops H's waiter marks (best effort). Any thread; one call per holder
+ * at a time. */
+int es_try_acquire(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h,
+		   struct tl_conflict *why);
+int es_release(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h);
+void es_abandon(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h);
+
+/* The refusal path of holder H's request R (es_refusal.c), after items of
+ * it were refused (ST[i] ES_ITEM_REFUSED): decides which refused items
+ * are ours after all (ambiguous earlier attempts; ST updated), who blocks
+ * (described in WHY), takes over dead owners, rolls back what R sent
+ * (R->sent items) and leaves waiter marks. Returns 0 when it turns out
+ * everything is held, -EAGAIN (conflict), -ENOLCK. */
+int es_on_refusal(struct es_store *es, struct es_req *r, const struct tl_holder *h,
+		  enum es_item_state *st, struct tl_conflict *why);
+
+/* The vtable's list (es_listing.c), as lockstore.h describes it: keys are
+ * listed as their text (path_key_text()), as the documents hold them;
+ * PREFIX is a key and matches the texts below it. Releases this mount
+ * handed off are answered first. Returns 0, -ENOLCK, -ENOMEM. */
+int es_list(struct lockstore *st, const char *prefix, struct tl_lock_info **out, size_t *n);
+
 /* The es backend's options in CFG (es_options.c). */
 const struct es_options *es_options_of(const struct tl_config *cfg);
 
@@ -171,7 +233,7 @@ const struct es_options *es_options_of(const struct tl_config *cfg);
  * unencrypted). */
 bool es_opts_cleartext(const struct es_options *o);
 
-/* Opens the store (lockstore_es.c); FOR_CTL: treelockctl's observer. */
+/* Opens the store (es_store.c); FOR_CTL: treelockctl's observer. */
 int es_open(const struct tl_config *cfg, struct lockstore **out, bool for_ctl);
 
 /* ST as an es store, or NULL when it is another backend. */
