@@ -192,30 +192,41 @@ static void rollback(struct es_store *es, const struct es_req *r, int64_t deadli
 	buf_free(&b);
 }
 
-int es_try_acquire(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h,
-		   struct tl_conflict *why)
-{
-	struct es_store *es = es_of(st);
-	int64_t deadline = es_hold_deadline(h);
-	struct es_hold *hold = hold_get(h);
-	enum es_item_state *state = NULL;
-	char owner[ES_ID_MAX], **ids = NULL, **dead = NULL;
-	struct es_req r = {.plan = plan, .start_ms = h->start_ms, .pid = h->pid};
-	struct buf b = BUF_INIT;
-	cJSON *root = NULL;
-	bool fresh, any_refused, intent_ok = false;
-	bool sent = false; /* a request of ours may have reached the store */
-	size_t sent_upto = 0; /* the items before it may have reached it */
-	size_t i, ndead = 0;
-	int err = -ENOMEM, round, index_err;
+/* One attempt of es_try_acquire(): what its steps share. */
+struct acq {
+	struct es_store *es;
+	const struct tl_plan *plan;
+	struct es_hold *hold;
+	int64_t deadline;
+	char owner[ES_ID_MAX];     /* this mount's owner id at the lease check */
+	struct es_req r;
+	char **ids;                /* lock document ids, plan order */
+	enum es_item_state *state; /* per plan item */
+	char **dead;               /* owner ids known dead this round */
+	size_t ndead;
+	struct buf b;              /* the chunk being sent */
+	cJSON *root;               /* its answer */
+	bool intent_ok;            /* our intent document is in */
+	bool refused;              /* an item was refused */
+	bool sent;                 /* a request of ours may have reached the store */
+	size_t sent_upto;          /* the items before it may have reached it */
+};
 
-	if (!hold)
-		return -ENOMEM;
+/* Reads, under the mutex, the lease this attempt acts under: this mount's
+ * owner id into A->owner and its epoch into the holder's scratch; a stale
+ * lease is logged once. Returns 0, -EACCES (the index is not ours), -ENOLCK
+ * (no fresh lease). */
+static int acq_lease(struct acq *a)
+{
+	struct es_store *es = a->es;
+	bool fresh;
+	int index_err;
+
 	pthread_mutex_lock(&es->mutex);
 	index_err = es->index_err;
 	fresh = es_lease_fresh_locked(es, tl_mono_ms());
-	snprintf(owner, sizeof(owner), "%s", es->owner);
-	hold->epoch = es->epoch;
+	snprintf(a->owner, sizeof(a->owner), "%s", es->owner);
+	a->hold->epoch = es->epoch;
 	if (!fresh && !es->warned_stale) {
 		es->warned_stale = true;
 		tl_log(LOG_ERR, "owner '%s' has no fresh lease (last renewal over %.1f s ago): "
@@ -226,120 +237,184 @@ int es_try_acquire(struct lockstore *st, const struct tl_plan *plan, struct tl_h
 		return -EACCES; /* logged by the heartbeat; ENOLCK at once */
 	if (!fresh)
 		return -ENOLCK;
-	snprintf(hold->holder, sizeof(hold->holder), "%s#%" PRIu64, owner, h->ticket);
-	r.owner = owner;
-	r.holder = hold->holder;
-	r.marked = hold->marked;
-	r.tmo_ms = es->tmo_ms;
-	err = ids_make(plan, &ids);
+	return 0;
+}
+
+/* Names holder H (owner id and ticket) and makes the request of A: the
+ * plan's document ids, every item still to try. Returns 0 or -ENOMEM. */
+static int acq_prepare(struct acq *a, const struct tl_holder *h)
+{
+	size_t i;
+	int err;
+
+	snprintf(a->hold->holder, sizeof(a->hold->holder), "%s#%" PRIu64, a->owner, h->ticket);
+	a->r.owner = a->owner;
+	a->r.holder = a->hold->holder;
+	a->r.marked = a->hold->marked;
+	a->r.tmo_ms = a->es->tmo_ms;
+	err = ids_make(a->plan, &a->ids);
 	if (err)
 		return err;
-	r.ids = ids;
-	err = -ENOMEM;
-	state = calloc(plan->n ? plan->n : 1, sizeof(*state));
-	if (!state)
-		goto out;
-	for (i = 0; i < plan->n; i++)
-		state[i] = ES_ITEM_RETRY;
+	a->r.ids = a->ids;
+	a->state = calloc(a->plan->n ? a->plan->n : 1, sizeof(*a->state));
+	if (!a->state)
+		return -ENOMEM;
+	for (i = 0; i < a->plan->n; i++)
+		a->state[i] = ES_ITEM_RETRY;
+	return 0;
+}
 
-	any_refused = false;
-	for (round = 0; round < ES_ITEM_RETRIES && !any_refused; round++) {
-		size_t next = 0, first, cnt, k;
-		cJSON *it;
+/* Learns the owners known dead now, whose waiter marks the scripts ignore.
+ * Returns 0 or -ENOMEM. */
+static int acq_dead_owners(struct acq *a)
+{
+	int err;
 
-		/* level 2 of es_retry.h; near lock_timeout lockmgr decides */
-		if (round && !es_retry_pause(deadline, round))
+	es_strv_free(a->dead, a->ndead);
+	a->dead = NULL;
+	a->ndead = 0;
+	err = es_dead_owners(a->es, &a->dead, &a->ndead);
+	if (err)
+		return err;
+	a->r.dead = a->dead;
+	a->r.ndead = a->ndead;
+	return 0;
+}
+
+/* Builds into A->b the next chunk: the intent until it is in, then the
+ * items from *NEXT still to try, up to ES_BULK_MAX_ITEMS - 1 of them;
+ * *NEXT moves past the items looked at. Returns how many items it holds
+ * (the intent not counted). This function can't fail (a failed buffer is
+ * es_batch_send()'s -ENOMEM). */
+static size_t chunk_build(struct acq *a, size_t *next)
+{
+	size_t cnt = 0;
+
+	buf_free(&a->b);
+	a->r.now_ms = tl_wall_ms();
+	a->r.stored = es_client_scripts_stored(&a->es->cl);
+	if (!a->intent_ok)
+		es_docs_intent(&a->b, &a->r, a->es->name);
+	for (; *next < a->plan->n && cnt < ES_BULK_MAX_ITEMS - 1; (*next)++)
+		if (a->state[*next] == ES_ITEM_RETRY) {
+			es_docs_acquire(&a->b, &a->r, *next);
+			cnt++;
+		}
+	return cnt;
+}
+
+/* Sends the chunk in A->b, whose items end before plan item NEXT, and
+ * counts it as possibly sent unless it never left. Returns
+ * es_batch_send()'s result: 0 (the answer in A->root), -ETIMEDOUT (not
+ * sent, and the deadline has passed), -EAGAIN (may have been applied), or
+ * another -errno. */
+static int chunk_send(struct acq *a, size_t next)
+{
+	/* a whole request that failed may have been applied: the retry is
+	 * safe (scripts are idempotent; a create that 409s is checked
+	 * against our holder id in es_on_refusal()) */
+	int err = es_batch_send(&a->es->batch, &a->b, a->deadline, &a->root);
+
+	if (err == -ETIMEDOUT)
+		return err;
+	a->sent = true;
+	if (next > a->sent_upto)
+		a->sent_upto = next;
+	return err;
+}
+
+/* Reads the answer A->root to the chunk of plan items [FIRST, NEXT): the
+ * intent's state (while it was not in) and each item's. Returns 0, or
+ * -EACCES when the store rejected an item (logged). */
+static int chunk_read(struct acq *a, size_t first, size_t next)
+{
+	cJSON *it = cJSON_GetObjectItemCaseSensitive(a->root, "items")->child;
+	size_t i;
+
+	if (!a->intent_ok) {
+		a->intent_ok = es_item_state(&a->es->cl, it, NULL) == ES_ITEM_OK;
+		it = it ? it->next : NULL;
+	}
+	for (i = first; i < next; i++) {
+		long status;
+
+		if (a->state[i] != ES_ITEM_RETRY)
+			continue;
+		a->state[i] = es_item_state(&a->es->cl, it, &status);
+		if (a->state[i] == ES_ITEM_FATAL) {
+			char *t = cJSON_PrintUnformatted(it);
+
+			tl_log(LOG_ERR, "lock store rejected lock '%s' (HTTP %ld): %.1000s",
+			       a->plan->items[i].key, status, t ? t : "?");
+			free(t);
+			return -EACCES;
+		}
+		if (a->state[i] == ES_ITEM_REFUSED)
+			a->refused = true;
+		it = it ? it->next : NULL;
+	}
+	cJSON_Delete(a->root);
+	a->root = NULL;
+	return 0;
+}
+
+/* One round of es_retry.h's level 2: the owners known dead, then the plan
+ * in chunks of ES_BULK_MAX_ITEMS, in order (a large document-strategy
+ * plan); the first refused chunk ends the attempt, and what was taken is
+ * rolled back. A chunk that failed as a whole ends the round: the next one
+ * resends what is not known. Returns 0 (the items' states tell the rest),
+ * or the error that rolls the attempt back: -EACCES, -ENOLCK, -ENOMEM. */
+static int acq_round(struct acq *a)
+{
+	size_t next = 0, first;
+	int err;
+
+	err = acq_dead_owners(a);
+	if (err)
+		return err;
+	while (!a->refused && (next < a->plan->n || !a->intent_ok)) {
+		first = next;
+		if (!chunk_build(a, &next) && a->intent_ok)
 			break;
-		es_strv_free(dead, ndead);
-		dead = NULL;
-		ndead = 0;
-		err = es_dead_owners(es, &dead, &ndead);
+		err = chunk_send(a, next);
+		if (err == -ETIMEDOUT || err == -EAGAIN)
+			break; /* the next round resends what is not known */
 		if (err)
-			goto out_rollback;
-		r.dead = dead;
-		r.ndead = ndead;
-		/* the plan in chunks of ES_BULK_MAX_ITEMS, in order (a large
-		 * document-strategy plan); the first refused chunk ends the
-		 * attempt, and what was taken is rolled back */
-		while (!any_refused && (next < plan->n || !intent_ok)) {
-			buf_free(&b);
-			r.now_ms = tl_wall_ms();
-			r.stored = es_client_scripts_stored(&es->cl);
-			if (!intent_ok)
-				es_docs_intent(&b, &r, es->name);
-			for (first = next, cnt = 0; next < plan->n && cnt < ES_BULK_MAX_ITEMS - 1;
-			     next++)
-				if (state[next] == ES_ITEM_RETRY) {
-					es_docs_acquire(&b, &r, next);
-					cnt++;
-				}
-			if (!cnt && intent_ok)
-				break;
-			/* a whole request that failed may have been applied:
-			 * the retry is safe (scripts are idempotent; a create
-			 * that 409s is checked against our holder id in
-			 * es_on_refusal()) */
-			err = es_batch_send(&es->batch, &b, deadline, &root);
-			if (err == -ETIMEDOUT)
-				break; /* not sent, and the deadline has passed */
-			sent = true;
-			if (next > sent_upto)
-				sent_upto = next;
-			if (err == -EAGAIN)
-				break; /* the next round resends what is not known */
-			if (err)
-				goto out_rollback;
-			it = cJSON_GetObjectItemCaseSensitive(root, "items")->child;
-			if (!intent_ok) {
-				intent_ok = es_item_state(&es->cl, it, NULL) == ES_ITEM_OK;
-				it = it ? it->next : NULL;
-			}
-			for (i = first; i < next; i++) {
-				long status;
-
-				if (state[i] != ES_ITEM_RETRY)
-					continue;
-				state[i] = es_item_state(&es->cl, it, &status);
-				if (state[i] == ES_ITEM_FATAL) {
-					char *t = cJSON_PrintUnformatted(it);
-
-					tl_log(LOG_ERR,
-					       "lock store rejected lock '%s' (HTTP %ld): %.1000s",
-					       plan->items[i].key, status, t ? t : "?");
-					free(t);
-					err = -EACCES;
-					goto out_rollback;
-				}
-				if (state[i] == ES_ITEM_REFUSED)
-					any_refused = true;
-				it = it ? it->next : NULL;
-			}
-			cJSON_Delete(root);
-			root = NULL;
-		}
-		for (k = 0, i = 0; i < plan->n; i++)
-			if (state[i] == ES_ITEM_RETRY)
-				k++;
-		if (k == 0 && intent_ok)
-			break;
+			return err;
+		err = chunk_read(a, first, next);
+		if (err)
+			return err;
 	}
-	for (i = 0; i < plan->n && state[i] != ES_ITEM_REFUSED; i++)
-		;
-	if (i < plan->n) {
-		r.sent = sent_upto;
-		err = es_on_refusal(es, &r, h, state, why);
-		if (err == 0)
-			goto out_held;
-		goto out;
-	}
-	for (i = 0; i < plan->n; i++)
-		if (state[i] != ES_ITEM_OK) {
-			err = -ENOLCK;
-			goto out_rollback;
-		}
+	return 0;
+}
 
-out_held:
-	err = 0;
+/* True when the intent is in and no item is left to try. */
+static bool acq_settled(const struct acq *a)
+{
+	size_t i;
+
+	for (i = 0; i < a->plan->n; i++)
+		if (a->state[i] == ES_ITEM_RETRY)
+			return false;
+	return a->intent_ok;
+}
+
+/* True when every item of A is held. */
+static bool acq_all_held(const struct acq *a)
+{
+	size_t i;
+
+	for (i = 0; i < a->plan->n; i++)
+		if (a->state[i] != ES_ITEM_OK)
+			return false;
+	return true;
+}
+
+/* Counts holder HOLD as holding, in the lease epoch it acquired under (a
+ * lease lost since fences it: es_lease_fresh()). This function can't
+ * fail. */
+static void hold_taken(struct es_store *es, struct es_hold *hold)
+{
 	hold->held = true;
 	pthread_mutex_lock(&es->mutex);
 	if (hold->epoch == es->epoch)
@@ -347,29 +422,78 @@ out_held:
 	else
 		es->held_old++;
 	pthread_mutex_unlock(&es->mutex);
+}
+
+/* The driver: the lease check, then rounds of chunks until every item has
+ * an answer, then the refusal path or the count of a holder that holds;
+ * on a failure what may have reached the store is rolled back. */
+int es_try_acquire(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h,
+		   struct tl_conflict *why)
+{
+	struct acq a = {
+		.es = es_of(st),
+		.plan = plan,
+		.deadline = es_hold_deadline(h),
+		.hold = hold_get(h),
+		.r = {.plan = plan, .start_ms = h->start_ms, .pid = h->pid},
+		.b = BUF_INIT,
+	};
+	int err, round;
+
+	if (!a.hold)
+		return -ENOMEM;
+	err = acq_lease(&a);
+	if (err)
+		return err;
+	err = acq_prepare(&a, h);
+	if (err)
+		goto out;
+	for (round = 0; round < ES_ITEM_RETRIES && !a.refused; round++) {
+		/* level 2 of es_retry.h; near lock_timeout lockmgr decides */
+		if (round && !es_retry_pause(a.deadline, round))
+			break;
+		err = acq_round(&a);
+		if (err)
+			goto out_rollback;
+		if (acq_settled(&a))
+			break;
+	}
+	if (a.refused) {
+		a.r.sent = a.sent_upto;
+		err = es_on_refusal(a.es, &a.r, h, a.state, why);
+		if (err == 0)
+			hold_taken(a.es, a.hold);
+		goto out;
+	}
+	if (!acq_all_held(&a)) {
+		err = -ENOLCK;
+		goto out_rollback;
+	}
+	err = 0;
+	hold_taken(a.es, a.hold);
 	goto out;
 
 out_rollback:
 	/* nothing to undo when no request of ours left (queued until the
 	 * deadline, or failed while being built) */
-	if (sent) {
-		r.sent = sent_upto;
-		rollback(es, &r, deadline);
+	if (a.sent) {
+		a.r.sent = a.sent_upto;
+		rollback(a.es, &a.r, a.deadline);
 	}
 	if (err != -EACCES)
 		err = -ENOLCK;
 out:
-	cJSON_Delete(root);
-	buf_free(&b);
-	free(state);
-	es_strv_free(dead, ndead);
-	ids_free(ids, plan->n);
+	cJSON_Delete(a.root);
+	buf_free(&a.b);
+	free(a.state);
+	es_strv_free(a.dead, a.ndead);
+	ids_free(a.ids, plan->n);
 	return err;
 }
 
 /* ---- release, abandon --------------------------------------------------------- */
 
-/* Forgets holder H: no longer counted as holding, its
+/* Forgets holder H: no longer counted as holding (hold_taken()), its
  * scratch freed. This function can't fail. */
 static void hold_done(struct es_store *es, struct tl_holder *h)
 {
