@@ -66,7 +66,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "base/log.h"
@@ -200,9 +199,7 @@ static void es_close(struct lockstore *st)
 	es_batch_close(&es->batch);
 	es_client_close(&es->cl);
 	es_owners_free(es);
-	pthread_cond_destroy(&es->cond);
-	pthread_mutex_destroy(&es->mutex);
-	free(es);
+	lockstore_base_free(&es->base, &es->mutex, &es->cond);
 }
 
 int es_open(const struct tl_config *cfg, struct lockstore **out, bool for_ctl)
@@ -210,7 +207,6 @@ int es_open(const struct tl_config *cfg, struct lockstore **out, bool for_ctl)
 	const struct es_options *eo = es_options_of(cfg);
 	struct httpc_config hc = {0};
 	struct es_store *es;
-	pthread_condattr_t ca;
 	int err = -ENOMEM;
 
 	*out = NULL;
@@ -223,13 +219,7 @@ int es_open(const struct tl_config *cfg, struct lockstore **out, bool for_ctl)
 	es = calloc(1, sizeof(*es));
 	if (!es)
 		return -ENOMEM;
-	es->base.ops = &es_ops;
-	es->base.cfg = cfg;
-	pthread_mutex_init(&es->mutex, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&es->cond, &ca);
-	pthread_condattr_destroy(&ca);
+	lockstore_base_init(&es->base, &es_ops, cfg, &es->mutex, &es->cond);
 	es->strategy = cfg->lock_strategy;
 	es->ttl_ms = (int64_t)((cfg->lease_ttl > 0 ? cfg->lease_ttl : TL_DEFAULT_LEASE_TTL) * 1000);
 	es->tmo_ms = (int64_t)(cfg->lock_timeout * 1000) + es->ttl_ms;

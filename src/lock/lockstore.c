@@ -1,9 +1,11 @@
 /* lockstore.c - the registry of backends, store selection and the one
- * errno mapping, see lockstore.h */
+ * errno mapping, see lockstore.h; a store's base, see lockstore_impl.h */
 #include <config.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "config/config.h"
 #include "lock/lockstore.h"
@@ -21,6 +23,27 @@ int lockstore_open(const struct tl_config *cfg, struct lockstore **out)
 	if (cfg->lock_store >= TL_STORE_COUNT)
 		return -EINVAL;
 	return lockstore_backends[cfg->lock_store].open(cfg, out);
+}
+
+void lockstore_base_init(struct lockstore *st, const struct lockstore_ops *ops,
+			 const struct tl_config *cfg, pthread_mutex_t *mutex, pthread_cond_t *cond)
+{
+	pthread_condattr_t ca;
+
+	st->ops = ops;
+	st->cfg = cfg;
+	pthread_mutex_init(mutex, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(cond, &ca);
+	pthread_condattr_destroy(&ca);
+}
+
+void lockstore_base_free(struct lockstore *st, pthread_mutex_t *mutex, pthread_cond_t *cond)
+{
+	pthread_cond_destroy(cond);
+	pthread_mutex_destroy(mutex);
+	free(st);
 }
 
 void lockstore_close(struct lockstore *st)

@@ -39,8 +39,10 @@
  *   lockmgr.[ch]      runs plans against the store: waits, deadline,
  *                     circuit, holds
  *   lockstore.[ch]    this interface; lockstore.c: the registry of
- *                     backends, opening one, the one errno mapping
- *   lockstore_impl.h  the backends' constructors, for lockstore.c
+ *                     backends, opening one, the one errno mapping, a
+ *                     store's base
+ *   lockstore_impl.h  the backends' constructors, for lockstore.c; a
+ *                     store's base, mutex and condition, for the backends
  *   lockstore_mem.c   the embedded store: the plans it holds, in a list
  *
  * Depends on: base, config.

@@ -696,9 +696,7 @@ static void mem_close(struct lockstore *st)
 		return;
 	recs_free(&s->held);
 	recs_free(&s->waiting);
-	pthread_cond_destroy(&s->cond);
-	pthread_mutex_destroy(&s->mutex);
-	free(s);
+	lockstore_base_free(&s->base, &s->mutex, &s->cond);
 }
 
 static const struct lockstore_ops mem_ops = {
@@ -714,20 +712,13 @@ static const struct lockstore_ops mem_ops = {
 
 int lockstore_mem_open(const struct tl_config *cfg, struct lockstore **out)
 {
-	pthread_condattr_t ca;
 	struct mem_store *s;
 
 	*out = NULL;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
-	pthread_mutex_init(&s->mutex, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&s->cond, &ca);
-	pthread_condattr_destroy(&ca);
-	s->base.ops = &mem_ops;
-	s->base.cfg = cfg;
+	lockstore_base_init(&s->base, &mem_ops, cfg, &s->mutex, &s->cond);
 	*out = &s->base;
 	return 0;
 }
