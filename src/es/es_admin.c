@@ -1,5 +1,4 @@
-/* es_store_admin.c - what treelockctl asks of the es store, see
- * lockstore_es.h
+/* es_admin.c - what treelockctl asks of the es store, see es_store.h
  *
  * An observer, never an owner: nothing here starts a lease. Owners are
  * told alive or dead the way a mount tells them (es_owners.c): by watching

@@ -1,6 +1,6 @@
 /* es_client.h - the Elasticsearch request layer of the es lock store
  *
- * Between the lock protocol (lockstore_es.c and the files by meaning
+ * Between the lock protocol (es_acquire.c and the files by meaning
  * around it) and plain HTTP (httpc.h): request paths under one index, one
  * request now, the classification of statuses and of bulk items, _bulk,
  * _mget, _search, delete. Knows nothing of leases, owners or holders, nor

@@ -3,7 +3,7 @@
  * cJSON builders and readers only: no HTTP, no clock, no store state.
  * Whatever varies (time, the owners known dead, ...) comes in as an
  * argument, so every body the store sends can be checked without a server.
- * The document shapes are described at the top of lockstore_es.c.
+ * The document shapes are described at the top of es_store.c.
  *
  * Bulk builders append ndjson lines (an action line, then a body line when
  * the action has one) to a struct buf. They never fail on their own: when

@@ -1,4 +1,4 @@
-/* es_lease.h - this mount's lease in the es store (see lockstore_es.c)
+/* es_lease.h - this mount's lease in the es store (see es_acquire.c)
  *
  * Its owner id, the lease document a heartbeat thread renews every
  * lease_ttl/3, the fence (no fresh lease: no renames), a new owner id

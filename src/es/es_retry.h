@@ -12,7 +12,7 @@
  *   1 lockmgr_acquire()        the whole plan; on EAGAIN        lock_timeout (the rename's
  *     (lockmgr.c)              (conflict) and ENOLCK (failure)  deadline)
  *   2 try_acquire()            only the items that failed, and  ES_ITEM_RETRIES rounds; before
- *     (lockstore_es.c)         the intent; on an item's 429 or  each es_retry_pause(), which
+ *     (es_acquire.c)           the intent; on an item's 429 or  each es_retry_pause(), which
  *                              5xx, or the whole request        gives up when the deadline is
  *                              failing                          nearer than the pause
  *   3 es_send_idempotent()     a release-like bulk (release,    as level 2; then kept for

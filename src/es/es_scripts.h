@@ -5,7 +5,7 @@
  * compiles each script once). Used by es_docs.c, which puts them
  * into bulk items: by id when they are stored in the cluster
  * (PUT _scripts/<id> at mount, es_index.c), inline otherwise. The document
- * shapes they act on are described in lockstore_es.c.
+ * shapes they act on are described in es_store.c.
  *
  * Each id carries a version: change a source and bump its version (all
  * ids share ES_SCRIPTS_VERSION, below), so that mounts of the old and

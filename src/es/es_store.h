@@ -1,4 +1,4 @@
-/* lockstore_es.h - what treelockctl needs of the es store beyond the vtable
+/* es_store.h - what treelockctl needs of the es store beyond the vtable
  *
  * The store itself is opened with lockstore_open() (lock_store=es); these
  * functions take the struct lockstore it returned and fail with -EINVAL on
