@@ -4,15 +4,16 @@
  *
  * A refused attempt (es_acquire.c), as a chart of its requests:
  *
- *   _mget the refused documents --gone--> retry the item soon
+ *   _mget the refused documents --gone--> retry the item soon (EAGAIN)
  *                               --holds our holder id--> ours (an earlier
- *                                 ambiguous success)
+ *                                 ambiguous success); all ours: held (0)
  *                               --held by others--> their owners judged
  *                                 (es_judge_owners(): _mget of their lease
  *                                 documents); dead ones taken over
  *                                 (es_takeover()) or, once reaped, evicted
  *   then ONE _bulk: roll back what was sent, mark waiters, evict; when it
- *   fails the rollback alone is kept for the heartbeat (es_kept.h)
+ *   fails the rollback is sent alone (es_send_idempotent(): retried, then
+ *   kept for the heartbeat)
  */
 #include <config.h>
 
