@@ -389,7 +389,10 @@ def test_es__reap_dead_after_takeover_removes_intents(emu, es_mounts):
     # B takes A's locks over when they are in its way; A's intent stays
     os.rename(b.path("r/src"), b.path("r/b"))
     assert owner_id(emu, "A") is None
-    assert [v["_source"]["owner"] for v in intent_docs(emu).values()] == [oid]
+    # B's own intent goes with its release, answered after the rename
+    # returned
+    wait_for(lambda: [v["_source"]["owner"] for v in intent_docs(emu).values()] == [oid], 60,
+             what="B's release")
     r = ctl(emu, "reap", "--dead", "--force", "--no-wait")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "reaped '%s'" % oid in r.stdout, r.stdout

@@ -96,6 +96,33 @@ def test_es__one_request_in_flight_is_shared(backend, es_mounts):
 
 
 @pytest.mark.backends("emulator-es8")
+def test_es__rename_alone_returns_after_one_round_trip(backend, es_mounts):
+    """An uncontended rename returns once its acquire is answered and its
+    work is done: its release, handed to the mount's sender thread, is
+    still held on its way to the store (20 s here) when the rename has
+    returned, and lands afterwards. (Before, the rename waited for it.)"""
+    (a,) = es_mounts(backend, "A", lease_ttl=120,
+                     opts={"A": ["es_timeout_ms=60000", "lock_timeout=120",
+                                 "rename_delay_ms=10000"]})
+    write(a, "f")
+    op = start_op(os.rename, a.path("f"), a.path("g"))
+    wait_for(lambda: held_by(backend, "/f"), 60, what="the rename's locks")
+    backend.latency(20000)  # every request from now on: the release first
+    try:
+        # the rename holds its locks for 10 s: still doing so now, or the
+        # release may have gone before the latency
+        assert op.is_alive(), "the rename ended before the store was slowed down"
+        op.join(15 + 10)
+        assert not op.is_alive(), "the rename waited for its release to be answered"
+        assert op.error is None
+        assert held_by(backend, "/f") is not None  # the release is on its way
+    finally:
+        backend.latency(0)
+    wait_for(lambda: lock_docs(backend) == {} and intent_docs(backend) == {}, 120,
+             what="the rename's release")
+
+
+@pytest.mark.backends("emulator-es8")
 def test_es__no_group_commit_sends_each_rename_alone(backend, es_mounts):
     """no_es_group_commit: six renames at once while each request is held
     300 ms, and still every one sends its own acquire and its own release
@@ -217,6 +244,9 @@ def test_es__guide_lock_blocks_mount(backend, es_mounts):
     assert es_request(backend, "DELETE", "/%s/_doc/%s" % (INDEX, quote_id("/clinton")))[0] == 200
     op.finish(300)
     assert op.error is None and op.elapsed >= 1.0
+    # the rename returned before its release was answered (one round
+    # trip): its share of /clinton goes a moment later
+    wait_for(lambda: lock_docs(backend) == {}, 60, what="the rename's release")
     # a guide-style shared lock lets shared holders in, blocks exclusive
     status, _ = guide_shared(backend, "/clinton")
     assert status == 201
@@ -251,7 +281,10 @@ def test_es__mount_lock_blocks_guide(backend, es_mounts):
     assert op.is_alive(), "the mount let go before the guide's requests were answered"
     op.finish(300)
     assert op.error is None
-    assert held_by(backend, "/p")["lock_count"] == 1  # the guide's share is left
+    # the guide's share is left once the rename's release is answered
+    wait_for(lambda: (held_by(backend, "/p") or {}).get("lock_count") == 1, 60,
+             what="the rename's release")
+    assert held_by(backend, "/p")["lock_count"] == 1
     es_request(backend, "POST", "/%s/_update/%s" % (INDEX, quote_id("/p")),
                {"script": {"source": GUIDE_RELEASE, "lang": "painless"}})
     wait_for(lambda: lock_docs(backend) == {}, 60, what="no lock left")
