@@ -80,7 +80,7 @@ def es_mounts(mount_factory, tmp_path):
     return make
 
 
-# what a mount logs when its own lease lapsed (es_lease.c, lockstore_es.c,
+# what a mount logs when its own lease lapsed (es_lease.c, es_acquire.c,
 # fs_rename.c): the store answered too late for its lease_ttl, and others
 # may rightly take its locks over. (Not "was removed by another client":
 # that is what a mount robbed of a live lease logs.)
