@@ -14,6 +14,7 @@
 #include "base/buf.h"
 #include "es/es_batch.h"
 #include "es/es_client.h"
+#include "es/es_docs.h"
 #include "base/log.h"
 #include "base/tlclock.h"
 
@@ -42,9 +43,12 @@ struct es_batch_req {
 	/* hashes of the document ids of the items, NIDS of them (IDS_MADE:
 	 * computed; IDS may still be NULL when out of memory) */
 	uint64_t *ids;
+	uint8_t *kinds;           /* es_docs_item_kind() of each of IDS */
 	size_t nids;
 	bool ids_made;
 };
+
+
 
 /* FNV-1a of S[0..N). */
 static uint64_t hash_bytes(const char *s, size_t n)
@@ -67,8 +71,14 @@ static void req_ids(struct es_batch_req *q)
 
 	q->ids_made = true;
 	q->ids = malloc((q->nitems > 0 ? (size_t)q->nitems : 1) * sizeof(*q->ids));
-	if (!q->ids)
+	q->kinds = calloc(q->nitems > 0 ? (size_t)q->nitems : 1, sizeof(*q->kinds));
+	if (!q->ids || !q->kinds) {
+		free(q->ids);
+		free(q->kinds);
+		q->ids = NULL;
+		q->kinds = NULL;
 		return;
+	}
 	while (p < end && q->nids < (size_t)q->nitems) {
 		const char *nl = memchr(p, '\n', (size_t)(end - p)), *eol = nl ? nl : end;
 
@@ -86,6 +96,8 @@ static void req_ids(struct es_batch_req *q)
 			/* delete has no source line */
 			action = eol - p >= 9 && memcmp(p, "{\"delete\"", 9) == 0;
 		} else {
+			if (q->nids)
+				q->kinds[q->nids - 1] = (uint8_t)es_docs_item_kind(p, (size_t)(eol - p));
 			action = true;
 		}
 		p = nl ? nl + 1 : end;
@@ -107,7 +119,8 @@ static bool req_blocked(const struct es_batch *g, struct es_batch_req *q)
 	for (f = g->flying; f; f = f->fly_next)
 		for (i = 0; i < q->nids; i++)
 			for (k = 0; k < f->nids; k++)
-				if (q->ids[i] == f->ids[k])
+				if (q->ids[i] == f->ids[k] &&
+				    !(q->kinds[i] == ES_ITEM_SHARE && f->kinds[k] == ES_ITEM_RELEASE))
 					return true;
 	return false;
 }
@@ -191,11 +204,13 @@ static struct es_batch_req *first_ready(const struct es_batch *g)
 }
 
 /* Under batch_mutex, with a slot free: whether it may be used now while
- * WAITING renames' bulks queue: the first slot at once, a further one once
- * extra_min of them wait. */
+ * WAITING renames' bulks queue: at once while no request a rename waits
+ * for is out (requests that carry only handed-off releases do not count:
+ * a rename after a rename goes out beside its release, one round trip
+ * each), a further one once extra_min of them wait. */
 static bool slot_opens(const struct es_batch *g, unsigned int waiting)
 {
-	return g->inflight == 0 || waiting >= g->extra_min;
+	return g->inflight == g->inflight_released || waiting >= g->extra_min;
 }
 
 /* Under batch_mutex: when a request may leave: 0 now, -1 not before
@@ -252,6 +267,7 @@ static void req_free_detached(struct es_batch_req *q)
 {
 	free((char *)q->data);
 	free(q->ids);
+	free(q->kinds);
 	free(q);
 }
 
@@ -264,6 +280,7 @@ static void batch_lead(struct es_batch *g)
 {
 	struct es_batch_req *v[ES_BATCH_MAX], *q, *prev = NULL, *next;
 	size_t n = 0, bytes = 0, i;
+	bool released;
 
 	for (q = g->queue; q && n < ES_BATCH_MAX; q = next) {
 		next = q->next;
@@ -287,7 +304,11 @@ static void batch_lead(struct es_batch *g)
 			v[i]->fly_next = g->flying;
 			g->flying = v[i];
 		}
+	for (i = 0; i < n && v[i]->detached; i++)
+		;
+	released = i == n;
 	g->inflight++;
+	g->inflight_released += released;
 	pthread_mutex_unlock(&g->mutex);
 	batch_send(g, v, n);
 	for (i = 0; i < n; i++)
@@ -299,6 +320,7 @@ static void batch_lead(struct es_batch *g)
 		}
 	pthread_mutex_lock(&g->mutex);
 	g->inflight--;
+	g->inflight_released -= released;
 	for (i = 0; i < n; i++) {
 		struct es_batch_req **pp;
 
@@ -395,6 +417,7 @@ static int bulk_send_one(struct es_batch *g, const char *data, size_t len, long 
 		batch_lead(g);
 	pthread_mutex_unlock(&g->mutex);
 	free(me.ids);
+	free(me.kinds);
 	if (expired)
 		es_client_set_error(g->cl, "lock_timeout passed while the request waited for the "
 				       "lock store's other requests");

@@ -68,6 +68,9 @@ struct es_batch {
 	pthread_cond_t cond;         /* CLOCK_MONOTONIC */
 	struct es_batch_req *queue, *queue_tail;
 	unsigned int inflight;       /* _bulk requests being sent */
+	unsigned int inflight_released; /* of those, the ones that carry only
+					 * handed-off bulks: no rename waits
+					 * for them */
 	unsigned int max_inflight;   /* at most, 1..ES_BATCH_INFLIGHT_MAX */
 	unsigned int queued;         /* bulks in the queue */
 	unsigned int extra_min;      /* queued bulks that open a further slot */

@@ -249,6 +249,24 @@ void es_docs_release(struct buf *b, const char *id, const char *holder, bool sto
 	holder_script(b, id, SCRIPT_RELEASE_ID, SCRIPT_RELEASE, holder, stored);
 }
 
+int es_docs_item_kind(const char *line, size_t n)
+{
+	/* by the script's id (stored) or by a statement only that script has
+	 * (inline: its source as written, nothing in it JSON escapes) */
+	static const char share_id[] = "\"" SCRIPT_ACQ_S_ID "\"",
+			  share_src[] = "s.lock_count = (s.lock_count == null ? 0 : s.lock_count) + 1",
+			  rel_id[] = "\"" SCRIPT_RELEASE_ID "\"",
+			  rel_src[] = "s.lock_count = s.lock_count - 1";
+
+	if (memmem(line, n, share_id, sizeof(share_id) - 1) ||
+	    memmem(line, n, share_src, sizeof(share_src) - 1))
+		return ES_ITEM_SHARE;
+	if (memmem(line, n, rel_id, sizeof(rel_id) - 1) ||
+	    memmem(line, n, rel_src, sizeof(rel_src) - 1))
+		return ES_ITEM_RELEASE;
+	return ES_ITEM_OTHER;
+}
+
 void es_docs_unmark(struct buf *b, const char *id, const char *holder, bool stored)
 {
 	holder_script(b, id, SCRIPT_UNMARK_ID, SCRIPT_UNMARK, holder, stored);

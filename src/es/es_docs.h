@@ -93,6 +93,17 @@ void es_docs_mark(struct buf *b, const struct es_req *r, size_t i);
  * inline. */
 void es_docs_release(struct buf *b, const char *id, const char *holder, bool stored);
 
+/* What the item whose source line is LINE[0..N) (an update's) does to its
+ * document, as far as the order of requests needs to know: ES_ITEM_SHARE
+ * (a shared acquire), ES_ITEM_RELEASE (a holder's release), else
+ * ES_ITEM_OTHER (an eviction, which drops another holder's share too,
+ * reads as a release). A shared acquire and a release of another holder commute:
+ * each changes its own holder's entry (retry_on_conflict settles the race
+ * on the document); a release of an exclusive lock met by a shared
+ * acquire makes at worst a refusal that is retried. Pure. */
+enum { ES_ITEM_OTHER, ES_ITEM_SHARE, ES_ITEM_RELEASE };
+int es_docs_item_kind(const char *line, size_t n);
+
 /* Drops HOLDER's waiter mark from document ID. */
 void es_docs_unmark(struct buf *b, const char *id, const char *holder, bool stored);
 

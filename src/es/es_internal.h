@@ -40,7 +40,7 @@
  *   es_owners  -> es_kept, es_batch, es_client, es_docs
  *   es_kept    -> es_batch, es_retry, es_client, es_docs
  *   es_retry   -> es_client, httpc
- *   es_batch   -> es_client
+ *   es_batch   -> es_client, es_docs
  *   es_index   -> es_client, es_docs, httpc
  *   es_client  -> es_docs, httpc
  *   (es_docs, es_options and httpc call none of them)

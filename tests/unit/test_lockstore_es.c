@@ -1068,6 +1068,62 @@ START_TEST(test_lockstore_es__slow_request_holds_up_nobody)
 }
 END_TEST
 
+/* A tool that renames one file after the other in one directory (rsync,
+ * mv): the next rename's acquire leaves beside the last rename's release,
+ * which is still out, instead of after its answer (the two share only
+ * shared documents, /d and /, whose updates commute): one round trip per
+ * rename. */
+START_TEST(test_lockstore_es__next_rename_leaves_beside_the_last_release)
+{
+	struct fixture fx;
+	struct job jobs[2];
+	struct es_batch *c;
+	unsigned int live;
+	int before;
+
+	fx_open_concurrent(&fx);
+	c = &es_store_of(fx.st)->batch;
+	pthread_mutex_lock(&c->mutex);
+	c->age_ms = 60000; /* no slot opens by age here */
+	pthread_mutex_unlock(&c->mutex);
+	memset(jobs, 0, sizeof(jobs));
+	ck_assert_int_eq(lockplan_rename(TL_STRATEGY_TREE, "/d/a", "/d/b", 0, NULL, 0,
+					 &jobs[0].plan), 0);
+	ck_assert_int_eq(lockplan_rename(TL_STRATEGY_TREE, "/d/c", "/d/e", 0, NULL, 0,
+					 &jobs[1].plan), 0);
+	holder_init(&jobs[0].h, 301);
+	holder_init(&jobs[1].h, 302);
+	jobs[0].st = jobs[1].st = fx.st;
+	job_main(&jobs[0]);
+	ck_assert_int_eq(jobs[0].err, 0);
+	/* the release is answered 5 s late */
+	jobs[0].release = true;
+	before = count(&fx, "POST", "/locks/_bulk");
+	pthread_mutex_lock(&fx.r.mu);
+	fx.f.hold_bulks = 1;
+	fx.f.hold_bulk_ms = 5000;
+	pthread_mutex_unlock(&fx.r.mu);
+	job_main(&jobs[0]);
+	ck_assert_int_eq(jobs[0].err, 0);
+	await_bulks(&fx, before + 1);
+	job_main(&jobs[1]);
+	ck_assert_int_eq(jobs[1].err, 0);
+	pthread_mutex_lock(&c->mutex);
+	live = c->detached_live;
+	pthread_mutex_unlock(&c->mutex);
+	ck_assert_uint_eq(live, 1); /* the release was still out */
+	ck_assert_int_eq(count(&fx, "POST", "/locks/_bulk"), before + 2);
+	drained(&fx);
+	jobs[0].h.priv = NULL;
+	jobs[1].release = true;
+	job_main(&jobs[1]);
+	ck_assert_int_eq(jobs[1].err, 0);
+	drained(&fx);
+	jobs_free(jobs, 2);
+	fx_done(&fx);
+}
+END_TEST
+
 START_TEST(test_lockstore_es__one_in_flight)
 {
 	struct fixture fx;
@@ -1509,6 +1565,7 @@ Suite *make_suite_lockstore_es(void)
 	tcase_add_test(tc, test_lockstore_es__handed_off_release_kept_when_it_fails);
 	tcase_add_test(tc, test_lockstore_es__handed_off_releases_open_no_slot);
 	tcase_add_test(tc, test_lockstore_es__slow_request_holds_up_nobody);
+	tcase_add_test(tc, test_lockstore_es__next_rename_leaves_beside_the_last_release);
 	tcase_add_test(tc, test_lockstore_es__bulk_count);
 	tcase_add_test(tc, test_lockstore_es__index_not_seen_but_there_is_not_called_lost);
 	tcase_add_test(tc, test_lockstore_es__request_timeout_from_deadline);
