@@ -90,8 +90,10 @@ struct config_option {
 static const char *const lock_scope_words[] = {"rename", "namespace", NULL};
 static const char *const passthrough_words[] = {"auto", "on", "off", NULL};
 static const char *const inode_prune_words[] = {"auto", "names", "off", NULL};
+static const char *const off_on_words[] = {"off", "on", NULL};
 _Static_assert(sizeof(enum tl_scope) == sizeof(int) && sizeof(enum tl_passthrough) == sizeof(int) &&
-		       sizeof(enum tl_inode_prune) == sizeof(int),
+		       sizeof(enum tl_inode_prune) == sizeof(int) &&
+		       sizeof(((struct tl_config *)0)->delegations) == sizeof(int),
 	       "a WORDS option's value is written as an int");
 
 static void validate_lock_store(struct tl_config *cfg);
@@ -170,6 +172,13 @@ static const struct config_option config_options[] = {
 	{OPT_SECONDS(lease_ttl, CONFIG_STR(TL_DEFAULT_LEASE_TTL), 1, 3600),
 	 .section = CONFIG_SHARED, .arg = "SECONDS",
 	 .help = "lease of this mount's locks (default 10)"},
+	{OPT_WORDS(delegations, "off", off_on_words), .section = CONFIG_SHARED, .arg = "off|on",
+	 .help = "lock_store=es: a mount that renames repeatedly in a\n"
+		 "directory keeps its locks there and renames below it\n"
+		 "without the store until another host asks (default off)"},
+	{OPT_SECONDS(delegation_recall, "1", 0.1, 60), .section = CONFIG_SHARED, .arg = "SECONDS",
+	 .help = "a delegation is given back within this of another\n"
+		 "host asking, plus its renames under way (default 1)"},
 	/* default: notice, or debug with -d (validate_log_level()) */
 	{OPT_CHECKED(log_level, NULL, validate_log_level), .section = CONFIG_SHARED,
 	 .arg = "LEVEL", .help = "err|warning|notice|info|debug (default notice)"},
