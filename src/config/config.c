@@ -147,6 +147,13 @@ static const struct config_option config_options[] = {
 		 "one more fails with ENOLCK"},
 	{OPT_UINT(lock_waiters_per_user, CONFIG_STR(TL_DEFAULT_LOCK_WAITERS_PER_USER), 0, 65536),
 	 .section = CONFIG_MOUNT, .arg = "N", .help = "... of one user (default 256)"},
+	{OPT_WORDS(delegations, "off", off_on_words), .section = CONFIG_MOUNT, .arg = "off|on",
+	 .help = "lock_store=es: a directory this mount renames in\n"
+		 "repeatedly is delegated to it: renames below it lock\n"
+		 "in memory until another host asks (default off)"},
+	{OPT_SECONDS(delegation_recall, "1", 0.1, 60), .section = CONFIG_MOUNT, .arg = "SECONDS",
+	 .help = "another host's asking for a delegation is seen\n"
+		 "within this (default 1)"},
 	/* main() passes allow_other,default_permissions on to libfuse */
 	{OPT_BOOL(allow_other), .section = CONFIG_MOUNT,
 	 .help = "let other users in; turns on default_permissions,\n"
@@ -172,13 +179,6 @@ static const struct config_option config_options[] = {
 	{OPT_SECONDS(lease_ttl, CONFIG_STR(TL_DEFAULT_LEASE_TTL), 1, 3600),
 	 .section = CONFIG_SHARED, .arg = "SECONDS",
 	 .help = "lease of this mount's locks (default 10)"},
-	{OPT_WORDS(delegations, "off", off_on_words), .section = CONFIG_SHARED, .arg = "off|on",
-	 .help = "lock_store=es: a mount that renames repeatedly in a\n"
-		 "directory keeps its locks there and renames below it\n"
-		 "without the store until another host asks (default off)"},
-	{OPT_SECONDS(delegation_recall, "1", 0.1, 60), .section = CONFIG_SHARED, .arg = "SECONDS",
-	 .help = "a delegation is given back within this of another\n"
-		 "host asking, plus its renames under way (default 1)"},
 	/* default: notice, or debug with -d (validate_log_level()) */
 	{OPT_CHECKED(log_level, NULL, validate_log_level), .section = CONFIG_SHARED,
 	 .arg = "LEVEL", .help = "err|warning|notice|info|debug (default notice)"},

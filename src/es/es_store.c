@@ -110,8 +110,11 @@ static void es_shutdown(struct lockstore *st, int64_t end_ms)
 }
 
 /* The vtable's wanted (lockstore.h): one _mget of the documents of KEYS;
- * a waiter mark of another owner id conflicts with MODES[i] unless both
- * are shared. A document that is gone is not wanted. */
+ * a waiter mark conflicts with MODES[i] unless both are shared. Marks of
+ * another owner id count, and those of our own renames (not
+ * delegations): one that asked in the store just before a delegation
+ * of ours was granted would otherwise wait for it until lock_timeout. A
+ * document that is gone is not wanted. */
 static int es_wanted(struct lockstore *st, const char *const *keys, const enum tl_lock_mode *modes,
 		     size_t n, bool *wanted)
 {
@@ -148,7 +151,13 @@ static int es_wanted(struct lockstore *st, const char *const *keys, const enum t
 			const char *wo = es_jstr(w, "owner"), *mode = es_jstr(w, "mode");
 			bool shared = mode && strcmp(mode, "shared") == 0;
 
-			if (wo && strcmp(wo, owner) != 0 && !(shared && modes[j] == TL_SHARED))
+			const char *hash = w->string ? strrchr(w->string, '#') : NULL;
+			bool own_rename = wo && strcmp(wo, owner) == 0 && hash && hash[1] != 'd';
+
+			/* another owner, or a rename of ours that asked before
+			 * the delegation was granted */
+			if (wo && (strcmp(wo, owner) != 0 || own_rename) &&
+			    !(shared && modes[j] == TL_SHARED))
 				wanted[j] = true;
 		}
 		j++;

@@ -449,7 +449,7 @@ static void poll_round(struct tl_delegs *d)
 					s->until_us = now + s->backoff_us;
 				}
 			}
-			tl_log(LOG_INFO, "delegation of '%s' recalled: another owner waits", g->dir);
+			tl_log(LOG_INFO, "delegation of '%s' recalled: another owner (or a rename of ours in the store) waits", g->dir);
 			__atomic_add_fetch(&d->recalled, 1, __ATOMIC_RELAXED);
 			g->recall_us = now;
 			recall_locked(d, g, 0);
@@ -511,6 +511,9 @@ int delegs_open(struct lockmgr *m, double recall_s, struct tl_delegs **out)
 	}
 	__atomic_load(&m->timeout, &timeout, __ATOMIC_RELAXED);
 	lockmgr_init(&d->local, d->local_store, timeout, m->owner);
+	/* holder ids unique in the process (the hold log): the local
+	 * tickets count from far above the store's */
+	d->local.next_ticket = UINT64_C(1) << 62;
 	pthread_mutex_init(&d->mutex, NULL);
 	cond_init_mono(&d->cond);
 	err = pthread_create(&d->poller, NULL, poller_main, d);

@@ -185,8 +185,9 @@ struct lockstore_ops {
 	void (*shutdown)(struct lockstore *st, int64_t end_ms);
 
 	/* Of the lock documents of KEYS[0..N) (one request), sets WANTED[i]
-	 * when key I carries a waiter mark of another owner in a mode that
-	 * conflicts with MODES[i] (a delegation's recall, lockdeleg.h).
+	 * when key I carries a waiter mark of another owner (or of a rename
+	 * of this mount: not a delegation) in a mode that conflicts with
+	 * MODES[i] (a delegation's recall, lockdeleg.h).
 	 * Returns 0 or -errno. May be NULL: no delegations. */
 	int (*wanted)(struct lockstore *st, const char *const *keys,
 		      const enum tl_lock_mode *modes, size_t n, bool *wanted);

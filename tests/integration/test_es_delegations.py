@@ -112,6 +112,8 @@ def test_deleg__recall_while_the_delegate_renames(backend, es_mounts):
     mid.finish(120)
     assert mid.error is None, (mid.error, a.log())
     assert mine.error is None, (mine.error, b.log())
+    # B got its locks only once A's rename under the delegation was done
+    assert mid.t1 <= mine.t1
     st = a.stats()
     assert st["renames_local"] == local + 1, st
     assert st["delegations_recalled"] >= 1, st
