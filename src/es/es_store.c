@@ -155,7 +155,11 @@ static int es_wanted(struct lockstore *st, const char *const *keys, const enum t
 			bool own_rename = wo && strcmp(wo, owner) == 0 && hash && hash[1] != 'd';
 
 			/* another owner, or a rename of ours that asked before
-			 * the delegation was granted */
+			 * the delegation was granted; a stale mark (its age
+			 * and timeout past, on the wall clock as the scripts
+			 * judge it) is ignored as they ignore it */
+			if (es_jint(w, "age", 0) + es_jint(w, "tmo", 0) < tl_wall_ms())
+				continue;
 			if (wo && (strcmp(wo, owner) != 0 || own_rename) &&
 			    !(shared && modes[j] == TL_SHARED))
 				wanted[j] = true;

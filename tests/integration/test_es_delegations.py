@@ -60,6 +60,8 @@ def test_deleg__off_keeps_two_requests_per_rename(backend, es_mounts):
     rename_many(a, "dir", 20, start=10)
     wait_for(lambda: lock_docs(backend) == {}, 60, what="no lock left")
     after = requests_of(a)
+    print("\n%s delegations off: %.3f store requests per rename" %
+          (backend.flavor, (after - before) / 20.0))
     # two a rename (a release may share a request with the next acquire)
     assert after - before >= 30, (before, after)
     assert "delegations_held" not in a.stats()
