@@ -90,8 +90,10 @@ struct config_option {
 static const char *const lock_scope_words[] = {"rename", "namespace", NULL};
 static const char *const passthrough_words[] = {"auto", "on", "off", NULL};
 static const char *const inode_prune_words[] = {"auto", "names", "off", NULL};
+static const char *const off_on_words[] = {"off", "on", NULL};
 _Static_assert(sizeof(enum tl_scope) == sizeof(int) && sizeof(enum tl_passthrough) == sizeof(int) &&
-		       sizeof(enum tl_inode_prune) == sizeof(int),
+		       sizeof(enum tl_inode_prune) == sizeof(int) &&
+		       sizeof(((struct tl_config *)0)->delegations) == sizeof(int),
 	       "a WORDS option's value is written as an int");
 
 static void validate_lock_store(struct tl_config *cfg);
@@ -145,6 +147,13 @@ static const struct config_option config_options[] = {
 		 "one more fails with ENOLCK"},
 	{OPT_UINT(lock_waiters_per_user, CONFIG_STR(TL_DEFAULT_LOCK_WAITERS_PER_USER), 0, 65536),
 	 .section = CONFIG_MOUNT, .arg = "N", .help = "... of one user (default 256)"},
+	{OPT_WORDS(delegations, "off", off_on_words), .section = CONFIG_MOUNT, .arg = "off|on",
+	 .help = "lock_store=es: a directory this mount renames in\n"
+		 "repeatedly is delegated to it: renames below it lock\n"
+		 "in memory until another host asks (default off)"},
+	{OPT_SECONDS(delegation_recall, "1", 0.1, 60), .section = CONFIG_MOUNT, .arg = "SECONDS",
+	 .help = "another host's asking for a delegation is seen\n"
+		 "within this (default 1)"},
 	/* main() passes allow_other,default_permissions on to libfuse */
 	{OPT_BOOL(allow_other), .section = CONFIG_MOUNT,
 	 .help = "let other users in; turns on default_permissions,\n"

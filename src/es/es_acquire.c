@@ -247,7 +247,10 @@ static int acq_prepare(struct acq *a, const struct tl_holder *h)
 	size_t i;
 	int err;
 
-	snprintf(a->hold->holder, sizeof(a->hold->holder), "%s#%" PRIu64, a->owner, h->ticket);
+	/* a delegation says so in its id; the owner is still what precedes
+	 * the last '#' (es_docs_owner_of_holder()) */
+	snprintf(a->hold->holder, sizeof(a->hold->holder), "%s#%s%" PRIu64, a->owner,
+		 h->delegation ? "d" : "", h->ticket);
 	a->r.owner = a->owner;
 	a->r.holder = a->hold->holder;
 	a->r.marked = a->hold->marked;

@@ -30,7 +30,8 @@
  *   es_admin   -> es_store, es_owners, es_index, es_retry, es_options,
  *                 es_client, es_docs, httpc
  *   es_store   -> es_acquire, es_listing, es_lease, es_owners, es_batch,
- *                 es_index, es_retry, es_options, es_client, httpc
+ *                 es_index, es_retry, es_options, es_client, es_docs,
+ *                 httpc
  *   es_acquire -> es_refusal, es_lease, es_owners, es_kept, es_batch,
  *                 es_retry, es_client, es_docs
  *   es_refusal -> es_owners, es_kept, es_batch, es_client, es_docs

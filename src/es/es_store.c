@@ -68,11 +68,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "base/log.h"
+#include "base/path.h"
 #include "base/tlclock.h"
 #include "config/config.h"
 #include "es/es_batch.h"
 #include "es/es_client.h"
+#include "es/es_docs.h"
 #include "es/es_index.h"
 #include "es/es_internal.h"
 #include "es/es_lease.h"
@@ -103,6 +107,70 @@ static bool es_lease_fresh(struct lockstore *st)
 static void es_shutdown(struct lockstore *st, int64_t end_ms)
 {
 	httpc_set_end(es_of(st)->cl.http, end_ms);
+}
+
+/* The vtable's wanted (lockstore.h): one _mget of the documents of KEYS;
+ * a waiter mark conflicts with MODES[i] unless both are shared. Marks of
+ * another owner id count, and those of our own renames (not
+ * delegations): one that asked in the store just before a delegation
+ * of ours was granted would otherwise wait for it until lock_timeout. A
+ * document that is gone is not wanted. */
+static int es_wanted(struct lockstore *st, const char *const *keys, const enum tl_lock_mode *modes,
+		     size_t n, bool *wanted)
+{
+	struct es_store *es = es_of(st);
+	char **ids = calloc(n ? n : 1, sizeof(*ids));
+	char owner[ES_ID_MAX];
+	const cJSON *d, *w, *docs;
+	cJSON *root = NULL;
+	size_t i, j = 0;
+	int err = 0;
+
+	if (!ids)
+		return -ENOMEM;
+	for (i = 0; i < n && !err; i++)
+		err = path_lock_id(keys[i], &ids[i]);
+	pthread_mutex_lock(&es->mutex);
+	snprintf(owner, sizeof(owner), "%s", es->owner);
+	pthread_mutex_unlock(&es->mutex);
+	if (!err) {
+		root = es_mget(&es->cl, NULL, ids, n, tl_mono_ms() + es->timeout_ms);
+		if (!root)
+			err = -ENOLCK;
+	}
+	docs = root ? cJSON_GetObjectItemCaseSensitive(root, "docs") : NULL;
+	cJSON_ArrayForEach(d, docs)
+	{
+		const cJSON *src = cJSON_GetObjectItemCaseSensitive(d, "_source");
+
+		if (j >= n)
+			break;
+		wanted[j] = false;
+		cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(src, "waiters"))
+		{
+			const char *wo = es_jstr(w, "owner"), *mode = es_jstr(w, "mode");
+			bool shared = mode && strcmp(mode, "shared") == 0;
+
+			const char *hash = w->string ? strrchr(w->string, '#') : NULL;
+			bool own_rename = wo && strcmp(wo, owner) == 0 && hash && hash[1] != 'd';
+
+			/* another owner, or a rename of ours that asked before
+			 * the delegation was granted; a stale mark (its age
+			 * and timeout past, on the wall clock as the scripts
+			 * judge it) is ignored as they ignore it */
+			if (es_jint(w, "age", 0) + es_jint(w, "tmo", 0) < tl_wall_ms())
+				continue;
+			if (wo && (strcmp(wo, owner) != 0 || own_rename) &&
+			    !(shared && modes[j] == TL_SHARED))
+				wanted[j] = true;
+		}
+		j++;
+	}
+	cJSON_Delete(root);
+	for (i = 0; i < n; i++)
+		free(ids[i]);
+	free(ids);
+	return err;
 }
 
 static uint64_t es_requests(struct lockstore *st)
@@ -285,6 +353,7 @@ static const struct lockstore_ops es_ops = {
 	.lease_fresh = es_lease_fresh,
 	.list = es_list,
 	.shutdown = es_shutdown,
+	.wanted = es_wanted,
 	.requests = es_requests,
 	.metrics = es_metrics,
 	.close = es_close,

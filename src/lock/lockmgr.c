@@ -28,8 +28,11 @@
 
 #include "base/buf.h"
 #include "base/escape.h"
+#include "config/config.h"
+#include "lock/lockdeleg.h"
 #include "lock/lockmgr.h"
 #include "base/log.h"
+#include "base/path.h"
 #include "base/tlclock.h"
 
 #define BACKOFF_MIN_US 1000
@@ -377,6 +380,12 @@ void lockmgr_shutdown(struct lockmgr *m, int64_t end_ms)
 {
 	if (__atomic_exchange_n(&m->stopping, 1, __ATOMIC_RELAXED))
 		return;
+	struct tl_delegs *d = m->delegs;
+
+	/* given back while the store still answers; renames that start
+	 * from now on take the store path (and wait for the give-back) */
+	__atomic_store_n(&m->delegs, NULL, __ATOMIC_RELAXED);
+	delegs_close(d, end_ms);
 	if (m->store->ops->shutdown)
 		m->store->ops->shutdown(m->store, end_ms);
 }
@@ -396,15 +405,28 @@ const char *lockmgr_store_name(const struct lockmgr *m)
 
 int lockmgr_start(struct lockmgr *m)
 {
-	int err;
+	const struct tl_config *cfg = m->store->cfg;
+	int err = 0;
 
-	if (!m->store->ops->start)
-		return 0;
-	err = m->store->ops->start(m->store);
-	if (err)
+	if (m->store->ops->start)
+		err = m->store->ops->start(m->store);
+	if (err) {
 		tl_log(LOG_ERR, "cannot start the %s lock store: %s", m->store->ops->name,
 		       strerror(-err));
-	return err;
+		return err;
+	}
+	if (cfg && cfg->delegations) {
+		if (!m->store->ops->wanted || cfg->lock_strategy != TL_STRATEGY_TREE ||
+		    cfg->lock_scope != TL_SCOPE_RENAME)
+			tl_log(LOG_NOTICE, "delegations=on ignored: they need lock_store=es, "
+			       "lock_strategy=tree and lock_scope=rename");
+		else if ((err = delegs_open(m, cfg->delegation_recall, &m->delegs)) != 0)
+			tl_log(LOG_ERR, "delegations off: cannot start them: %s", strerror(-err));
+		else
+			tl_log(LOG_INFO, "delegations on (recall within %g s)",
+			       cfg->delegation_recall);
+	}
+	return 0;
 }
 
 int lockmgr_list(struct lockmgr *m, const char *prefix, struct tl_lock_info **out, size_t *n)
@@ -432,8 +454,9 @@ const struct tl_stats *lockmgr_stats(const struct lockmgr *m)
 size_t lockmgr_format_stats(struct lockmgr *m, char *buf, size_t size)
 {
 	const struct lockstore_ops *ops = m->store->ops;
+	size_t len = stats_format(&m->stats, ops->requests ? ops->requests(m->store) : 0, buf, size);
 
-	return stats_format(&m->stats, ops->requests ? ops->requests(m->store) : 0, buf, size);
+	return m->delegs ? delegs_format(m->delegs, buf, size, len) : len;
 }
 
 void lockmgr_count_rename(struct lockmgr *m, int res, int64_t us)
@@ -505,10 +528,11 @@ static void hold_free_plan(struct tl_hold *h)
 	h->plan = NULL;
 }
 
-/* Acquires the plan of *H, made by the caller; frees it on failure. */
+/* Acquires the plan of *H, made by the caller, through H->via (or M);
+ * frees it on failure. */
 static int hold_acquire(struct lockmgr *m, uint32_t pid, struct tl_hold *h)
 {
-	int err = lockmgr_acquire(m, h->plan, pid, &h->holder);
+	int err = lockmgr_acquire(h->via ? h->via : m, h->plan, pid, &h->holder);
 
 	if (err) {
 		hold_free_plan(h);
@@ -522,10 +546,19 @@ int lockmgr_hold_rename(struct lockmgr *m, enum tl_strategy s, const char *from,
 			unsigned int flags, const char *const *below, size_t nbelow, uint32_t pid,
 			struct tl_hold *out)
 {
+	struct lockmgr *pm = m;
 	int err;
 
 	out->plan = NULL;
-	if (s == TL_STRATEGY_TREE && (m->caps & TL_CAP_ENDPOINT_PLANS)) {
+	out->via = NULL;
+	out->use[0] = out->use[1] = NULL;
+	if (m->delegs && s == TL_STRATEGY_TREE && path_is_normal(from) && path_is_normal(to) &&
+	    delegs_route(m->delegs, from, to, out->use)) {
+		/* covered: the whole plan in this mount's memory */
+		pm = out->via = delegs_local(m->delegs);
+		stats_add(&m->stats.renames, 1);
+	}
+	if (s == TL_STRATEGY_TREE && (pm->caps & TL_CAP_ENDPOINT_PLANS)) {
 		/* FROM and TO outlive the plan: they are the caller's until
 		 * lockmgr_unhold() */
 		err = lockplan_rename_endpoints(from, to, flags, &out->ends);
@@ -534,9 +567,11 @@ int lockmgr_hold_rename(struct lockmgr *m, enum tl_strategy s, const char *from,
 	} else {
 		err = lockplan_rename(s, from, to, flags, below, nbelow, &out->plan);
 	}
-	if (err)
-		return err;
-	return hold_acquire(m, pid, out);
+	if (!err)
+		err = hold_acquire(m, pid, out);
+	if (err && out->via)
+		delegs_done(m->delegs, out->use);
+	return err;
 }
 
 int lockmgr_hold_entry(struct lockmgr *m, enum tl_strategy s, const char *key, uint32_t pid,
@@ -545,6 +580,8 @@ int lockmgr_hold_entry(struct lockmgr *m, enum tl_strategy s, const char *key, u
 	int err;
 
 	out->plan = NULL;
+	out->via = NULL;
+	out->use[0] = out->use[1] = NULL;
 	err = lockplan_entry(s, key, &out->plan);
 	if (err)
 		return err;
@@ -553,9 +590,17 @@ int lockmgr_hold_entry(struct lockmgr *m, enum tl_strategy s, const char *key, u
 
 void lockmgr_unhold(struct lockmgr *m, struct tl_hold *h, int res)
 {
+	struct tl_delegs *d = m->delegs;
+
 	if (!h->plan)
 		return;
 	hold_log(m, h, false, res);
-	lockmgr_release(m, h->plan, &h->holder);
+	lockmgr_release(h->via ? h->via : m, h->plan, &h->holder);
+	if (h->via) {
+		delegs_done(d, h->use);
+		h->via = NULL;
+	} else if (d && h->plan->to && res == 0) {
+		delegs_note(d, h->plan->from, h->plan->to);
+	}
 	hold_free_plan(h);
 }

@@ -51,6 +51,8 @@ struct lockmgr {
 	int64_t probe_us;          /* atomic: when the last probe of a down
 				    * store started */
 	struct tl_stats stats;
+	struct tl_delegs *delegs;  /* delegations=on (lockdeleg.h), else NULL;
+				    * set by lockmgr_start() */
 };
 
 /* The locks one operation holds (lockmgr_hold_rename(),
@@ -61,6 +63,10 @@ struct tl_hold {
 	struct tl_plan *plan;
 	struct tl_plan ends;       /* an endpoint plan, when PLAN points here */
 	struct tl_holder holder;
+	struct lockmgr *via;       /* the manager that took it: a covered
+				    * rename's is the delegations' private
+				    * one; NULL: this mount's store */
+	struct tl_deleg *use[2];   /* the delegations a covered rename uses */
 };
 
 /* Initialises M over STORE. OWNER names this mount in holder ids. This
@@ -142,8 +148,10 @@ static inline bool lockmgr_other_writers_possible(const struct lockmgr *m)
 const char *lockmgr_store_name(const struct lockmgr *m);
 
 /* Starts the store's background work (lease heartbeat): once, after the
- * process daemonised, before the first request. Returns 0 or -errno
- * (logged). */
+ * process daemonised, before the first request; with delegations=on
+ * (lock_store=es, lock_strategy=tree; else ignored, logged once) also
+ * the delegations (lockdeleg.h), which lockmgr_shutdown() gives back.
+ * Returns 0 or -errno (logged). */
 int lockmgr_start(struct lockmgr *m);
 
 /* Lists the store's locks under PREFIX ("/" for all) into a new array *OUT

@@ -38,6 +38,8 @@
  *   lockplan.[ch]     which locks an operation needs, in which order (pure)
  *   lockmgr.[ch]      runs plans against the store: waits, deadline,
  *                     circuit, holds
+ *   lockdeleg.[ch]    directory delegations: store locks a mount keeps
+ *                     so that renames below lock in its memory
  *   lockstore.[ch]    this interface; lockstore.c: the registry of
  *                     backends, opening one, the one errno mapping, a
  *                     store's base
@@ -70,6 +72,8 @@ struct tl_holder {
 	int64_t deadline_us;   /* monotonic: lock_timeout ends; a store caps
 				* every request made for this holder by it */
 	uint32_t pid;          /* requesting process on this host, 0 if unknown */
+	bool delegation;       /* a directory delegation (lockdeleg.h): its
+				* id is "<owner>#d<ticket>" */
 	char id[96];           /* unique holder id: "<owner>#<ticket>" */
 	void *priv;            /* the store's, NULL at first; freed by the store
 				* by the time release or abandon returns */
@@ -179,6 +183,14 @@ struct lockstore_ops {
 	 * by then expires with the lease. Any thread, once. May be NULL (a
 	 * store that makes no requests). */
 	void (*shutdown)(struct lockstore *st, int64_t end_ms);
+
+	/* Of the lock documents of KEYS[0..N) (one request), sets WANTED[i]
+	 * when key I carries a waiter mark of another owner (or of a rename
+	 * of this mount: not a delegation) in a mode that conflicts with
+	 * MODES[i] (a delegation's recall, lockdeleg.h).
+	 * Returns 0 or -errno. May be NULL: no delegations. */
+	int (*wanted)(struct lockstore *st, const char *const *keys,
+		      const enum tl_lock_mode *modes, size_t n, bool *wanted);
 
 	/* Store round trips so far (0 for the mem store). May be NULL. */
 	uint64_t (*requests)(struct lockstore *st);

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lock/lockdeleg.h"
 #include "lock/lockmgr.h"
 #include "lock/lockplan.h"
 #include "lock/lockstore.h"
@@ -526,6 +527,79 @@ START_TEST(test_lockmgr__hold_refused_leaves_nothing)
 }
 END_TEST
 
+START_TEST(test_lockmgr__delegation_coverage)
+{
+	ck_assert(deleg_covers("/d", "/d/a"));
+	ck_assert(deleg_covers("/d", "/d/a/b"));
+	ck_assert(!deleg_covers("/d", "/d"));
+	ck_assert(!deleg_covers("/d", "/dd/a"));
+	ck_assert(!deleg_covers("/d", "/"));
+	ck_assert(deleg_covers("/", "/a"));
+	ck_assert(!deleg_covers("/", "/"));
+	/* a store lock of KEY meets a delegation of DIR: at, below, above */
+	ck_assert(deleg_conflicts("/d", "/d"));
+	ck_assert(deleg_conflicts("/d", "/d/x"));
+	ck_assert(deleg_conflicts("/d/e", "/d"));
+	ck_assert(deleg_conflicts("/d/e", "/"));
+	ck_assert(!deleg_conflicts("/d", "/e/x"));
+	ck_assert(!deleg_conflicts("/d/e", "/d/f"));
+	ck_assert(!deleg_conflicts("/d", "/dd"));
+}
+END_TEST
+
+/* The value of counter NAME in the manager's stats text, -1 if absent. */
+static long stat_of(const char *name)
+{
+	static char buf[4096];
+	char *p;
+
+	lockmgr_format_stats(&mgr, buf, sizeof(buf));
+	p = strstr(buf, name);
+	return p && p[strlen(name)] == ' ' ? strtol(p + strlen(name) + 1, NULL, 10) : -1;
+}
+
+/* Renames FROM -> TO through the manager's holds. */
+static int hold_and_unhold(const char *from, const char *to)
+{
+	struct tl_hold h;
+	int err = lockmgr_hold_rename(&mgr, TL_STRATEGY_TREE, from, to, 0, NULL, 0, 1, &h);
+
+	if (!err)
+		lockmgr_unhold(&mgr, &h, 0);
+	return err;
+}
+
+START_TEST(test_lockmgr__delegation_granted_used_and_given_back)
+{
+	ck_assert_int_eq(delegs_open(&mgr, 0.2, &mgr.delegs), 0);
+	mgr.timeout = 1;
+	/* two renames within /d in a second: delegated */
+	ck_assert_int_eq(hold_and_unhold("/d/a", "/d/b"), 0);
+	ck_assert_int_eq(stat_of("delegations_held"), 0);
+	ck_assert_int_eq(hold_and_unhold("/d/b", "/d/c"), 0);
+	ck_assert_int_eq(stat_of("delegations_granted"), 1);
+	ck_assert_int_eq(stat_of("delegations_held"), 1);
+	/* below it: in memory, the store holds only the delegation */
+	ck_assert_int_eq(hold_and_unhold("/d/c", "/d/e"), 0);
+	ck_assert_int_eq(hold_and_unhold("/d/x/y", "/d/e/z"), 0);
+	ck_assert_int_eq(stat_of("renames_local"), 2);
+	/* a rename of /d itself would wait for our own delegation: it is
+	 * given back first */
+	ck_assert_int_eq(hold_and_unhold("/d", "/f"), 0);
+	ck_assert_int_eq(stat_of("delegations_held"), 0);
+	/* one endpoint outside: given back too, then the store path */
+	ck_assert_int_eq(hold_and_unhold("/f/a", "/f/b"), 0);
+	ck_assert_int_eq(hold_and_unhold("/f/b", "/f/c"), 0);
+	ck_assert_int_eq(stat_of("delegations_held"), 1);
+	ck_assert_int_eq(hold_and_unhold("/f/c", "/g"), 0);
+	ck_assert_int_eq(stat_of("delegations_held"), 0);
+	ck_assert_int_eq(stat_of("renames_local"), 2);
+	lockmgr_shutdown(&mgr, tl_mono_ms() + 1000);
+	ck_assert_ptr_null(mgr.delegs);
+	ck_assert_uint_eq(nlocks(), 0);
+}
+END_TEST
+
 Suite *make_suite_lockmgr(void)
 {
 	Suite *s = suite_create("lockmgr");
@@ -544,6 +618,8 @@ Suite *make_suite_lockmgr(void)
 	tcase_add_test(tc, test_lockmgr__hold_rename_endpoints_logged_in_full);
 	tcase_add_test(tc, test_lockmgr__hold_plan_form_by_store);
 	tcase_add_test(tc, test_lockmgr__hold_refused_leaves_nothing);
+	tcase_add_test(tc, test_lockmgr__delegation_coverage);
+	tcase_add_test(tc, test_lockmgr__delegation_granted_used_and_given_back);
 	suite_add_tcase(s, tc);
 	return s;
 }
