@@ -93,17 +93,23 @@ def test_deleg__guide_scenario_with_delegations(backend, es_mounts):
     assert not os.path.exists(a.bpath("clinton"))
 
 
+def delegate_dir(a):
+    """Makes /dir with dir/f0 and dir/other on A, renames f0 along to f5
+    there, and waits until A holds the delegation of /dir."""
+    makedirs(a, "dir")
+    write(a, "dir/f0")
+    write(a, "dir/other")
+    rename_many(a, "dir", 5)
+    wait_for(lambda: a.stats().get("delegations_held") == 1, 60, what="A's delegation")
+
+
 @ES8_AND_ENGINES
 def test_deleg__recall_while_the_delegate_renames(backend, es_mounts):
     """B's rename in A's delegated directory, while A's rename under the
     delegation holds its locks: B waits for it, then for the recall."""
     a, b = es_mounts(backend, "A", "B", opts={"A": DELEG + ["rename_delay_ms=400"] + PATIENT,
                                               "B": PATIENT})
-    makedirs(a, "dir")
-    write(a, "dir/f0")
-    write(a, "dir/other")
-    rename_many(a, "dir", 5)
-    wait_for(lambda: a.stats().get("delegations_held") == 1, 60, what="A's delegation")
+    delegate_dir(a)
     local = a.stats()["renames_local"]
     mid = start_op(os.rename, a.path("dir/f5"), a.path("dir/f6"))
     time.sleep(0.1)
@@ -130,11 +136,7 @@ def test_deleg__recall_while_the_delegate_renames(backend, es_mounts):
 @ES8_AND_ENGINES
 def test_deleg__killed_delegate_is_taken_over(backend, es_mounts):
     a, b = es_mounts(backend, "A", "B", opts={"A": DELEG, "B": []}, lease_ttl=2)
-    makedirs(a, "dir")
-    write(a, "dir/f0")
-    write(a, "dir/other")
-    rename_many(a, "dir", 5)
-    wait_for(lambda: a.stats().get("delegations_held") == 1, 60, what="A's delegation")
+    delegate_dir(a)
     t0 = time.monotonic()
     a.kill(signal.SIGKILL)
     forget_mount(a)
@@ -147,11 +149,7 @@ def test_deleg__killed_delegate_is_taken_over(backend, es_mounts):
 @ES8_AND_ENGINES
 def test_deleg__paused_delegate_loses_it(backend, es_mounts):
     a, b = es_mounts(backend, "A", "B", opts={"A": DELEG, "B": []}, lease_ttl=2)
-    makedirs(a, "dir")
-    write(a, "dir/f0")
-    write(a, "dir/other")
-    rename_many(a, "dir", 5)
-    wait_for(lambda: a.stats().get("delegations_held") == 1, 60, what="A's delegation")
+    delegate_dir(a)
     os.kill(a.proc.pid, signal.SIGSTOP)
     try:
         os.rename(b.path("dir/other"), b.path("dir/mine"))
