@@ -340,8 +340,19 @@ class EngineBackend(object):
 # --- selection ---------------------------------------------------------------------
 
 
+_AVAILABLE = {}
+
+
 def engines_available(engine="opensearch"):
-    """None when real ENGINE nodes can be started here, else why not."""
+    """None when real ENGINE nodes can be started here, else why not.
+    Asked once per engine and process: each asking runs java -version on
+    every candidate JDK, and pytest asks for every test it collects."""
+    if engine not in _AVAILABLE:
+        _AVAILABLE[engine] = _engines_available(engine)
+    return _AVAILABLE[engine]
+
+
+def _engines_available(engine):
     missing = [c for c in ("java", "javac", "mvn") if shutil.which(c) is None]
     if missing:
         return "no %s on PATH (Debian packages default-jdk-headless, maven)" % " or ".join(missing)
