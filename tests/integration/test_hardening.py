@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import BIN, Mount, detach, is_mounted, open_tree, run_as, write
+from conftest import BIN, Mount, detach, is_mounted, open_tree, run_as, wait_for, write
 
 NOBODY = 65534
 
@@ -471,9 +471,11 @@ def test_hardening__long_mem_wait_is_logged_when_it_ends(mount_factory):
     for n in ("x", "y"):
         with open(m.path("d", n), "w"):
             pass
+    before = m.stats()["acquired"]
     t = threading.Thread(target=os.rename, args=(m.path("d", "x"), m.path("d", "x2")))
     t.start()
-    time.sleep(0.3)
+    # the first rename holds its locks (for 1.5 s) before the second starts
+    wait_for(lambda: m.stats()["acquired"] > before, what="the first rename to hold its locks")
     os.rename(m.path("d"), m.path("e"))  # waits for the shared lock on /d
     t.join()
     m.stop()
