@@ -420,6 +420,7 @@ def test_es__tls_with_private_ca(tmp_path_factory, mount_factory, tmp_path):
         emu.stop()
 
 
+@pytest.mark.libfuse  # libfuse's fuse_daemonize
 @pytest.mark.emulator_only("TLS with a private CA is the emulator's option")
 def test_es__relative_cacert_serves_once_daemonised(tmp_path_factory, tmp_path, monkeypatch):
     """es_cacert=cert.pem named from the caller's directory: the daemon
