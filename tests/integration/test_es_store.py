@@ -99,27 +99,40 @@ def test_es__one_request_in_flight_is_shared(backend, es_mounts):
 def test_es__rename_alone_returns_after_one_round_trip(backend, es_mounts):
     """An uncontended rename returns once its acquire is answered and its
     work is done: its release, handed to the mount's sender thread, is
-    still held on its way to the store (20 s here) when the rename has
-    returned, and lands afterwards. (Before, the rename waited for it.)"""
-    (a,) = es_mounts(backend, "A", lease_ttl=120,
-                     opts={"A": ["es_timeout_ms=60000", "lock_timeout=120",
-                                 "rename_delay_ms=10000"]})
-    write(a, "f")
-    op = start_op(os.rename, a.path("f"), a.path("g"))
-    wait_for(lambda: held_by(backend, "/f"), 60, what="the rename's locks")
-    backend.latency(20000)  # every request from now on: the release first
-    try:
-        # the rename holds its locks for 10 s: still doing so now, or the
-        # release may have gone before the latency
-        assert op.is_alive(), "the rename ended before the store was slowed down"
-        op.join(15 + 10)
-        assert not op.is_alive(), "the rename waited for its release to be answered"
-        assert op.error is None
-        assert held_by(backend, "/f") is not None  # the release is on its way
-    finally:
-        backend.latency(0)
-    wait_for(lambda: lock_docs(backend) == {} and intent_docs(backend) == {}, 120,
-             what="the rename's release")
+    still held on its way to the store (four times the rename's hold) when
+    the rename has returned, and lands afterwards. (Before, the rename
+    waited for it.) The hold is 2 s where the store answers at once, and
+    twice that again each time a busy machine made it end before the store
+    was slowed down, or made the rename return late."""
+    def scenario(scale, tag):
+        hold = 2 * scale
+        (a,) = es_mounts(backend, "A", tag=tag, lease_ttl=120,
+                         opts={"A": ["es_timeout_ms=60000", "lock_timeout=120",
+                                     "rename_delay_ms=%d" % (hold * 1000)]})
+        write(a, "f")
+        op = start_op(os.rename, a.path("f"), a.path("g"))
+        wait_for(lambda: held_by(backend, "/f"), 60, what="the rename's locks")
+        backend.latency(4 * hold * 1000)  # every request from now on: the release first
+        try:
+            # the rename holds its locks for HOLD s: still doing so now, or
+            # the release may have gone before the latency
+            if not op.is_alive():
+                return not_held("the rename ended before the store was slowed down", a)
+            # it returns within its hold and some slack, well before its
+            # release could be answered (4 x HOLD)
+            op.join(2 * hold)
+            if op.is_alive():
+                op.finish(300)
+                if held_by(backend, "/f") is None:
+                    raise AssertionError("the rename waited for its release to be answered")
+                return not_held("the rename returned late, its release still held", a)
+            assert op.error is None
+            assert held_by(backend, "/f") is not None  # the release is on its way
+        finally:
+            backend.latency(0)
+        wait_for(lambda: lock_docs(backend) == {} and intent_docs(backend) == {}, 120,
+                 what="the rename's release")
+    run_scaled(backend, scenario)
 
 
 @pytest.mark.backends("emulator-es8")
