@@ -19,9 +19,11 @@
 # built first (contrib/build-libfuse.sh), or the run stops naming the
 # command that installs what that needs.
 # Each single-node real engine (OpenSearch 2, OpenSearch 3, Elasticsearch
-# 7) is started once per run, by the first tier that needs it, and shared by
-# the later ones (tests/engines/pool.py); it is stopped once no later tier
-# needs it.
+# 7) is started once per run, in the background while the unit tests run
+# (or by the first tier that needs it), and shared by the tiers
+# (tests/engines/pool.py); it is stopped once no later tier needs it. The
+# unit tests and the same under the sanitizers run at once: they mostly
+# wait. Every other tier runs alone.
 # At the end: the time each tier took, then, last, the sum over all of
 # them: "N passed, N failed[, N skipped]".
 # Exit status 0 only when nothing failed. Needs the packages that
@@ -102,8 +104,14 @@ pool=$(mktemp -d -t tlfs-engines-pool.XXXXXX) || exit 1
 TREELOCKFS_ENGINE_POOL=$pool
 TREELOCKFS_ENGINE_POOL_OWNER=$$
 export TREELOCKFS_ENGINE_POOL TREELOCKFS_ENGINE_POOL_OWNER
+warming=
 pool_stop() {
 	[ -d "$pool" ] || return 0
+	if [ -n "$warming" ]; then
+		kill "$warming" 2>/dev/null
+		wait "$warming" 2>/dev/null
+		warming=
+	fi
 	python3 "$top/tests/engines/pool.py" stop "$pool"
 	rm -rf "$pool"
 }
@@ -121,11 +129,28 @@ pool_keep() {
 		esac
 	done
 }
+# The engines the differential test and the integration tests will ask
+# for start now, one at a time, in the background: the unit tests, which
+# come first, mostly wait (a few seconds of CPU in a minute), and a tier
+# that asks for an engine still starting waits for its start.
+warm=$(cd tests && python3 -c '
+import os, backends
+real = os.environ.get("DIFFTEST_REAL", "1") != "0"
+names = backends.selected()[0]
+print(" ".join(e for e in ("opensearch", "opensearch3", "elasticsearch")
+               if (real or e in names) and backends.engines_available(e) is None))' 2>/dev/null)
+if [ -n "$warm" ]; then
+	log "starting the real engines in the background: $warm"
+	# shellcheck disable=SC2086
+	python3 "$top/tests/engines/pool.py" start "$pool" $warm >"$pool/start.log" 2>&1 &
+	warming=$!
+fi
 # the engines a tier after the integration tests may use
 later_engines=$(printf '%s\n' "${TREELOCKFS_OBJSTORE_ES:-emulator-es8,opensearch},${TREELOCKFS_GLUSTER_ES:-}" | tr ',' ' ')
 
 # --- the tiers -----------------------------------------------------------------
 times=
+steps=0
 # timed NAME COMMAND...: runs COMMAND, adds NAME's seconds to the table
 timed() {
 	timed_name=$1
@@ -133,8 +158,10 @@ timed() {
 	timed_t0=$(date +%s)
 	"$@"
 	timed_rc=$?
-	times="$times$timed_name $(($(date +%s) - timed_t0))
+	timed_s=$(($(date +%s) - timed_t0))
+	times="$times$timed_name $timed_s
 "
+	steps=$((steps + timed_s))
 	return $timed_rc
 }
 
@@ -178,10 +205,38 @@ integration_on_system_libfuse() {
 	fi
 }
 
+# The unit tests (check, and the same under the sanitizers) run at once:
+# they wait far more than they compute (2 and 15 s of CPU in 43 and 56 s)
+# and share nothing. Each one's time is that of its result (.trs).
+units=
 for t in $tiers; do
 	case $t in
-	*/skip-no-check.sh) name=unit ;;
-	tests/unit/*) name=${t#tests/unit/} ;;
+	tests/unit/*) units="$units $t" ;;
+	esac
+done
+if [ -n "$units" ]; then
+	log "make check TESTS='${units# }' (at once)"
+	units_t0=$(date +%s)
+	# shellcheck disable=SC2086
+	make -s -j2 check TESTS="$units" || status=1
+	units_s=$(($(date +%s) - units_t0))
+	steps=$((steps + units_s))
+	for t in $units; do
+		case $t in
+		*/skip-no-check.sh) name=unit ;;
+		*) name=${t#tests/unit/} ;;
+		esac
+		trs=${t%.sh}.trs
+		unit_s=$units_s
+		[ -f "$trs" ] && unit_s=$(($(stat -c %Y "$trs") - units_t0))
+		times="$times$name $unit_s at-once
+"
+	done
+fi
+
+for t in $tiers; do
+	case $t in
+	tests/unit/*) continue ;;
 	tests/*/*) name=${t#tests/}; name=${name%%/*} ;;
 	*) name=$(basename "$t" .sh) ;;
 	esac
@@ -270,10 +325,12 @@ done
 # The time each tier took; the whole run also counts the build and the
 # engines' stop.
 log "time per tier"
-printf '%s' "$times" | awk -v whole=$(($(date +%s) - run_t0)) '
-	function row(name, s) { printf "  %-28s %5d s  %3d:%02d\n", name, s, s / 60, s % 60 }
-	{ row($1, $2); total += $2 }
-	END { row("all tiers", total); row("whole run", whole) }'
+printf '%s' "$times" | awk -v steps=$steps -v whole=$(($(date +%s) - run_t0)) '
+	function row(name, s, note) {
+		printf "  %-28s %5d s  %3d:%02d%s\n", name, s, s / 60, s % 60, note
+	}
+	{ row($1, $2, $3 == "at-once" ? "  (the unit tests at once)" : "") }
+	END { row("all tiers", steps, ""); row("whole run", whole, "  (with the builds)") }'
 if [ "$skipped" -gt 0 ]; then
 	echo "$passed passed, $failed failed, $skipped skipped"
 else

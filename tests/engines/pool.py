@@ -25,6 +25,12 @@ Without TREELOCKFS_ENGINE_POOL (a tier run alone) nothing is pooled and
 each tier starts and stops its own nodes, as before.
 
 Also a command, for run-tests.sh:
+    pool.py start DIR ENGINE...     starts those engines' nodes, one at a
+                                    time (in the background while the unit
+                                    tests run: they mostly wait); a tier
+                                    asking for one meanwhile waits for its
+                                    start, and one that failed to start is
+                                    tried again by the tier that asks
     pool.py release DIR ENGINE...   stops those engines' nodes
     pool.py stop DIR                stops every node of DIR and removes DIR
 Standard library only.
@@ -254,13 +260,29 @@ def stop(pool):
     shutil.rmtree(pool, ignore_errors=True)
 
 
+def start(pool, engines):
+    """Starts ENGINES' nodes in POOL one after the other; says which did
+    not start, and why, and carries on."""
+    os.environ[ENV] = pool
+    ok = True
+    for e in engines:
+        try:
+            node(e)
+        except RuntimeError as err:
+            sys.stderr.write("pool.py: %s\n" % err)
+            ok = False
+    return ok
+
+
 def main(argv):
+    if len(argv) >= 2 and argv[0] == "start":
+        return 0 if start(argv[1], argv[2:]) else 1
     if len(argv) >= 2 and argv[0] == "release":
         release(argv[1], argv[2:])
     elif len(argv) == 2 and argv[0] == "stop":
         stop(argv[1])
     else:
-        sys.stderr.write("usage: pool.py release DIR ENGINE... | stop DIR\n")
+        sys.stderr.write("usage: pool.py start|release DIR ENGINE... | stop DIR\n")
         return 2
     return 0
 
