@@ -7,7 +7,9 @@ One interface over two kinds of server:
   every fault the tests know, including the ones only it can give (cut one
   owner by X-Opaque-Id, a failure rate, a restart with --data, TLS, users).
 * ``engine``: a real OpenSearch 2.19.1, OpenSearch 3.3.0 or Elasticsearch
-  7.10.2 node started by tests/engines/start, with tests/engines/proxy.py in front of it. Clients
+  7.10.2 node started by tests/engines/start (under run-tests.sh the run's
+  node of that engine, tests/engines/pool.py, started once for every tier
+  that uses it), with tests/engines/proxy.py in front of it. Clients
   talk to the proxy, which counts and records requests and injects pauses,
   503/429 answers, connection resets and latency.
 
@@ -189,12 +191,23 @@ class EngineBackend(object):
         self.proc = None
         self.proxy = None
         self.node_port = None
+        self.pooled = False
         self._rec = os.path.join(self.workdir, "exchanges.jsonl")
         self._rec_from = 0
 
     # --- life ------------------------------------------------------------------
     def start(self):
         from proxy import Proxy
+        import pool
+        # the run's node of this engine (tests/engines/pool.py), started
+        # once per run, found as fresh: or one of our own
+        self.node_port = pool.node(self.engine, self.start_timeout)
+        if self.node_port is not None:
+            self.pooled = True
+            pool.scrub(self.node_port)
+            self._warm_up()
+            self.proxy = Proxy(self.node_port, record=self._rec).start()
+            return self
         port_file = os.path.join(self.workdir, "port")
         log = open(os.path.join(self.workdir, "start.log"), "wb")
         self.proc = subprocess.Popen([ENGINE_START, self.engine, "--port-file", port_file,
@@ -256,9 +269,19 @@ class EngineBackend(object):
             return ""
 
     def stop(self):
+        """Stops the proxy, and the node unless it is the run's (pooled:
+        left for the next tier, cleaned of this session's indices and
+        scripts)."""
         if self.proxy is not None:
             self.proxy.stop()
             self.proxy = None
+        if self.pooled and self.node_port is not None:
+            import pool
+            try:
+                pool.scrub(self.node_port)
+            except AssertionError:
+                pass  # the next user scrubs it again, and fails if it cannot
+            self.node_port = None
         if self.proc is not None:
             if self.proc.poll() is None:
                 os.kill(self.proc.pid, signal.SIGTERM)
@@ -340,8 +363,19 @@ class EngineBackend(object):
 # --- selection ---------------------------------------------------------------------
 
 
+_AVAILABLE = {}
+
+
 def engines_available(engine="opensearch"):
-    """None when real ENGINE nodes can be started here, else why not."""
+    """None when real ENGINE nodes can be started here, else why not.
+    Asked once per engine and process: each asking runs java -version on
+    every candidate JDK, and pytest asks for every test it collects."""
+    if engine not in _AVAILABLE:
+        _AVAILABLE[engine] = _engines_available(engine)
+    return _AVAILABLE[engine]
+
+
+def _engines_available(engine):
     missing = [c for c in ("java", "javac", "mvn") if shutil.which(c) is None]
     if missing:
         return "no %s on PATH (Debian packages default-jdk-headless, maven)" % " or ".join(missing)

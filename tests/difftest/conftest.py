@@ -15,6 +15,8 @@ sys.path.insert(0, os.path.join(TOP, "tests", "esemu"))
 sys.path.insert(0, os.path.join(TOP, "tests"))
 
 from emuproc import Emulator  # noqa: E402
+sys.path.insert(0, os.path.join(TOP, "tests", "engines"))
+import pool  # noqa: E402
 from mounts import stop_process  # noqa: E402
 
 
@@ -51,11 +53,24 @@ def real_engine_reason(engine="opensearch"):
 class _Node:
     def __init__(self, engine, data):
         self.engine = engine
+        self.proc = None
+        # a wait for a node that was not there (the run's pool, or ours)
+        wait = float(os.environ.get("DIFFTEST_START_TIMEOUT", "600"))
+        try:
+            port = pool.node(engine, wait)
+        except RuntimeError as e:
+            pytest.fail(str(e))
+        if port is not None:
+            # the run's node (tests/engines/pool.py), as fresh as the
+            # sequences can tell: no index, no stored script
+            pool.scrub(port)
+            self.port = port
+            self.url = "http://127.0.0.1:%d" % self.port
+            return
         pf = os.path.join(data, "port")
         self.log_path = os.path.join(data, "start.log")
         self.log = open(self.log_path, "wb")
         # a JVM on a busy 2-core machine takes minutes to start
-        wait = float(os.environ.get("DIFFTEST_START_TIMEOUT", "600"))
         self.proc = subprocess.Popen(
             [os.path.join(TOP, "tests", "engines", "start"), engine, "--port-file", pf,
              "--data", os.path.join(data, "d")], stdout=self.log, stderr=subprocess.STDOUT,
@@ -73,6 +88,9 @@ class _Node:
         self.url = "http://127.0.0.1:%d" % self.port
 
     def stop(self):
+        if self.proc is None:
+            pool.scrub(self.port)  # the pool's: left for the next tier, clean
+            return
         stop_process(self.proc, timeout=120)
         self.log.close()
 
@@ -80,8 +98,10 @@ class _Node:
 @pytest.fixture(scope="session")
 def real_nodes(tmp_path_factory):
     """real_nodes(engine) -> a running real node of ENGINE ("opensearch",
-    "opensearch3" or "elasticsearch"); skips with the reason where none can run.  At most one
-    JVM at a time: asking for the other engine stops the running one."""
+    "opensearch3" or "elasticsearch"); skips with the reason where none can run.  Under
+    run-tests.sh the run's node of ENGINE (tests/engines/pool.py, kept for the
+    later tiers); else at most one JVM at a time: asking for the other engine
+    stops the running one."""
     current = {}
 
     def get(engine):

@@ -122,24 +122,42 @@ class Raw(object):
 
 def render(v, out):
     """Compact JSON; NaN and infinities as strings, as the engine writes them."""
-    if isinstance(v, Raw):
-        out.append(v.text)
-    elif isinstance(v, dict):
-        out.append("{" + ",".join(json.dumps(str(k), ensure_ascii=False) + ":" + _r(x)
-                                  for k, x in v.items()) + "}")
-    elif isinstance(v, list):
-        out.append("[" + ",".join(_r(x) for x in v) + "]")
-    elif isinstance(v, float):
-        text = painless.fmt_double(v)
-        out.append(text if v == v and abs(v) != float("inf") else json.dumps(text))
-    else:
-        out.append(json.dumps(v, ensure_ascii=False))
+    out.append(_r(v))
+
+
+# json.dumps(s, ensure_ascii=False) of a str, without a new encoder each time
+_json_str = json.encoder.encode_basestring
 
 
 def _r(v):
-    out = []
-    render(v, out)
-    return "".join(out)
+    # the types of nearly every value first, by exact type: a bulk answer
+    # of a thousand items is rendered in a fraction of the time
+    t = type(v)
+    if t is str:
+        return _json_str(v)
+    if t is dict:
+        return "{" + ",".join(_json_str(str(k)) + ":" + _r(x) for k, x in v.items()) + "}"
+    if t is list:
+        return "[" + ",".join(_r(x) for x in v) + "]"
+    if t is int:
+        return int.__repr__(v)
+    if v is None:
+        return "null"
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    if isinstance(v, Raw):
+        return v.text
+    if isinstance(v, dict):
+        return "{" + ",".join(json.dumps(str(k), ensure_ascii=False) + ":" + _r(x)
+                              for k, x in v.items()) + "}"
+    if isinstance(v, list):
+        return "[" + ",".join(_r(x) for x in v) + "]"
+    if isinstance(v, float):
+        text = painless.fmt_double(v)
+        return text if v == v and abs(v) != float("inf") else json.dumps(text)
+    return json.dumps(v, ensure_ascii=False)
 
 
 class Plain(EsError):

@@ -10,6 +10,11 @@ import pytest
 
 from conftest import read_file
 
+# depends on the libfuse (run again on the system's by run-tests.sh): what a
+# read sees after a change made in BACKING: the backing file's page cache with
+# FUSE passthrough, the kernel's cache of the mount without
+pytestmark = pytest.mark.libfuse
+
 SETTLE = 1.2  # the default timeouts and a margin
 
 

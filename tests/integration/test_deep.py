@@ -18,6 +18,10 @@ import pytest
 from conftest import outcome
 from es_helpers import emu, emu_module, es_opts  # noqa: F401
 
+# depends on the libfuse (run again on the system's by run-tests.sh): paths
+# longer than a page handed through libfuse's lookups
+pytestmark = pytest.mark.libfuse
+
 COMP = 199                 # bytes of each chain component
 LEVELS = 26                # 26 * 200 bytes: about 5.2 KB below the root
 SAMPLED = {0, 1, 10, 19, 20, 21, 22, 23, 24, 25}  # 19 onwards is past 4 KiB

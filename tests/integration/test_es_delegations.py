@@ -112,7 +112,10 @@ def test_deleg__recall_while_the_delegate_renames(backend, es_mounts):
     delegate_dir(a)
     local = a.stats()["renames_local"]
     mid = start_op(os.rename, a.path("dir/f5"), a.path("dir/f6"))
-    time.sleep(0.1)
+    # B's rename starts once A's is under way under the delegation (it then
+    # holds 400 ms), however late a busy machine lets that be
+    wait_for(lambda: a.stats()["renames_local"] > local, 60,
+             what="A's rename under the delegation")
     t0 = time.monotonic()
     mine = start_op(os.rename, b.path("dir/other"), b.path("dir/mine"))
     mine.finish(120)

@@ -180,11 +180,15 @@ def test_es__mount_start_gives_up_with_reason(mount_factory, tmp_path):
 
 def test_es__mount_start_waits_for_store_paused_at_start(emu, mount_factory, tmp_path):
     emu.admin("POST", "/_esemu/pause")
-    m = mount_factory(opts=es_opts(emu, "P"), start=False)
-    op = start_op(m.start, 20)
-    time.sleep(2.5)
+    m = mount_factory(opts=es_opts(emu, "P", "es_start_timeout=180"), start=False)
+    op = start_op(m.start, 180)
+    # the store resumes once the mount has given up on a first request
+    # (es_timeout_ms) and said it retries, however late a busy machine
+    # lets that be
+    wait_for(lambda: "retrying" in m.log() or not op.is_alive(), 60,
+             what="the mount to retry its first request")
     emu.admin("POST", "/_esemu/resume")
-    op.join(25)
+    op.join(185)
     assert op.error is None and op.result is m, m.log()
     assert "retrying" in m.log()
 

@@ -99,27 +99,40 @@ def test_es__one_request_in_flight_is_shared(backend, es_mounts):
 def test_es__rename_alone_returns_after_one_round_trip(backend, es_mounts):
     """An uncontended rename returns once its acquire is answered and its
     work is done: its release, handed to the mount's sender thread, is
-    still held on its way to the store (20 s here) when the rename has
-    returned, and lands afterwards. (Before, the rename waited for it.)"""
-    (a,) = es_mounts(backend, "A", lease_ttl=120,
-                     opts={"A": ["es_timeout_ms=60000", "lock_timeout=120",
-                                 "rename_delay_ms=10000"]})
-    write(a, "f")
-    op = start_op(os.rename, a.path("f"), a.path("g"))
-    wait_for(lambda: held_by(backend, "/f"), 60, what="the rename's locks")
-    backend.latency(20000)  # every request from now on: the release first
-    try:
-        # the rename holds its locks for 10 s: still doing so now, or the
-        # release may have gone before the latency
-        assert op.is_alive(), "the rename ended before the store was slowed down"
-        op.join(15 + 10)
-        assert not op.is_alive(), "the rename waited for its release to be answered"
-        assert op.error is None
-        assert held_by(backend, "/f") is not None  # the release is on its way
-    finally:
-        backend.latency(0)
-    wait_for(lambda: lock_docs(backend) == {} and intent_docs(backend) == {}, 120,
-             what="the rename's release")
+    still held on its way to the store (four times the rename's hold) when
+    the rename has returned, and lands afterwards. (Before, the rename
+    waited for it.) The hold is 2 s where the store answers at once, and
+    twice that again each time a busy machine made it end before the store
+    was slowed down, or made the rename return late."""
+    def scenario(scale, tag):
+        hold = 2 * scale
+        (a,) = es_mounts(backend, "A", tag=tag, lease_ttl=120,
+                         opts={"A": ["es_timeout_ms=60000", "lock_timeout=120",
+                                     "rename_delay_ms=%d" % (hold * 1000)]})
+        write(a, "f")
+        op = start_op(os.rename, a.path("f"), a.path("g"))
+        wait_for(lambda: held_by(backend, "/f"), 60, what="the rename's locks")
+        backend.latency(4 * hold * 1000)  # every request from now on: the release first
+        try:
+            # the rename holds its locks for HOLD s: still doing so now, or
+            # the release may have gone before the latency
+            if not op.is_alive():
+                return not_held("the rename ended before the store was slowed down", a)
+            # it returns within its hold and some slack, well before its
+            # release could be answered (4 x HOLD)
+            op.join(2 * hold)
+            if op.is_alive():
+                op.finish(300)
+                if held_by(backend, "/f") is None:
+                    raise AssertionError("the rename waited for its release to be answered")
+                return not_held("the rename returned late, its release still held", a)
+            assert op.error is None
+            assert held_by(backend, "/f") is not None  # the release is on its way
+        finally:
+            backend.latency(0)
+        wait_for(lambda: lock_docs(backend) == {} and intent_docs(backend) == {}, 120,
+                 what="the rename's release")
+    run_scaled(backend, scenario)
 
 
 @pytest.mark.backends("emulator-es8")
@@ -262,32 +275,43 @@ def test_es__guide_lock_blocks_mount(backend, es_mounts):
 
 
 def test_es__mount_lock_blocks_guide(backend, es_mounts):
-    # the mount holds long enough for the guide's four requests on a busy
-    # machine (checked below)
-    (a,) = es_mounts(backend, "A", opts={"A": ["rename_delay_ms=10000"] + PATIENT})
-    makedirs(a, "p", "q")
-    write(a, "p/q/r")
-    op = start_op(os.rename, a.path("p/q/r"), a.path("p/q/s"))
-    wait_for(lambda: held_by(backend, "/p/q/r"), 120, what="the mount's locks")
-    # exclusive held by the mount: the guide's create and shared update fail
-    assert guide_exclusive(backend, "/p/q/r") == 409
-    status, body = guide_shared(backend, "/p/q/r")
-    assert status == 400 and "script_exception" in str(body)
-    # shared held by the mount: guide shared joins, guide exclusive fails
-    assert guide_exclusive(backend, "/p") == 409
-    status, _ = guide_shared(backend, "/p")
-    assert status == 200
-    assert held_by(backend, "/p")["lock_count"] == 2
-    assert op.is_alive(), "the mount let go before the guide's requests were answered"
-    op.finish(300)
-    assert op.error is None
-    # the guide's share is left once the rename's release is answered
-    wait_for(lambda: (held_by(backend, "/p") or {}).get("lock_count") == 1, 60,
-             what="the rename's release")
-    assert held_by(backend, "/p")["lock_count"] == 1
-    es_request(backend, "POST", "/%s/_update/%s" % (INDEX, quote_id("/p")),
-               {"script": {"source": GUIDE_RELEASE, "lang": "painless"}})
-    wait_for(lambda: lock_docs(backend) == {}, 60, what="no lock left")
+    # the mount holds its locks (rename_delay_ms) while the guide's four
+    # requests are answered: 3 s where the store answers at once, and
+    # twice that again each time a busy machine made the hold end before
+    # them (checked below), rather than 10 s every time
+    def scenario(scale, tag):
+        (a,) = es_mounts(backend, "A", tag=tag,
+                         opts={"A": ["rename_delay_ms=%d" % (3000 * scale)] + PATIENT})
+        makedirs(a, "p", "q")
+        write(a, "p/q/r")
+        op = start_op(os.rename, a.path("p/q/r"), a.path("p/q/s"))
+        wait_for(lambda: held_by(backend, "/p/q/r"), 120, what="the mount's locks")
+        # exclusive held by the mount: the guide's create and shared update fail
+        excl_leaf = guide_exclusive(backend, "/p/q/r")
+        shared_leaf = guide_shared(backend, "/p/q/r")
+        # shared held by the mount: guide shared joins, guide exclusive fails
+        excl_parent = guide_exclusive(backend, "/p")
+        shared_parent = guide_shared(backend, "/p")
+        count = (held_by(backend, "/p") or {}).get("lock_count")
+        if not op.is_alive():
+            op.finish(300)
+            return not_held("the mount let go before the guide's requests were answered", a)
+        assert excl_leaf == 409
+        status, body = shared_leaf
+        assert status == 400 and "script_exception" in str(body)
+        assert excl_parent == 409
+        assert shared_parent[0] == 200
+        assert count == 2
+        op.finish(300)
+        assert op.error is None
+        # the guide's share is left once the rename's release is answered
+        wait_for(lambda: (held_by(backend, "/p") or {}).get("lock_count") == 1, 60,
+                 what="the rename's release")
+        assert held_by(backend, "/p")["lock_count"] == 1
+        es_request(backend, "POST", "/%s/_update/%s" % (INDEX, quote_id("/p")),
+                   {"script": {"source": GUIDE_RELEASE, "lang": "painless"}})
+        wait_for(lambda: lock_docs(backend) == {}, 60, what="no lock left")
+    run_scaled(backend, scenario)
 
 
 # ---- faults ----------------------------------------------------------------------------------
@@ -409,6 +433,7 @@ def test_es__tls_with_private_ca(tmp_path_factory, mount_factory, tmp_path):
         emu.stop()
 
 
+@pytest.mark.libfuse  # libfuse's fuse_daemonize
 @pytest.mark.emulator_only("TLS with a private CA is the emulator's option")
 def test_es__relative_cacert_serves_once_daemonised(tmp_path_factory, tmp_path, monkeypatch):
     """es_cacert=cert.pem named from the caller's directory: the daemon
@@ -475,29 +500,36 @@ def test_es__relative_cacert_serves_once_daemonised(tmp_path_factory, tmp_path, 
 def test_es__ctl_check_and_locks(backend, es_mounts):
     # owners/intents watch each owner until its seq_no moves (up to
     # lease_ttl/3); the rename holds its locks through the five treelockctl
-    # runs below, and its lease holds too, on a busy machine (checked at
-    # the end)
-    (a,) = es_mounts(backend, "A", opts={"A": ["rename_delay_ms=15000", "lease_ttl=6",
-                                               "es_timeout_ms=30000", "lock_timeout=120"]})
-    makedirs(a, "u", "v")
-    r = ctl(backend, "check")
-    assert r.returncode == 0, r.stderr
-    assert "strategy: tree" in r.stdout
-    op = start_op(os.rename, a.path("u/v"), a.path("u/w"))
-    wait_for(lambda: held_by(backend, "/u/v"), 120, what="locks")
-    r = ctl(backend, "locks")
-    assert r.returncode == 0
-    assert "/u/v" in r.stdout and "exclusive" in r.stdout and "/u " in r.stdout
-    r = ctl(backend, "locks", "/u/v")
-    assert "/u/w" not in r.stdout
-    assert "/u/v" in a.ctl("locks")  # the mount's own view of the store
-    r = ctl(backend, "owners")
-    assert "alive" in r.stdout and "A:" in r.stdout
-    r = ctl(backend, "intents", "--all")
-    assert "rename '/u/v' -> '/u/w'" in r.stdout
-    assert op.is_alive(), "the rename let go before treelockctl had looked"
-    op.finish(300)
-    assert op.error is None
+    # runs below (5 s where the store answers at once, twice that again
+    # each time a busy machine made the hold end before them: checked),
+    # and its lease holds too, on a busy machine (checked at the end)
+    def scenario(scale, tag):
+        (a,) = es_mounts(backend, "A", tag=tag,
+                         opts={"A": ["rename_delay_ms=%d" % (5000 * scale), "lease_ttl=6",
+                                     "es_timeout_ms=30000", "lock_timeout=120"]})
+        makedirs(a, "u", "v")
+        r = ctl(backend, "check")
+        assert r.returncode == 0, r.stderr
+        assert "strategy: tree" in r.stdout
+        op = start_op(os.rename, a.path("u/v"), a.path("u/w"))
+        wait_for(lambda: held_by(backend, "/u/v"), 120, what="locks")
+        locks = ctl(backend, "locks")
+        locks_v = ctl(backend, "locks", "/u/v")
+        own = a.ctl("locks")  # the mount's own view of the store
+        owners = ctl(backend, "owners")
+        intents = ctl(backend, "intents", "--all")
+        if not op.is_alive():
+            op.finish(300)
+            return not_held("the rename let go before treelockctl had looked", a)
+        assert locks.returncode == 0
+        assert "/u/v" in locks.stdout and "exclusive" in locks.stdout and "/u " in locks.stdout
+        assert "/u/w" not in locks_v.stdout
+        assert "/u/v" in own
+        assert "alive" in owners.stdout and "A:" in owners.stdout
+        assert "rename '/u/v' -> '/u/w'" in intents.stdout
+        op.finish(300)
+        assert op.error is None
+    run_scaled(backend, scenario)
     assert ctl(backend, "bogus").returncode == 1
     t0 = time.monotonic()
     assert ctl(backend, "check", url="http://127.0.0.1:1").returncode == 2

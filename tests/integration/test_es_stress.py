@@ -4,7 +4,10 @@ of a workload. Afterwards the multiset of file contents is unchanged and no
 lock, waiter mark or intent document is left.
 
 TREELOCKFS_STRESS_SECONDS sets the storm's length (default 60, as the issue
-asks)."""
+asks, on the emulator; 20 on a real engine, where the same storm shows the
+engine's own answers to the store's requests under contention, hundreds of
+renames on a quiet machine, and the long search for a rare interleaving is
+the emulator's, three times cheaper)."""
 import errno
 import os
 import time
@@ -18,7 +21,10 @@ from test_storm import _OK_ERRORS, build_tree, contents, storm
 # the lock store's protocol: the same code on every libfuse (run-tests.sh)
 pytestmark = pytest.mark.lock_store
 
-STRESS_SECONDS = float(os.environ.get("TREELOCKFS_STRESS_SECONDS", "60"))
+def stress_seconds(backend):
+    if os.environ.get("TREELOCKFS_STRESS_SECONDS"):
+        return float(os.environ["TREELOCKFS_STRESS_SECONDS"])
+    return 60.0 if backend.kind == "emulator" else 20.0
 # ENOLCK while the store restarts; ESTALE where the other mount changed a
 # name this mount's kernel had cached (as over NFS); ELOOP where this
 # kernel's cached tree would put a directory, which the other mount moved,
@@ -42,9 +48,10 @@ def test_es__stress_two_mounts_four_processes_each(backend, es_mounts):
     # no timeout counted: leases and requests that hold on a busy machine
     a, b = es_mounts(backend, "A", "B", opts={"A": PATIENT, "B": PATIENT})
     tokens = build_tree(a.mnt)
-    results = storm([a.mnt, b.mnt], 4, STRESS_SECONDS, min_renames=51, ok_errors=ERRORS)
+    seconds = stress_seconds(backend)
+    results = storm([a.mnt, b.mnt], 4, seconds, min_renames=51, ok_errors=ERRORS)
     renamed = sum(r[1] for r in results)
-    print("\nstress: %d renames in %.0f s from 8 processes on 2 mounts" % (renamed, STRESS_SECONDS))
+    print("\nstress: %d renames in %.0f s from 8 processes on 2 mounts" % (renamed, seconds))
     assert renamed > 50, results
     assert_nothing_lost(a, tokens, backend)
     for m in (a, b):

@@ -23,6 +23,11 @@ import pytest
 from conftest import FUSERMOUNT, is_mounted, read, write
 from test_passthrough import RENAME_EXCHANGE, RENAME_NOREPLACE, renameat2
 
+# depends on the libfuse (run again on the system's by run-tests.sh):
+# renameat2 flags and mount flags, which go through libfuse's request handling
+# and mount options
+pytestmark = pytest.mark.libfuse
+
 BINDFS = shutil.which("bindfs")
 
 

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import BIN, Mount, detach, is_mounted, open_tree, run_as, write
+from conftest import BIN, Mount, detach, is_mounted, open_tree, run_as, wait_for, write
 
 NOBODY = 65534
 
@@ -63,6 +63,7 @@ def read_as_nobody(path):
 
 # D1 ------------------------------------------------------------------------
 
+@pytest.mark.libfuse  # libfuse's mount options
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch users")
 @pytest.mark.parametrize("line", ["fsname=evil,allow_other", "fsname = evil\\,allow_other",
                                   "subtype=x,allow_other,allow_other"])
@@ -81,6 +82,7 @@ def test_hardening__config_value_cannot_smuggle_allow_other(mount_factory, tmp_p
         read_as_nobody(m.path("secret"))
 
 
+@pytest.mark.libfuse  # libfuse's mount options
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch users")
 @pytest.mark.parametrize("how", ["file", "argv", "argv-o-list"])
 def test_hardening__allow_other_always_brings_permissions(mount_factory, tmp_path, how):
@@ -141,6 +143,7 @@ def test_hardening__mountpoint_inside_backing_is_refused(tmp_path, how):
             subprocess.run(["umount", str(bind)], check=False)
 
 
+@pytest.mark.libfuse  # mounting
 def test_hardening__mount_over_backing_or_its_parent_still_works(mount_factory, tmp_path):
     """MOUNTPOINT == BACKING, and BACKING inside MOUNTPOINT, cannot loop:
     the daemon reaches BACKING by an fd opened before the mount."""
@@ -225,6 +228,7 @@ def test_hardening__raises_open_file_limit(dirs):
     assert "open-file limit" in open(log).read()
 
 
+@pytest.mark.libfuse  # descriptors of the data path
 def test_hardening__out_of_fds_is_enfile_and_warned_once(dirs):
     """Names held open through the mount (O_PATH: a lookup, no open) are
     inodes the kernel keeps and so descriptors the daemon keeps, until its
@@ -306,6 +310,7 @@ def _as_user(uid):
     return fn
 
 
+@pytest.mark.libfuse  # descriptors of the data path
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch users")
 @pytest.mark.parametrize("prune", ["auto", "names"])
 def test_hardening__one_user_cannot_take_every_descriptor(tmp_path, prune):
@@ -350,6 +355,7 @@ def test_hardening__one_user_cannot_take_every_descriptor(tmp_path, prune):
     assert "asked to forget" in open(log).read()
 
 
+@pytest.mark.libfuse  # libfuse's session end
 def test_hardening__out_of_fds_at_exit_still_exits_cleanly(dirs):
     """A daemon stopped while every descriptor it may have is taken: its
     session's worker threads are cancelled on the way out, and a C
@@ -471,15 +477,18 @@ def test_hardening__long_mem_wait_is_logged_when_it_ends(mount_factory):
     for n in ("x", "y"):
         with open(m.path("d", n), "w"):
             pass
+    before = m.stats()["acquired"]
     t = threading.Thread(target=os.rename, args=(m.path("d", "x"), m.path("d", "x2")))
     t.start()
-    time.sleep(0.3)
+    # the first rename holds its locks (for 1.5 s) before the second starts
+    wait_for(lambda: m.stats()["acquired"] > before, what="the first rename to hold its locks")
     os.rename(m.path("d"), m.path("e"))  # waits for the shared lock on /d
     t.join()
     m.stop()
     assert "got its locks after" in m.log(), m.log()
 
 
+@pytest.mark.libfuse  # libfuse's signal handlers
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_hardening__signal_stops_cleanly(mount_factory, sig):
     """A stop asked for by a signal is no error: exit 0, unmounted, the
@@ -501,6 +510,7 @@ def test_hardening__signal_stops_cleanly(mount_factory, sig):
     m.stop()
 
 
+@pytest.mark.libfuse  # what libfuse allocates
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
 def test_hardening__no_leak_at_exit(dirs):
     b, m = dirs

@@ -10,6 +10,10 @@ import pytest
 
 from conftest import BIN
 
+# depends on the libfuse (run again on the system's by run-tests.sh): the
+# libfuse's own fusermount3 for mounts by other users
+pytestmark = pytest.mark.libfuse
+
 NOBODY = 65534
 SYSTEM_FUSERMOUNT = "/usr/bin/fusermount3"
 

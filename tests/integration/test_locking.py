@@ -21,6 +21,11 @@ import pytest
 
 from conftest import wait_for
 
+# depends on the libfuse (run again on the system's by run-tests.sh): the
+# guide's scenarios need two renames in the daemon at once: libfuse's
+# multi-threaded loop
+pytestmark = pytest.mark.libfuse
+
 DELAY = 0.7
 # the hold of tests that need two renames to overlap in time: long enough
 # for the second process to start and reach the mount on a busy machine

@@ -30,6 +30,10 @@ import pytest
 from conftest import BIN, Mount, is_mounted, run_as
 from mounts import daemons_of, wait_gone
 
+# depends on the libfuse (run again on the system's by run-tests.sh):
+# mount(8), fstab and the mount helper's options, parsed by libfuse
+pytestmark = pytest.mark.libfuse
+
 MOUNT_FUSE = next((p for p in ("/sbin/mount.fuse3", "/usr/sbin/mount.fuse3") if os.path.exists(p)),
                   None)
 HELPER_DIR = "/usr/local/bin"

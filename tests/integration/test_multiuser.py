@@ -18,7 +18,11 @@ from conftest import outcome, read_file, run_as, write_file
 
 USER, GROUP, SUPP, OTHER_GROUP, OTHER_USER = 4242, 4242, 4300, 4301, 4243
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch users")
+# depends on the libfuse (run again on the system's by run-tests.sh):
+# allow_other and each request acting as its user: libfuse's mount options and
+# request context
+pytestmark = [pytest.mark.libfuse,
+              pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch users")]
 
 
 def stat_form(res):

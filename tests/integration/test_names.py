@@ -57,6 +57,7 @@ def name_steps(root, name):
     return out
 
 
+@pytest.mark.libfuse  # names through libfuse
 @pytest.mark.parametrize("name", NAMES, ids=lambda n: n[:20].hex())
 def test_names__hostile_names_work(tmp_path, mnt, name):
     native = tmp_path / "native"
@@ -68,6 +69,7 @@ def test_names__hostile_names_work(tmp_path, mnt, name):
     assert os.listdir(os.fsencode(mnt.bpath("d"))) == []
 
 
+@pytest.mark.libfuse  # names through libfuse
 def test_names__256_bytes_is_enametoolong_like_native(tmp_path, mnt):
     native = tmp_path / "native"
     native.mkdir()
@@ -118,6 +120,7 @@ def deep_steps(root, depth, comp):
     return out
 
 
+@pytest.mark.libfuse  # paths through libfuse
 def test_names__paths_just_under_path_max(tmp_path, mount_factory):
     m = mount_factory(name="mnt")
     native = tmp_path / "nat"  # as long as "mnt": same full lengths

@@ -9,6 +9,10 @@ import pytest
 
 from conftest import BIN, detach, is_mounted
 
+# depends on the libfuse (run again on the system's by run-tests.sh): options
+# libfuse parses, and --version naming the libfuse and its passthrough
+pytestmark = pytest.mark.libfuse
+
 
 def run(args, timeout=20):
     return subprocess.run([BIN] + args, capture_output=True, text=True, timeout=timeout,

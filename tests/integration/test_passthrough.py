@@ -19,6 +19,11 @@ import pytest
 from conftest import read_file, write_file
 from conftest import run_steps as shared_run_steps
 
+# depends on the libfuse (run again on the system's by run-tests.sh): every
+# operation against native, the data path of open files included: in the
+# kernel with FUSE passthrough, through the daemon without
+pytestmark = pytest.mark.libfuse
+
 AT_FDCWD = -100
 RENAME_NOREPLACE = 1 << 0
 RENAME_EXCHANGE = 1 << 1

@@ -19,6 +19,10 @@ import pytest
 
 from conftest import run_as
 
+# depends on the libfuse (run again on the system's by run-tests.sh): POSIX
+# and flock locks, which libfuse hands to the daemon
+pytestmark = pytest.mark.libfuse
+
 NOBODY = 65534
 OTHER = 4242
 

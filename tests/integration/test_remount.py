@@ -22,7 +22,11 @@ from conftest import BIN, Mount, errno_of, is_mounted, run_as
 from test_mount_helper import (daemons_of, helper, mount, mountinfo, tree,  # noqa: F401
                                unmount, write)
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mount(8) and bind mounts need root")
+# depends on the libfuse (run again on the system's by run-tests.sh):
+# remounts, which libfuse and the kernel carry out
+pytestmark = [pytest.mark.libfuse,
+              pytest.mark.skipif(os.geteuid() != 0,
+                                 reason="mount(8) and bind mounts need root")]
 
 NOBODY = 65534
 OLD = 978307200  # 2001-01-01: relatime updates an atime this old on any read

@@ -21,7 +21,11 @@ from conftest import open_tree, run_as, write_file
 from test_backing import passthrough_works  # noqa: F401 - a fixture of the cases below
 from test_multiuser import GROUP, OTHER_USER, SUPP, USER
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (users, capabilities)")
+# depends on the libfuse (run again on the system's by run-tests.sh): set-ID
+# bits cleared by the daemon or the kernel: FUSE_CAP_HANDLE_KILLPRIV_V2 and
+# passthrough, both by the libfuse
+pytestmark = [pytest.mark.libfuse,
+              pytest.mark.skipif(os.geteuid() != 0, reason="needs root (users, capabilities)")]
 
 CAP_FSETID = 4
 # VFS_CAP_REVISION_2 with the effective flag, permitting cap_net_bind_service

@@ -21,7 +21,11 @@ from conftest import open_tree, run_as
 
 USER, GROUP, SUPP, OTHER_USER = 4252, 4252, 4310, 4253
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch users")
+# depends on the libfuse (run again on the system's by run-tests.sh):
+# O_DIRECT, mappings and users' files on the data path, which FUSE passthrough
+# moves into the kernel
+pytestmark = [pytest.mark.libfuse,
+              pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch users")]
 
 
 class Data(bytes):

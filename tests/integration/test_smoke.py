@@ -1,6 +1,12 @@
 """The smallest end-to-end check: mount, write, rename, read, unmount."""
 import os
 
+import pytest
+
+# depends on the libfuse (run again on the system's by run-tests.sh): the
+# smallest mount, write, rename, read and unmount
+pytestmark = pytest.mark.libfuse
+
 
 def test_smoke__write_rename_read(mnt):
     os.makedirs(mnt.path("a", "b"))

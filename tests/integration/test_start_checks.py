@@ -182,6 +182,7 @@ def test_start_checks__mount_names_the_bad_config_line(dirs, tmp_path, what):
     assert _bytes_ok(r.stderr), r.stderr
 
 
+@pytest.mark.libfuse  # libfuse's messages
 @pytest.mark.nofuse
 def test_start_checks__command_line_bytes_are_escaped_in_libfuse_messages(dirs):
     b, m = dirs
@@ -259,6 +260,7 @@ def test_start_checks__treelockctl_refuses_config_file_of_another_user(tmp_path)
 
 # ---- mounts that would serve each other -------------------------------------------------------
 
+@pytest.mark.libfuse  # mounting
 @pytest.mark.parametrize("depth", [2, 3])
 def test_start_checks__mounts_serving_each_other_are_refused(tmp_path, depth):
     """treelockfs bA mA; [treelockfs mA mB;] treelockfs mA|mB bA/sub: the
@@ -319,6 +321,7 @@ def _child_rename(src, dst):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.libfuse  # lookups through libfuse
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root for bind mounts")
 @pytest.mark.parametrize("how", ["itself", "through-another-mount"])
 def test_start_checks__lookup_back_into_the_mount_is_eloop(tmp_path, how):
