@@ -739,7 +739,8 @@ class Emulator(object):
                 raise bad_param("Malformed action/metadata line [%d], expected one of [create, delete, "
                                 "index, update] but found [%s]" % (lineno, op))
             for k in meta:
-                if k not in ("_index", "_id", "if_seq_no", "if_primary_term", "retry_on_conflict"):
+                if k not in ("_index", "_id", "if_seq_no", "if_primary_term", "retry_on_conflict",
+                             "version", "version_type"):
                     raise bad_param("Action/metadata line [%d] contains an unknown parameter [%s]"
                                     % (lineno, k))
             src = None
@@ -796,10 +797,16 @@ class Emulator(object):
 
     def bulk_item(self, name, op, meta, src, u, doc_id, touched):
         if_seq_no, if_term = meta.get("if_seq_no"), meta.get("if_primary_term")
+        ext = None
+        if "version" in meta or "version_type" in meta:
+            if meta.get("version_type") != "external" or op not in ("index", "delete") or \
+                    not isinstance(meta.get("version"), int):
+                raise st.not_supported("versions other than an external one on index or delete")
+            ext = meta["version"]
         if op == "delete":
             idx = self.store.get_index(name)
             touched[name] = idx
-            result, version, seq = self.store.write_delete(idx, doc_id, if_seq_no, if_term)
+            result, version, seq = self.store.write_delete(idx, doc_id, if_seq_no, if_term, ext)
             body = self.write_body(idx, doc_id, result, version, seq)
             body["status"] = 200 if result == "deleted" else 404
             return body
@@ -814,7 +821,7 @@ class Emulator(object):
                 raise st.not_supported("an index action without an _id")
             source, raw = self.source_of(src, doc_id)
             result, doc = self.store.write_index(idx, doc_id, source, op == "create", if_seq_no,
-                                                 if_term, raw)
+                                                 if_term, raw, ext)
             body = self.write_body(idx, doc_id, result, doc.version, doc.seq_no)
             status = 201 if result == "created" else 200
         body["status"] = status
@@ -850,7 +857,8 @@ class Emulator(object):
         started = time.monotonic()
         body = req.json(required=False) or {}
         for k in body:
-            if k not in ("query", "size", "from", "seq_no_primary_term", "version"):
+            if k not in ("query", "size", "from", "seq_no_primary_term", "version", "sort",
+                         "search_after", "track_total_hits"):
                 raise st.not_supported("search option [%s]" % k)
         size = int(body.get("size", req.params.get("size", 10)))
         from_ = int(body.get("from", req.params.get("from", 0)))
@@ -862,6 +870,26 @@ class Emulator(object):
         version = body.get("version", req.bool("version"))
         idx = self.store.get_index(req.pp["index"])
         matched = self.store.search(idx, body.get("query"))
+        sort = body.get("sort")
+        if sort is not None:
+            # one keyword field, ascending: [FIELD] or [{FIELD: "asc"}]
+            field = sort[0] if isinstance(sort, list) and len(sort) == 1 else None
+            if isinstance(field, dict) and len(field) == 1 and list(field.values())[0] in (
+                    "asc", {"order": "asc"}):
+                field = list(field)[0]
+            if not isinstance(field, str):
+                raise st.not_supported("sort other than by one field, ascending")
+
+            def key(d):
+                v = d.source.get(field)
+                return v if isinstance(v, str) else ""
+            matched = sorted(matched, key=key)
+            after = body.get("search_after")
+            if after is not None:
+                matched = [d for d in matched if key(d) > after[0]]
+        elif "search_after" in body:
+            raise EsError(400, "illegal_argument_exception",
+                          "Sort must contain at least one field.")
         hits = []
         for d in matched[from_:from_ + size]:
             h = self.meta(idx.name, d.id)
@@ -869,8 +897,10 @@ class Emulator(object):
                 h["_version"] = d.version
             if seq:
                 h.update(_seq_no=d.seq_no, _primary_term=1)
-            h["_score"] = 1.0
+            h["_score"] = None if sort is not None else 1.0
             h["_source"] = Raw(d.raw) if d.raw is not None else d.source
+            if sort is not None:
+                h["sort"] = [key(d)]
             hits.append(h)
         total = len(matched)
         return 200, {"took": int((time.monotonic() - started) * 1000), "timed_out": False,

@@ -24,6 +24,7 @@ import copy
 import json
 import math
 import os
+import re
 import threading
 import time
 import uuid as uuidlib
@@ -290,11 +291,26 @@ class Store(object):
         ts = idx.live_tombstone(doc_id)
         return ts[0] + 1 if ts else 1
 
-    def write_index(self, idx, doc_id, source, create=False, if_seq_no=None, if_term=None, raw=None):
-        """Indexes one document: (result, Doc)."""
+    def external(self, idx, doc_id, cur, version):
+        """The conflict of a write at external VERSION, or None: the
+        document's version, or a live tombstone's, must be lower."""
+        have = cur.version if cur is not None else (idx.live_tombstone(doc_id) or (None,))[0]
+        if have is not None and have >= version:
+            return idx.vce(doc_id, "current version [%d] is higher or equal to the one provided "
+                           "[%d]" % (have, version))
+        return None
+
+    def write_index(self, idx, doc_id, source, create=False, if_seq_no=None, if_term=None, raw=None,
+                    ext_version=None):
+        """Indexes one document: (result, Doc). EXT_VERSION: an external
+        version (version_type=external)."""
         check_source(idx.mappings, source, doc_id)
         with idx.doc_lock(doc_id), idx.lock:
             cur = idx.docs.get(doc_id)
+            if ext_version is not None:
+                err = self.external(idx, doc_id, cur, ext_version)
+                if err:
+                    raise err
             if create and cur is not None:
                 raise idx.vce(doc_id, "document already exists (current version [%d])" % cur.version)
             if if_seq_no is not None:
@@ -302,22 +318,27 @@ class Store(object):
                 if err:
                     raise err
             idx.max_seq_no += 1
-            doc = Doc(doc_id, source, idx.max_seq_no, self._version(idx, doc_id, cur), raw)
+            doc = Doc(doc_id, source, idx.max_seq_no, self._version(idx, doc_id, cur)
+                      if ext_version is None else ext_version, raw)
             idx.docs[doc_id] = doc
             idx.tombstones.pop(doc_id, None)
             idx.dirty = True
             self.gen += 1
         return ("created" if cur is None else "updated"), doc
 
-    def write_delete(self, idx, doc_id, if_seq_no=None, if_term=None):
+    def write_delete(self, idx, doc_id, if_seq_no=None, if_term=None, ext_version=None):
         """Deletes one document: (result, version, seq_no)."""
         with idx.doc_lock(doc_id), idx.lock:
             cur = idx.docs.get(doc_id)
+            if ext_version is not None:
+                err = self.external(idx, doc_id, cur, ext_version)
+                if err:
+                    raise err
             if if_seq_no is not None:
                 err = idx.cas_conflict(doc_id, cur, if_seq_no, if_term)
                 if err:
                     raise err
-            version = self._version(idx, doc_id, cur)
+            version = self._version(idx, doc_id, cur) if ext_version is None else ext_version
             idx.max_seq_no += 1
             idx.docs.pop(doc_id, None)
             idx.tombstones[doc_id] = (version, idx.max_seq_no, time.monotonic())
@@ -406,7 +427,32 @@ class Store(object):
         if kind == "term" and isinstance(body, dict) and len(body) == 1:
             (field, value), = body.items()
             return _term_matcher(idx, field, value)
+        if kind == "terms" and isinstance(body, dict) and len(body) == 1:
+            (field, values), = body.items()
+            ms = [_term_matcher(idx, field, v) for v in values]
+            return lambda d: any(m(d) for m in ms)
+        if kind == "bool" and isinstance(body, dict):
+            return self._bool_matcher(idx, body)
+        if kind in ("prefix", "wildcard", "range") and isinstance(body, dict) and len(body) == 1:
+            (field, spec), = body.items()
+            return _field_matcher(idx, kind, field, spec)
         raise not_supported("query [%s]" % kind)
+
+    def _bool_matcher(self, idx, body):
+        """bool: filter and must all match, must_not none, and of should at
+        least minimum_should_match (1 when should is alone, else 0)."""
+        for k in body:
+            if k not in ("filter", "must", "should", "must_not", "minimum_should_match"):
+                raise not_supported("bool query parameter [%s]" % k)
+
+        def clauses(k):
+            v = body.get(k) or []
+            return [self.matcher(idx, q) for q in (v if isinstance(v, list) else [v])]
+        must = clauses("filter") + clauses("must")
+        should, must_not = clauses("should"), clauses("must_not")
+        msm = int(body.get("minimum_should_match", 0 if must else 1)) if should else 0
+        return lambda d: all(m(d) for m in must) and not any(m(d) for m in must_not) and \
+            sum(1 for m in should if m(d)) >= msm
 
     def search(self, idx, query):
         match = self.matcher(idx, query)
@@ -505,6 +551,54 @@ def _unmapped(mappings, field):
     if any(k == top or k.startswith(top + ".") or k.startswith(field + ".") for k in props):
         return False
     return mappings.get("dynamic") in (False, "false", "strict")
+
+
+def _wildcard_regex(pat):
+    """An Elasticsearch wildcard pattern ('*', '?', '\\' escapes) as a regex."""
+    out, i = [], 0
+    while i < len(pat):
+        c = pat[i]
+        if c == "\\" and i + 1 < len(pat):
+            out.append(re.escape(pat[i + 1]))
+            i += 2
+            continue
+        out.append(".*" if c == "*" else "." if c == "?" else re.escape(c))
+        i += 1
+    return re.compile("".join(out) + r"\Z", re.S)
+
+
+def _field_matcher(idx, kind, field, spec):
+    """prefix and wildcard on a keyword field, range on a keyword or an
+    integral one (gt, gte, lt, lte)."""
+    mapping = (idx.mappings.get("properties") or {}).get(field)
+    ftype = mapping.get("type") if isinstance(mapping, dict) else None
+    if ftype is None and _unmapped(idx.mappings, field):
+        return lambda d: False
+    if ftype not in INTEGRAL and ftype != "keyword":
+        raise not_supported("%s query on field [%s] of type [%s]" % (kind, field, ftype))
+    if kind in ("prefix", "wildcard"):
+        value = spec.get("value") if isinstance(spec, dict) else spec
+        if ftype != "keyword" or not isinstance(value, str):
+            raise not_supported("%s query on a field that is no keyword" % kind)
+        if kind == "prefix":
+            return lambda d: any(isinstance(x, str) and x.startswith(value)
+                                 for x in _values(d.source.get(field)))
+        rx = _wildcard_regex(value)
+        return lambda d: any(isinstance(x, str) and rx.match(x)
+                             for x in _values(d.source.get(field)))
+    ops = {"gt": lambda a, b: a > b, "gte": lambda a, b: a >= b,
+           "lt": lambda a, b: a < b, "lte": lambda a, b: a <= b}
+    bounds = []
+    for k, v in spec.items():
+        if k not in ops:
+            raise not_supported("range query parameter [%s]" % k)
+        bounds.append((ops[k], v if ftype == "keyword" else float(v)))
+
+    def ok(x):
+        if x is None or isinstance(x, bool):
+            return False
+        return all(op(x, b) for op, b in bounds)
+    return lambda d: any(ok(x) for x in _values(d.source.get(field)))
 
 
 def _term_matcher(idx, field, spec):
