@@ -3,12 +3,13 @@
  *   treelockctl [store options] check | locks [PATH] | owners | intents
  *               | break PATH | reap OWNER|--dead
  *   treelockctl metrics MOUNTPOINT
+ *   treelockctl index build|verify|repair MOUNTPOINT [PATH] | find MOUNTPOINT ...
  *
  * Store options are the mount's (config.h), parsed the same way, so one
  * config file serves both. treelockctl never takes a lease: it observes.
  * Exit status: 0 ok, 1 usage or configuration error, 2 store error.
  *
- * Depends on: base, config, lock, es (its admin commands: es_store.h).
+ * Depends on: base, config, lock, es (admin: es_store.h), ctl (fs index: ctl.h).
  */
 #include <config.h>
 
@@ -29,6 +30,7 @@
 
 #include "base/escape.h"
 #include "config/config.h"
+#include "ctl/ctl.h"
 #include "lock/lockstore.h"
 #include "es/es_store.h"
 #include "base/log.h"
@@ -66,6 +68,13 @@ static void usage(FILE *f)
 	      "    reap OWNER|--dead  remove a dead owner's locks, intents and lease\n"
 	      "    metrics MOUNTPOINT the metrics of a mount (any store), in Prometheus's\n"
 	      "                       text format\n"
+	      "    index build|verify|repair MOUNTPOINT [PATH]\n"
+	      "                       the mount's fs index (fs_index=) held against its\n"
+	      "                       tree: crawl, compare (--repair), dead owners' intents\n"
+	      "                       (treelockctl index --help)\n"
+	      "    find MOUNTPOINT [PATH] [-name PAT] [-path PAT] [-type C] [-size N]\n"
+	      "                       [-mtime N] [-user U] [--json]: the fs index searched\n"
+	      "                       as find(1) would walk the tree\n"
 	      "\n"
 	      "treelockctl options:\n"
 	      "    --force            break/reap without asking, reap a live owner\n"
@@ -665,6 +674,11 @@ int main(int argc, char **argv)
 	char **av;
 	int ac, rc = EXIT_USAGE, err;
 
+	/* the fs index's commands take a mount, whose options they read */
+	if (argc >= 2 && strcmp(argv[1], "index") == 0)
+		return ctl_index_main(argc - 1, argv + 1);
+	if (argc >= 2 && strcmp(argv[1], "find") == 0)
+		return ctl_find_main(argc - 1, argv + 1);
 	tl_log_init("treelockctl", LOG_WARNING);
 	take_own_flags(&argc, argv, &o);
 	/* a mount's own file: no store options, no config */

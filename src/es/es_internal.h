@@ -22,6 +22,7 @@
  *   es_client.[ch]  one request: paths, statuses, _bulk, _mget, ...
  *   es_docs.[ch]    documents and bulk items (pure)
  *   es_fsdoc.h      the fs index's documents (pure; fs_index=NAME)
+ *   es_fsctl.[ch]   the fs index as treelockctl reads and writes it
  *   es_scripts.h    the Painless scripts (includes nothing)
  *   es_options.c    the backend's own options
  *   httpc.[ch]      a thin libcurl wrapper; knows nothing of Elasticsearch
@@ -30,6 +31,8 @@
  *
  *   es_admin   -> es_store, es_owners, es_index, es_retry, es_options,
  *                 es_client, es_docs, httpc
+ *   es_fsctl   -> es_options, es_retry, es_client, es_docs, es_fsdoc,
+ *                 httpc
  *   es_store   -> es_acquire, es_listing, es_lease, es_owners, es_batch,
  *                 es_index, es_retry, es_options, es_client, es_docs,
  *                 httpc
