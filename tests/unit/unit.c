@@ -67,6 +67,7 @@ int main(void)
 	srunner_add_suite(sr, make_suite_options());
 	srunner_add_suite(sr, make_suite_buf());
 	srunner_add_suite(sr, make_suite_escape());
+	srunner_add_suite(sr, make_suite_ctl_find());
 	srunner_add_suite(sr, make_suite_metrics());
 	srunner_add_suite(sr, make_suite_mountchain());
 	srunner_add_suite(sr, make_suite_lockwait());

@@ -36,5 +36,6 @@ Suite *make_suite_escape(void);
 Suite *make_suite_metrics(void);
 Suite *make_suite_mountchain(void);
 Suite *make_suite_lockwait(void);
+Suite *make_suite_ctl_find(void);
 
 #endif /* TREELOCKFS_UNIT_H */
