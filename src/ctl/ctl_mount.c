@@ -215,24 +215,6 @@ out:
 	return rc;
 }
 
-/* The value of option NAME in the options OPTS (one a line), the last
- * one given, as a new string, or NULL. */
-static char *option_value(const char *opts, const char *name)
-{
-	size_t n = strlen(name);
-	const char *p = opts, *e;
-	char *v = NULL;
-
-	for (; *p; p = *e ? e + 1 : e) {
-		e = strchrnul(p, '\n');
-		if ((size_t)(e - p) > n && strncmp(p, name, n) == 0 && p[n] == '=') {
-			free(v);
-			v = strndup(p + n + 1, (size_t)(e - p - (ptrdiff_t)n - 1));
-		}
-	}
-	return v;
-}
-
 int ctl_mount_open(const char *mountpoint, const char *index, char **store_args, size_t nstore,
 		   struct ctl_mount *m)
 {
@@ -279,7 +261,9 @@ int ctl_mount_open(const char *mountpoint, const char *index, char **store_args,
 	rc = parse_options(m, opts, store_args, nstore);
 	if (rc)
 		goto out;
-	fsindex = index ? strdup(index) : option_value(opts, "fs_index");
+	/* --index NAME, else the mount's fs_index (from its options or
+	 * its config file) */
+	fsindex = index ? strdup(index) : m->cfg.fs_index ? strdup(m->cfg.fs_index) : NULL;
 	if (!fsindex) {
 		fprintf(stderr, "treelockctl: the mount at '%s' has no fs index (fs_index=NAME): "
 				"name one with --index NAME\n", mountpoint);

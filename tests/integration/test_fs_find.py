@@ -34,7 +34,8 @@ def ctl(*args, user=None, timeout=120):
 
 
 def index_cmd(m, *args):
-    return ctl("index", args[0], str(m.mnt), *args[1:], "--index", FSIDX)
+    """treelockctl index ARGS on mount M: its fs index found from its options."""
+    return ctl("index", args[0], str(m.mnt), *args[1:])
 
 
 def find(m, *args, user=None):
@@ -52,7 +53,7 @@ def native_find(m, sub, *args):
 
 @pytest.fixture
 def fsmount(emu, es_mounts):  # noqa: F811
-    (m,) = es_mounts(emu, "A", lease_ttl=60)
+    (m,) = es_mounts(emu, "A", lease_ttl=60, opts={"A": ["fs_index=" + FSIDX]})
     return m
 
 
@@ -150,7 +151,7 @@ def test_find_as_find(fsmount):
 @pytest.fixture
 def shared_fsmount(emu, es_mounts, tmp_path):  # noqa: F811
     open_tree(tmp_path)
-    (m,) = es_mounts(emu, "A", lease_ttl=60, opts={"A": ["allow_other"]})
+    (m,) = es_mounts(emu, "A", lease_ttl=60, opts={"A": ["allow_other", "fs_index=" + FSIDX]})
     os.chmod(m.mnt, 0o755)
     return m
 
@@ -198,3 +199,15 @@ def test_repair_from_a_dead_owners_intent(fsmount, emu):  # noqa: F811
     r = index_cmd(m, "verify")
     assert (r.returncode, r.stdout) == (0, ""), r.stdout
     assert find(m, "-name", "q") == {mnt + "/d2/sub/q"}
+
+
+def test_the_mount_names_its_index(emu, es_mounts, tmp_path):  # noqa: F811
+    (m,) = es_mounts(emu, "A", lease_ttl=60)
+    r = index_cmd(m, "build")
+    assert r.returncode == 1 and "has no fs index (fs_index=NAME)" in r.stderr, r.stderr
+    r = ctl("index", "build", str(m.mnt), "--index", FSIDX, "--quiet")
+    assert r.returncode == 0, r.stderr
+    r = ctl("find", str(tmp_path), "--index", FSIDX)
+    assert r.returncode == 1 and "is not a treelockfs mount" in r.stderr, r.stderr
+    r = ctl("find", str(m.mnt), "nowhere", "--index", FSIDX)
+    assert r.returncode == 1 and "not in fs index" in r.stderr, r.stderr
