@@ -70,7 +70,7 @@ static void usage(FILE *f)
 	      "                       text format\n"
 	      "    index build|verify|repair MOUNTPOINT [PATH]\n"
 	      "                       the mount's fs index (fs_index=) held against its\n"
-	      "                       tree: crawl, compare (--repair), dead owners' intents\n"
+	      "                       tree: crawl, compare and repair, dead owners' intents\n"
 	      "                       (treelockctl index --help)\n"
 	      "    find MOUNTPOINT [PATH] [-name PAT] [-path PAT] [-type C] [-size N]\n"
 	      "                       [-mtime N] [-user U] [--json]: the fs index searched\n"
