@@ -148,20 +148,42 @@ void ctl_find_mtime_range(const struct ctl_num *t, int64_t now_ns, int64_t *lo, 
 	}
 }
 
-char *ctl_find_wildcard(const char *pat, bool *literal)
+/* The length of the bracket expression at P ('['), as fnmatch(3) reads
+ * one, or 0 when it has no end (the '[' is then itself). */
+static size_t class_len(const char *p)
 {
-	size_t n = strlen(pat), o = 0;
+	const char *q = p + 1;
+
+	if (*q == '!' || *q == '^')
+		q++;
+	if (*q == ']')
+		q++; /* a first ']' is a member */
+	for (; *q && *q != ']'; q++)
+		if (q[0] == '[' && (q[1] == ':' || q[1] == '.' || q[1] == '=')) {
+			const char *e = strchr(q + 2, q[1]);
+
+			if (!e || e[1] != ']')
+				return 0;
+			q = e + 1;
+		}
+	return *q ? (size_t)(q - p) + 1 : 0;
+}
+
+char *ctl_find_wildcard(const char *pat, bool *literal, bool *exact)
+{
+	size_t n = strlen(pat), o = 0, k;
 	char *w = malloc(2 * n + 1);
-	bool lit = true;
+	bool lit = true, ex = true;
 
 	if (!w)
 		return NULL;
 	for (; *pat; pat++) {
-		if (*pat == '[') {
-			free(w);
-			if (literal)
-				*literal = false;
-			return NULL;
+		if (*pat == '[' && (k = class_len(pat)) > 0) {
+			/* one character of a class: any one, judged after */
+			w[o++] = '?';
+			pat += k - 1;
+			lit = ex = false;
+			continue;
 		}
 		if (*pat == '*' || *pat == '?') {
 			lit = false;
@@ -177,6 +199,8 @@ char *ctl_find_wildcard(const char *pat, bool *literal)
 	w[o] = '\0';
 	if (literal)
 		*literal = lit;
+	if (exact)
+		*exact = ex;
 	if (lit) {
 		/* the literal text, without wildcard escapes */
 		size_t i, j = 0;
@@ -336,7 +360,7 @@ static void add_range(cJSON *a, const char *field, int64_t lo, int64_t hi)
 static void add_glob(cJSON *a, const char *field, const char *pat)
 {
 	bool lit = false;
-	char *w = ctl_find_wildcard(pat, &lit);
+	char *w = ctl_find_wildcard(pat, &lit, NULL);
 	cJSON *q, *b, *should;
 
 	if (!w)

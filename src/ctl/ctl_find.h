@@ -16,7 +16,7 @@
  *
  * +N is more than N, -N less than N, N exactly N. The query
  * (ctl_find_query()) is a superset where a test cannot be said in the
- * index's terms exactly (a '[' in a glob, a name that is not UTF-8): each
+ * index's terms exactly (a '[' class in a glob, a name that is not UTF-8): each
  * hit is held to ctl_find_match() after it, which is the whole truth.
  *
  * Thread rules: none; every function may run in any thread.
@@ -103,11 +103,12 @@ bool ctl_find_mtime_match(const struct ctl_num *t, int64_t now_ns, int64_t mtime
 void ctl_find_mtime_range(const struct ctl_num *t, int64_t now_ns, int64_t *lo, int64_t *hi);
 
 /* The glob PAT (fnmatch(3), no flags) as an Elasticsearch wildcard
- * pattern matching the same strings, as a new string; NULL when there is
- * none that matches exactly the same ('[' classes) or out of memory.
- * *LITERAL (may be NULL) tells whether PAT has no wildcard at all, and the
- * result is then the literal text. */
-char *ctl_find_wildcard(const char *pat, bool *literal);
+ * pattern, as a new string (NULL when out of memory): one that matches the
+ * same strings, or (*EXACT false) more of them where PAT has a bracket
+ * expression, which becomes '?' (one character). *LITERAL tells whether
+ * PAT has no wildcard at all, and the result is then the literal text.
+ * LITERAL and EXACT may be NULL. */
+char *ctl_find_wildcard(const char *pat, bool *literal, bool *exact);
 
 /* The query of F's tests over the entries strictly below START (a key),
  * each printed as MNT and its key (MNT alone for the root), at NOW_NS: a

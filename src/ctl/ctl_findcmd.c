@@ -318,7 +318,7 @@ static int split_args(int argc, char **argv, bool find, struct cmdline *c)
 		} else if (a[0] == '-' && find) {
 			/* a test and its argument */
 			c->rest[c->nrest++] = argv[i];
-			if (strcmp(a, "--json") != 0 && i + 1 < argc)
+			if (strcmp(a, "--json") != 0 && !strchr(a, '=') && i + 1 < argc)
 				c->rest[c->nrest++] = argv[++i];
 		} else if (a[0] == '-') {
 			fprintf(stderr, "treelockctl: unknown option '%s'\n", a);

@@ -97,27 +97,42 @@ START_TEST(test_ctl_find__globs_as_wildcards)
 	bool lit;
 	char *w;
 
-	w = ctl_find_wildcard("*.txt", &lit);
+	bool exact;
+
+	w = ctl_find_wildcard("*.txt", &lit, &exact);
+	ck_assert(exact);
 	ck_assert_str_eq(w, "*.txt");
 	ck_assert(!lit);
 	free(w);
-	w = ctl_find_wildcard("a\\*b", &lit);
+	w = ctl_find_wildcard("a\\*b", &lit, NULL);
 	ck_assert_str_eq(w, "a*b");
 	ck_assert(lit);
 	free(w);
-	w = ctl_find_wildcard("a\\*b?", &lit);
+	w = ctl_find_wildcard("a\\*b?", &lit, NULL);
 	ck_assert_str_eq(w, "a\\*b?");
 	ck_assert(!lit);
 	free(w);
-	w = ctl_find_wildcard("x\\\\y*", &lit);
+	w = ctl_find_wildcard("x\\\\y*", &lit, NULL);
 	ck_assert_str_eq(w, "x\\\\y*");
 	free(w);
-	w = ctl_find_wildcard("plain", &lit);
+	w = ctl_find_wildcard("plain", &lit, NULL);
 	ck_assert_str_eq(w, "plain");
 	ck_assert(lit);
 	free(w);
-	/* a class has no wildcard form: judged after the query */
-	ck_assert_ptr_null(ctl_find_wildcard("f[12]*", &lit));
+	/* a class is one character of any: judged after the query */
+	w = ctl_find_wildcard("f[12]*", &lit, &exact);
+	ck_assert_str_eq(w, "f?*");
+	ck_assert(!lit && !exact);
+	free(w);
+	w = ctl_find_wildcard("[]a]x[!b-c]y[[:digit:]]", NULL, &exact);
+	ck_assert_str_eq(w, "?x?y?");
+	ck_assert(!exact);
+	free(w);
+	/* a '[' without its end is itself */
+	w = ctl_find_wildcard("a[b", &lit, &exact);
+	ck_assert_str_eq(w, "a[b");
+	ck_assert(lit && exact);
+	free(w);
 }
 END_TEST
 
@@ -188,9 +203,9 @@ START_TEST(test_ctl_find__query)
 	ck_assert_ptr_nonnull(strstr(q, "{\"prefix\":{\"path\":\"/a/\"}}"));
 	free(q);
 	q = query_of(6, a2, "/");
-	/* a class: no name clause; a -path under MNT: its rest on the key;
-	 * one that is not: none */
-	ck_assert_ptr_null(strstr(q, "\"name\""));
+	/* a class: one character of any; a -path under MNT: its rest on the
+	 * key; one that is not: none */
+	ck_assert_ptr_nonnull(strstr(q, "{\"wildcard\":{\"name\":\"f?\"}}"));
 	ck_assert_ptr_nonnull(strstr(q, "{\"wildcard\":{\"path\":\"/a/*\"}}"));
 	ck_assert_ptr_null(strstr(q, "*/x"));
 	free(q);
