@@ -431,9 +431,32 @@ int lockmgr_start(struct lockmgr *m)
 
 int lockmgr_list(struct lockmgr *m, const char *prefix, struct tl_lock_info **out, size_t *n)
 {
-	*out = NULL;
-	*n = 0;
-	return m->store->ops->list(m->store, prefix, out, n);
+	struct tl_delegs *d = __atomic_load_n(&m->delegs, __ATOMIC_RELAXED);
+	size_t i;
+	int err = lockstore_list(m->store, prefix, out, n);
+
+	for (i = 0; !err && d && i < *n; i++) {
+		struct tl_lock_info *li = &(*out)[i];
+		unsigned int users;
+		uint64_t served;
+
+		if (li->delegation &&
+		    delegs_describe(d, li->key, li->holders, &users, &served, &li->deleg_state)) {
+			li->users = (int)users;
+			li->served = (int64_t)served;
+		}
+	}
+	return err;
+}
+
+bool lockmgr_deleg_counters(struct lockmgr *m, struct tl_deleg_counters *out)
+{
+	struct tl_delegs *d = __atomic_load_n(&m->delegs, __ATOMIC_RELAXED);
+
+	if (!d)
+		return false;
+	delegs_counters(d, out);
+	return true;
 }
 
 void lockmgr_free_list(struct tl_lock_info *list, size_t n)

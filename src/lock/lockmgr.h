@@ -38,6 +38,8 @@
 #include "lock/lockstore.h"
 #include "base/stats.h"
 
+struct tl_deleg_counters;
+
 struct lockmgr {
 	struct lockstore *store;   /* not owned */
 	unsigned int caps;         /* the store's TL_CAP_*, read once */
@@ -155,8 +157,15 @@ const char *lockmgr_store_name(const struct lockmgr *m);
 int lockmgr_start(struct lockmgr *m);
 
 /* Lists the store's locks under PREFIX ("/" for all) into a new array *OUT
- * of *N rows (free with lockmgr_free_list()). Returns 0 or -errno. */
+ * of *N rows (free with lockmgr_free_list()), as lockstore_list() does,
+ * with what this mount knows of its own delegations (users, served,
+ * deleg_state). Returns 0 or -errno. */
 int lockmgr_list(struct lockmgr *m, const char *prefix, struct tl_lock_info **out, size_t *n);
+
+/* The delegation counters (lockdeleg.h) into OUT; false when the mount
+ * has no delegations (delegations=off, or after lockmgr_shutdown()).
+ * This function can't fail. */
+bool lockmgr_deleg_counters(struct lockmgr *m, struct tl_deleg_counters *out);
 
 /* Frees LIST of N rows from lockmgr_list(); accepts NULL. */
 void lockmgr_free_list(struct tl_lock_info *list, size_t n);

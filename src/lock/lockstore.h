@@ -94,6 +94,17 @@ struct tl_lock_info {
 	char *holders;         /* "owner#n, owner#m" */
 	int64_t age_ms;        /* since it was taken, -1 if unknown */
 	unsigned int waiters;
+	/* set by lockstore_list(), whatever the store: */
+	bool delegation;       /* KEY is a directory delegated (lockdeleg.h) to
+				* its holder: held exclusive by an id
+				* "<owner>#d<ticket>" (its ancestors are
+				* shared by the same id) */
+	/* set by lockmgr_list() for a delegation of its own mount, else
+	 * -1 and NULL: */
+	int users;             /* renames using it now */
+	int64_t served;        /* renames it served */
+	const char *deleg_state; /* "held", "recalled" (no new users) or
+				  * "releasing" (a static string) */
 };
 
 /* What a store tells of its own work, for the metrics (metrics.h). A
@@ -232,6 +243,17 @@ int lockstore_open(const struct tl_config *cfg, struct lockstore **out);
 
 /* Closes ST; accepts NULL. */
 void lockstore_close(struct lockstore *st);
+
+/* Lists the locks of ST under PREFIX as ops->list does, and marks the
+ * rows that are delegations (tl_lock_info.delegation; users and served
+ * -1). Returns 0 or -errno of ops->list. */
+int lockstore_list(struct lockstore *st, const char *prefix, struct tl_lock_info **out,
+		   size_t *n);
+
+/* True when ID is a holder id of a directory delegation,
+ * "<owner>#d<ticket>", or a listing's holders that end with one (the
+ * mem store's "pid N, <id>"). This function can't fail. */
+bool lockstore_holder_is_delegation(const char *id);
 
 void lockstore_free_list(struct tl_lock_info *list, size_t n);
 
