@@ -61,8 +61,10 @@ static void usage(FILE *f)
 	      "commands:\n"
 	      "    check              reachability, version, index, mapping, strategy,\n"
 	      "                       scripts (stored or inline)\n"
-	      "    locks [PATH]       locks (under PATH): mode, holders, age, waiters\n"
-	      "    owners             mounts with a lease: age of the lease, alive or dead\n"
+	      "    locks [PATH]       locks (under PATH): mode, holders, age, waiters,\n"
+	      "                       delegated directories\n"
+	      "    owners             mounts with a lease: age of the lease, delegations,\n"
+	      "                       alive or dead\n"
 	      "    intents            unfinished operations of dead owners (--all: every one)\n"
 	      "    break PATH         delete the lock on PATH (asks unless --force)\n"
 	      "    reap OWNER|--dead  remove a dead owner's locks, intents and lease\n"
@@ -241,6 +243,25 @@ static int add_key(cJSON *o, const char *name, const char *key_text)
 	return err;
 }
 
+/* LI's "delegation": null, or the directory delegated (LI's key, as
+ * listings show it), its mode there and the delegation's holder id.
+ * Returns 0 or -ENOMEM. */
+static int add_delegation(cJSON *o, const struct tl_lock_info *li)
+{
+	const char *mode;
+	cJSON *d;
+
+	if (!li->delegation)
+		return cJSON_AddNullToObject(o, "delegation") ? 0 : -ENOMEM;
+	mode = li->mode == TL_EXCLUSIVE ? "exclusive" : "shared";
+	d = cJSON_AddObjectToObject(o, "delegation");
+	if (!d || add_key(d, "directory", li->key) != 0 ||
+	    !cJSON_AddStringToObject(d, "mode", mode) ||
+	    !cJSON_AddStringToObject(d, "holder", li->holders))
+		return -ENOMEM;
+	return 0;
+}
+
 static int cmd_locks(struct lockstore *st, const char *prefix, bool json)
 {
 	struct tl_lock_info *list = NULL;
@@ -255,7 +276,7 @@ static int cmd_locks(struct lockstore *st, const char *prefix, bool json)
 			return EXIT_USAGE;
 		}
 	}
-	err = st->ops->list(st, key, &list, &n);
+	err = lockstore_list(st, key, &list, &n);
 	free(key);
 	if (err) {
 		fprintf(stderr, "treelockctl: cannot list locks: %s\n", strerror(-err));
@@ -276,6 +297,8 @@ static int cmd_locks(struct lockstore *st, const char *prefix, bool json)
 			add_ms(l, "age_ms", list[i].age_ms);
 			cJSON_AddNumberToObject(l, "waiters", list[i].waiters);
 			add_holders(l, list[i].holders);
+			if (add_delegation(l, &list[i]) != 0)
+				err = -ENOMEM;
 		}
 		lockstore_free_list(list, n);
 		if (err) {
@@ -284,14 +307,16 @@ static int cmd_locks(struct lockstore *st, const char *prefix, bool json)
 		}
 		return print_json(root);
 	}
-	printf("%-40s %-9s %5s %7s %7s  %s\n", "KEY", "MODE", "COUNT", "AGE", "WAITERS", "HOLDERS");
+	/* DELEGATION last: the columns before it stay where they were */
+	printf("%-40s %-9s %5s %7s %7s  %-40s  %s\n", "KEY", "MODE", "COUNT", "AGE", "WAITERS",
+	       "HOLDERS", "DELEGATION");
 	for (i = 0; i < n; i++) {
 		char *shown = shown_key(list[i].key);
 
 		fmt_age(list[i].age_ms, age, sizeof(age));
-		printf("%-40s %-9s %5u %7s %7u  %s\n", shown ? shown : "(out of memory)",
+		printf("%-40s %-9s %5u %7s %7u  %-40s  %s\n", shown ? shown : "(out of memory)",
 		       list[i].mode == TL_EXCLUSIVE ? "exclusive" : "shared", list[i].count, age,
-		       list[i].waiters, list[i].holders);
+		       list[i].waiters, list[i].holders, list[i].delegation ? "delegated" : "-");
 		free(shown);
 	}
 	lockstore_free_list(list, n);
@@ -323,15 +348,18 @@ static int cmd_owners(struct lockstore *st, const struct ctl_opts *o)
 			       own[i].renewed_ms > 0 ? tl_wall_ms() - own[i].renewed_ms : -1);
 			cJSON_AddNumberToObject(w, "ttl_ms", (double)own[i].ttl_ms);
 			cJSON_AddStringToObject(w, "state", state_name(own[i].state));
+			cJSON_AddNumberToObject(w, "delegations", own[i].delegations);
 		}
 		es_store_free_owners(own, n);
 		return print_json(root);
 	}
-	printf("%-48s %-16s %8s %8s  %s\n", "OWNER", "NAME", "RENEWED", "TTL", "STATE");
+	/* STATE last, as before: DELEGATIONS (directories delegated) before it */
+	printf("%-48s %-16s %8s %8s %11s  %s\n", "OWNER", "NAME", "RENEWED", "TTL", "DELEGATIONS",
+	       "STATE");
 	for (i = 0; i < n; i++) {
 		fmt_age(own[i].renewed_ms > 0 ? tl_wall_ms() - own[i].renewed_ms : -1, age, sizeof(age));
-		printf("%-48s %-16s %8s %7.1fs  %s\n", own[i].id, own[i].name, age,
-		       (double)own[i].ttl_ms / 1000, state_name(own[i].state));
+		printf("%-48s %-16s %8s %7.1fs %11u  %s\n", own[i].id, own[i].name, age,
+		       (double)own[i].ttl_ms / 1000, own[i].delegations, state_name(own[i].state));
 	}
 	es_store_free_owners(own, n);
 	return 0;

@@ -18,10 +18,16 @@
 #include "base/metrics.h"
 #include "base/tlclock.h"
 
-/* Histogram buckets written: 2^b us for b = FIRST, FIRST + STEP, ... LAST */
+/* Histogram buckets written: 2^b us for b = first, first + step, ...
+ * last; HIST_ for durations of any length, RECALL_ for a delegation's
+ * recall wait (256 us, a release queued at once when no rename uses the
+ * delegation, to 16.8 s) */
 #define HIST_FIRST 4
 #define HIST_STEP 2
 #define HIST_LAST 34
+#define RECALL_FIRST 8
+#define RECALL_STEP 1
+#define RECALL_LAST 24
 
 void metrics_put_label(FILE *f, const char *s)
 {
@@ -151,11 +157,13 @@ static void counters(FILE *f, const struct tl_metrics_src *src, const struct cou
 			stats_get((const uint64_t *)((const char *)base + rows[i].offset)));
 }
 
-/* H as a Prometheus histogram NAME in seconds. The counts are read once
- * each; the count is their sum, so that +Inf equals _count even while
- * other threads record. */
-static void histogram(FILE *f, const struct tl_metrics_src *src, const char *name,
-		      const char *help, const struct tl_hist *h)
+/* H as a Prometheus histogram NAME in seconds, its buckets 2^b us for
+ * b = FIRST, FIRST + STEP, ... LAST. The counts are read once each; the
+ * count is their sum, so that +Inf equals _count even while other threads
+ * record. */
+static void histogram_of(FILE *f, const struct tl_metrics_src *src, const char *name,
+			 const char *help, const struct tl_hist *h, unsigned first,
+			 unsigned step, unsigned last)
 {
 	uint64_t counts[STATS_BUCKETS], cum = 0, total = 0;
 	char le[48], series[128];
@@ -167,9 +175,9 @@ static void histogram(FILE *f, const struct tl_metrics_src *src, const char *nam
 	}
 	family(f, name, "histogram", help);
 	snprintf(series, sizeof(series), "%s_bucket", name);
-	for (b = 0; b <= HIST_LAST; b++) {
+	for (b = 0; b <= last; b++) {
 		cum += counts[b];
-		if (b < HIST_FIRST || (b - HIST_FIRST) % HIST_STEP)
+		if (b < first || (b - first) % step)
 			continue;
 		snprintf(le, sizeof(le), "le=\"%.9g\"", (double)(UINT64_C(1) << b) / 1e6);
 		sample_u(f, src, series, le, cum);
@@ -179,6 +187,33 @@ static void histogram(FILE *f, const struct tl_metrics_src *src, const char *nam
 	sample_d(f, src, series, NULL, (double)stats_get(&h->sum_us) / 1e6);
 	snprintf(series, sizeof(series), "%s_count", name);
 	sample_u(f, src, series, NULL, total);
+}
+
+/* H as a histogram of durations of any length (HIST_*). */
+static void histogram(FILE *f, const struct tl_metrics_src *src, const char *name,
+		      const char *help, const struct tl_hist *h)
+{
+	histogram_of(f, src, name, help, h, HIST_FIRST, HIST_STEP, HIST_LAST);
+}
+
+/* The delegations' families (delegations=on). */
+static void delegations(FILE *f, const struct tl_metrics_src *src,
+			const struct tl_deleg_counters *dc)
+{
+	counter(f, src, "treelockfs_delegations_granted_total",
+		"Directory delegations this mount took.", dc->granted);
+	counter(f, src, "treelockfs_delegations_recalled_total",
+		"Directory delegations recalled because another mount asked.", dc->recalled);
+	gauge(f, src, "treelockfs_delegations_held",
+	      "Directory delegations this mount holds now (recalled ones until given back).",
+	      (double)dc->held);
+	counter(f, src, "treelockfs_renames_local_total",
+		"Renames locked in this mount's own memory, under its delegations.",
+		dc->renames_local);
+	histogram_of(f, src, "treelockfs_delegation_recall_wait_seconds",
+		     "From another mount's asking for a delegation being noticed to its "
+		     "release.",
+		     dc->recall_wait, RECALL_FIRST, RECALL_STEP, RECALL_LAST);
 }
 
 int metrics_format(FILE *f, const struct tl_metrics_src *src)
@@ -221,6 +256,8 @@ int metrics_format(FILE *f, const struct tl_metrics_src *src)
 		  "How long lock plans that waited waited, until granted or given up.", &s->wait);
 	histogram(f, src, "treelockfs_rename_duration_seconds",
 		  "How long renames took in the daemon, from request to answer.", &s->rename);
+	if (src->deleg)
+		delegations(f, src, src->deleg);
 
 	counters(f, src, store_counters, ARRAY_LEN(store_counters), sm);
 	if (sm->request_seconds)

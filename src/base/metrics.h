@@ -4,7 +4,9 @@
  * lines, every sample labelled with the mount point and the owner name
  * (no label takes unbounded values: no paths, no holder ids). Durations
  * are histograms in seconds over the log2 buckets of stats.h, written at
- * every second power of two from 16 us to about 4.8 h, then +Inf.
+ * every second power of two from 16 us to about 4.8 h, then +Inf; the
+ * recall wait of delegations at every power of two from 256 us to 16.8 s
+ * (its bound, delegation_recall, is 1 s by default).
  *
  * metrics_writer_*() keep a file in node_exporter's textfile collector
  * convention: rendered every interval into a temporary file beside it and
@@ -25,6 +27,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "lock/lockdeleg.h"
 #include "lock/lockstore.h"
 #include "base/stats.h"
 
@@ -48,6 +51,7 @@ struct tl_metrics_src {
 	const struct tl_stats *stats;
 	const struct tl_store_metrics *store_m;
 	struct tl_data_counters data;
+	const struct tl_deleg_counters *deleg; /* delegations=on, else NULL */
 };
 
 /* Writes SRC's metrics to F. Returns 0 or -EIO (F failed). */

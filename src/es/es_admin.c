@@ -25,6 +25,7 @@
 #include "base/log.h"
 #include "base/path.h"
 #include "base/tlclock.h"
+#include "lock/lockstore.h"
 
 bool es_store_configured(const struct tl_config *cfg)
 {
@@ -127,6 +128,32 @@ static void owner_info_fill(struct es_owner_info *o, const cJSON *hit)
 	o->state = ES_OWNER_UNKNOWN;
 }
 
+/* Counts in LIST (N owners) the directories delegated to each: the lock
+ * documents of ROOT (a search of the whole index) held exclusive by a
+ * delegation's holder id. */
+static void count_delegations(const cJSON *root, struct es_owner_info *list, size_t n)
+{
+	const cJSON *hit;
+	size_t i;
+
+	cJSON_ArrayForEach(hit, es_hits(root))
+	{
+		const char *id = es_jstr(hit, "_id");
+		const cJSON *src = cJSON_GetObjectItemCaseSensitive(hit, "_source");
+		const char *type = es_jstr(src, "lock_type"), *holder = es_jstr(src, "process_id");
+		char *owner;
+
+		if (!id || !es_docs_is_lock_id(id) || !type || strcmp(type, "exclusive") != 0 ||
+		    !lockstore_holder_is_delegation(holder))
+			continue;
+		owner = es_docs_owner_of_holder(holder);
+		for (i = 0; owner && i < n; i++)
+			if (list[i].id && strcmp(list[i].id, owner) == 0)
+				list[i].delegations++;
+		free(owner);
+	}
+}
+
 int es_store_owners(struct lockstore *st, unsigned int observe_ms, struct es_owner_info **out,
 			size_t *n)
 {
@@ -161,6 +188,7 @@ int es_store_owners(struct lockstore *st, unsigned int observe_ms, struct es_own
 		es_obs_record(es, list[cnt].id, list[cnt].seq_no, list[cnt].ttl_ms);
 		cnt++;
 	}
+	count_delegations(root, list, cnt);
 	cJSON_Delete(root);
 	/* watch the others with our monotonic clock until told apart */
 	until = tl_mono_ms() + observe_ms;

@@ -35,6 +35,7 @@ struct es_owner_info {
 	int64_t renewed_ms;   /* wall clock of its last renewal (its clock), -1 if unknown */
 	int64_t ttl_ms;       /* its lease_ttl */
 	enum es_owner_state state;
+	unsigned int delegations; /* directories delegated to it (lockdeleg.h) */
 };
 
 struct es_intent_info {

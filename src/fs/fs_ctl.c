@@ -4,8 +4,9 @@
  * renamed, and holds files rendered when opened: "stats" (the lock
  * manager's counters), "metrics" (the same and more, in Prometheus's text
  * format, metrics.h), "locks" (the locks the store holds, one per line,
- * only those the reader may look up), "options" (the options the mount was
- * started with, one per line, as given: what a remount compares its
+ * only those the reader may look up, delegations marked as such),
+ * "options" (the options the mount was started with, one per line, as
+ * given: what a remount compares its
  * options with; root may write "name=value" lines to it to change
  * lock_timeout or log_level while mounted, as a remount does) and
  * "backing" (the directories the mount is served from, mountchain.h:
@@ -86,6 +87,7 @@ int ctl_render_metrics(void *arg, FILE *f)
 {
 	struct tlfs *fs = arg;
 	struct tl_store_metrics sm;
+	struct tl_deleg_counters dc;
 	struct tl_metrics_src src = {
 		.mountpoint = fs->mountpoint ? fs->mountpoint : "",
 		.owner = fs->cfg->owner ? fs->cfg->owner : "",
@@ -105,6 +107,8 @@ int ctl_render_metrics(void *arg, FILE *f)
 		src.data.passthrough_fallbacks = &fs->pt_fallbacks;
 	}
 	lockmgr_store_metrics(&fs->mgr, &sm);
+	if (lockmgr_deleg_counters(&fs->mgr, &dc))
+		src.deleg = &dc;
 	return metrics_format(f, &src);
 }
 
@@ -168,12 +172,20 @@ static int ctl_render_locks(struct tlfs *fs, fuse_req_t req, FILE *f)
 		fprintf(f, "error %s\n", strerror(-err));
 		goto out_free_list;
 	}
-	fputs("# mode count age_ms waiters holder key\n", f);
+	fputs("# mode count age_ms waiters holder delegation key\n", f);
 	for (i = 0; i < n; i++) {
 		if (!ctl_key_visible(fs, v[i].key))
 			continue;
 		fprintf(f, "%s %u %" PRId64 " %u %s ", v[i].mode == TL_EXCLUSIVE ? "exclusive" : "shared",
 			v[i].count, v[i].age_ms, v[i].waiters, v[i].holders ? v[i].holders : "-");
+		/* a delegated directory; this mount's own say how they serve */
+		if (!v[i].delegation)
+			fputs("- ", f);
+		else if (v[i].deleg_state)
+			fprintf(f, "delegation:%s,users=%d,served=%" PRId64 " ", v[i].deleg_state,
+				v[i].users, v[i].served);
+		else
+			fputs("delegation ", f);
 		/* one lock, one line of text */
 		escape_fputs(v[i].key, f);
 		fputc('\n', f);

@@ -37,6 +37,7 @@ struct tl_deleg {
 	struct tl_plan *plan;      /* lockplan_entry(tree, dir) */
 	struct tl_holder holder;
 	unsigned int users;
+	uint64_t served;           /* covered renames that used it */
 	enum deleg_state state;
 	int64_t recall_us;         /* monotonic: when another owner's recall was seen */
 	struct tl_deleg *next;
@@ -68,6 +69,7 @@ struct tl_delegs {
 	bool polling;
 	/* counters (atomic) */
 	uint64_t granted, recalled, renames_local, recall_wait_us, recall_wait_max_us, recalls_timed;
+	struct tl_hist recall_wait; /* the same waits, for the metrics */
 };
 
 bool deleg_covers(const char *dir, const char *key)
@@ -157,6 +159,7 @@ static void release_locked(struct tl_delegs *d, struct tl_deleg *g, int64_t end_
 
 		__atomic_add_fetch(&d->recall_wait_us, w, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&d->recalls_timed, 1, __ATOMIC_RELAXED);
+		stats_hist_record(&d->recall_wait, w);
 		max = __atomic_load_n(&d->recall_wait_max_us, __ATOMIC_RELAXED);
 		while (w > max && !__atomic_compare_exchange_n(&d->recall_wait_max_us, &max, w,
 							       false, __ATOMIC_RELAXED,
@@ -207,9 +210,11 @@ bool delegs_route(struct tl_delegs *d, const char *from, const char *to, struct 
 
 		if (a && b) {
 			a->users++;
+			a->served++;
 			use[0] = a;
 			if (b != a) {
 				b->users++;
+				b->served++;
 				use[1] = b;
 			}
 			pthread_mutex_unlock(&d->mutex);
@@ -553,6 +558,51 @@ void delegs_close(struct tl_delegs *d, int64_t end_ms)
 	pthread_mutex_destroy(&d->mutex);
 	pthread_cond_destroy(&d->cond);
 	free(d);
+}
+
+void delegs_counters(struct tl_delegs *d, struct tl_deleg_counters *out)
+{
+	pthread_mutex_lock(&d->mutex);
+	out->held = d->n;
+	pthread_mutex_unlock(&d->mutex);
+	out->granted = __atomic_load_n(&d->granted, __ATOMIC_RELAXED);
+	out->recalled = __atomic_load_n(&d->recalled, __ATOMIC_RELAXED);
+	out->renames_local = __atomic_load_n(&d->renames_local, __ATOMIC_RELAXED);
+	out->recall_wait = &d->recall_wait;
+}
+
+bool delegs_describe(struct tl_delegs *d, const char *key_text, const char *id,
+		     unsigned int *users, uint64_t *served, const char **state)
+{
+	static const char *const names[] = {
+		[DELEG_HELD] = "held", [DELEG_RECALLED] = "recalled",
+		[DELEG_RELEASING] = "releasing"};
+	const char *hash = strrchr(id, '#');
+	struct tl_deleg *g;
+	char ticket[32];
+
+	if (!hash)
+		return false;
+	pthread_mutex_lock(&d->mutex);
+	for (g = d->list; g; g = g->next) {
+		char *text = NULL;
+		bool same;
+
+		snprintf(ticket, sizeof(ticket), "#d%" PRIu64, g->holder.ticket);
+		if (strcmp(hash, ticket) != 0 || path_key_text(g->dir, &text) != 0)
+			continue;
+		same = strcmp(text, key_text) == 0;
+		free(text);
+		if (same)
+			break;
+	}
+	if (g) {
+		*users = g->users;
+		*served = g->served;
+		*state = names[g->state];
+	}
+	pthread_mutex_unlock(&d->mutex);
+	return g != NULL;
 }
 
 size_t delegs_format(struct tl_delegs *d, char *buf, size_t size, size_t len)

@@ -13,7 +13,7 @@
  *            within a second through the store, D is not "/", not at,
  *            below or above another delegation of the mount, and not in
  *            its cooldown: ONE try; a refusal costs nothing more
- *   used:    by covered renames (users counted)
+ *   used:    by covered renames (users counted, and those it served)
  *   recalled: another owner's waiter mark on D (any mode) or on an
  *            ancestor (exclusive), seen by the poller every
  *            delegation_recall/2 (one _mget); or this mount's lease is
@@ -35,6 +35,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "base/stats.h"
 
 struct lockmgr;
 struct tl_delegs;
@@ -74,6 +76,30 @@ void delegs_done(struct tl_delegs *d, struct tl_deleg *use[2]);
 /* A rename FROM -> TO took its locks in the store and released them:
  * counts it for the heuristic and may take a delegation. */
 void delegs_note(struct tl_delegs *d, const char *from, const char *to);
+
+/* The delegation counters, for the metrics. */
+struct tl_deleg_counters {
+	uint64_t granted;          /* delegations taken */
+	uint64_t recalled;         /* recalled because another owner asked */
+	uint64_t held;             /* gauge: held now (recalled ones until released) */
+	uint64_t renames_local;    /* renames locked in the mount's own memory */
+	const struct tl_hist *recall_wait; /* from a recall by another owner
+					    * being noticed to the release */
+};
+
+/* Fills OUT with D's counters; the histogram stays D's (read it with
+ * stats_get() while D is open). This function can't fail. */
+void delegs_counters(struct tl_delegs *d, struct tl_deleg_counters *out);
+
+/* What D knows of its delegation of the directory whose key text
+ * (path_key_text()) is KEY_TEXT, held in the store under holder ID (a
+ * listing's; its owner part is the store's owner id, which D does not
+ * know: the ticket "#d<n>" and the directory tell it): the renames
+ * using it now (*USERS), those it served (*SERVED) and its state
+ * ("held", "recalled", "releasing"). Returns false (nothing written)
+ * when D holds no such delegation, or out of memory. */
+bool delegs_describe(struct tl_delegs *d, const char *key_text, const char *id,
+		     unsigned int *users, uint64_t *served, const char **state);
 
 /* Appends the delegation counters as "name value" lines to BUF (SIZE
  * bytes, LEN used). Returns the new length. */

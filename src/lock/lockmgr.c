@@ -92,6 +92,7 @@ void lockmgr_init(struct lockmgr *m, struct lockstore *store, double timeout, co
 	m->timeout = timeout;
 	snprintf(m->owner, sizeof(m->owner), "%s", owner ? owner : "local");
 	m->hold_log_fd = -1;
+	m->indexing = store->ops->note && store->cfg && store->cfg->fs_index;
 }
 
 void lockmgr_set_hold_log(struct lockmgr *m, int fd)
@@ -431,9 +432,32 @@ int lockmgr_start(struct lockmgr *m)
 
 int lockmgr_list(struct lockmgr *m, const char *prefix, struct tl_lock_info **out, size_t *n)
 {
-	*out = NULL;
-	*n = 0;
-	return m->store->ops->list(m->store, prefix, out, n);
+	struct tl_delegs *d = __atomic_load_n(&m->delegs, __ATOMIC_RELAXED);
+	size_t i;
+	int err = lockstore_list(m->store, prefix, out, n);
+
+	for (i = 0; !err && d && i < *n; i++) {
+		struct tl_lock_info *li = &(*out)[i];
+		unsigned int users;
+		uint64_t served;
+
+		if (li->delegation &&
+		    delegs_describe(d, li->key, li->holders, &users, &served, &li->deleg_state)) {
+			li->users = (int)users;
+			li->served = (int64_t)served;
+		}
+	}
+	return err;
+}
+
+bool lockmgr_deleg_counters(struct lockmgr *m, struct tl_deleg_counters *out)
+{
+	struct tl_delegs *d = __atomic_load_n(&m->delegs, __ATOMIC_RELAXED);
+
+	if (!d)
+		return false;
+	delegs_counters(d, out);
+	return true;
 }
 
 void lockmgr_free_list(struct tl_lock_info *list, size_t n)
@@ -456,7 +480,36 @@ size_t lockmgr_format_stats(struct lockmgr *m, char *buf, size_t size)
 	const struct lockstore_ops *ops = m->store->ops;
 	size_t len = stats_format(&m->stats, ops->requests ? ops->requests(m->store) : 0, buf, size);
 
-	return m->delegs ? delegs_format(m->delegs, buf, size, len) : len;
+	if (m->delegs)
+		len = delegs_format(m->delegs, buf, size, len);
+	if (ops->format_stats)
+		len = ops->format_stats(m->store, buf, size, len);
+	return len;
+}
+
+void lockmgr_note(struct lockmgr *m, const char *key)
+{
+	if (m->indexing)
+		m->store->ops->note(m->store, key, NULL, TL_NOTE_ENTRY);
+}
+
+void lockmgr_note_rename(struct lockmgr *m, struct tl_hold *h, const char *from, const char *to,
+			 bool tree)
+{
+	uint64_t seq;
+
+	if (!m->indexing)
+		return;
+	if (!tree) {
+		m->store->ops->note(m->store, from, NULL, TL_NOTE_ENTRY);
+		m->store->ops->note(m->store, to, NULL, TL_NOTE_ENTRY);
+		return;
+	}
+	/* a covered rename (h->via) holds only this mount's memory: the
+	 * delegation's own release waits for every ticket noted before it */
+	seq = m->store->ops->note(m->store, from, to, TL_NOTE_TREE);
+	if (h && !h->via)
+		h->holder.index_seq = seq;
 }
 
 void lockmgr_count_rename(struct lockmgr *m, int res, int64_t us)

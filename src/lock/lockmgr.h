@@ -38,6 +38,8 @@
 #include "lock/lockstore.h"
 #include "base/stats.h"
 
+struct tl_deleg_counters;
+
 struct lockmgr {
 	struct lockstore *store;   /* not owned */
 	unsigned int caps;         /* the store's TL_CAP_*, read once */
@@ -53,6 +55,8 @@ struct lockmgr {
 	struct tl_stats stats;
 	struct tl_delegs *delegs;  /* delegations=on (lockdeleg.h), else NULL;
 				    * set by lockmgr_start() */
+	bool indexing;             /* fs_index=NAME and a store that keeps
+				    * it (lockstore_ops.note); set once */
 };
 
 /* The locks one operation holds (lockmgr_hold_rename(),
@@ -123,6 +127,28 @@ int lockmgr_hold_entry(struct lockmgr *m, enum tl_strategy s, const char *key, u
  * Accepts a hold that holds nothing. This function can't fail. */
 void lockmgr_unhold(struct lockmgr *m, struct tl_hold *h, int res);
 
+/* fs_index=NAME: true when the store keeps an index of the tree, so
+ * that the FUSE layer computes keys for lockmgr_note() only then. */
+static inline bool lockmgr_indexing(const struct lockmgr *m)
+{
+	return m->indexing;
+}
+
+/* fs_index=NAME: KEY's entry was created, removed or changed (its
+ * attributes, its contents) through the mount. Cheap: recorded, sent
+ * later. Any thread. This function can't fail (a note that finds no
+ * memory is dropped and counted). */
+void lockmgr_note(struct lockmgr *m, const char *key);
+
+/* fs_index=NAME: the rename FROM -> TO held by H was done; TREE: what
+ * moved is a directory (or an exchange involved one), so every document
+ * below FROM moves below TO, and H's release (lockmgr_unhold()) is
+ * deferred until those index writes were answered: a rename inside TO
+ * by another host waits for them. Otherwise both keys are noted as by
+ * lockmgr_note(). This function can't fail. */
+void lockmgr_note_rename(struct lockmgr *m, struct tl_hold *h, const char *from, const char *to,
+			 bool tree);
+
 /* The mount is ending: acquires fail with ENOLCK from their next attempt
  * on (new ones at once), and the store ends every request by END_MS
  * (monotonic ms; its shutdown op). Any thread; the first call counts. */
@@ -155,8 +181,15 @@ const char *lockmgr_store_name(const struct lockmgr *m);
 int lockmgr_start(struct lockmgr *m);
 
 /* Lists the store's locks under PREFIX ("/" for all) into a new array *OUT
- * of *N rows (free with lockmgr_free_list()). Returns 0 or -errno. */
+ * of *N rows (free with lockmgr_free_list()), as lockstore_list() does,
+ * with what this mount knows of its own delegations (users, served,
+ * deleg_state). Returns 0 or -errno. */
 int lockmgr_list(struct lockmgr *m, const char *prefix, struct tl_lock_info **out, size_t *n);
+
+/* The delegation counters (lockdeleg.h) into OUT; false when the mount
+ * has no delegations (delegations=off, or after lockmgr_shutdown()).
+ * This function can't fail. */
+bool lockmgr_deleg_counters(struct lockmgr *m, struct tl_deleg_counters *out);
 
 /* Frees LIST of N rows from lockmgr_list(); accepts NULL. */
 void lockmgr_free_list(struct tl_lock_info *list, size_t n);

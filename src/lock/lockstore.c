@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "config/config.h"
@@ -50,6 +51,40 @@ void lockstore_close(struct lockstore *st)
 {
 	if (st)
 		st->ops->close(st);
+}
+
+bool lockstore_holder_is_delegation(const char *id)
+{
+	const char *hash = id ? strrchr(id, '#') : NULL;
+
+	if (!hash || hash == id || hash[1] != 'd' || !hash[2])
+		return false;
+	return strspn(hash + 2, "0123456789") == strlen(hash + 2);
+}
+
+int lockstore_list(struct lockstore *st, const char *prefix, struct tl_lock_info **out,
+		   size_t *n)
+{
+	size_t i;
+	int err;
+
+	*out = NULL;
+	*n = 0;
+	err = st->ops->list(st, prefix, out, n);
+	if (err)
+		return err;
+	for (i = 0; i < *n; i++) {
+		struct tl_lock_info *li = &(*out)[i];
+
+		/* an exclusive lock's holders end with its one holder id
+		 * (the mem store's start with the process id) */
+		li->delegation = li->mode == TL_EXCLUSIVE &&
+				 lockstore_holder_is_delegation(li->holders);
+		li->users = -1;
+		li->served = -1;
+		li->deleg_state = NULL;
+	}
+	return 0;
 }
 
 void lockstore_free_list(struct tl_lock_info *list, size_t n)

@@ -3,14 +3,18 @@ repeatedly in a directory keeps the store locks a rename of it would take
 and renames below it in its own memory, until another mount asks."""
 import errno
 import os
+import re
 import signal
+import subprocess
 import time
 
 import pytest
 
-from conftest import makedirs, write
-from es_helpers import (ES8_AND_ENGINES, es_mounts, forget_mount, held_by, lock_docs,  # noqa: F401
-                        PATIENT, start_op, wait_for)
+from conftest import CTL, makedirs, write
+from es_helpers import (ES8_AND_ENGINES, ctl, es_mounts, forget_mount, held_by,  # noqa: F401
+                        lock_docs, owner_id, PATIENT, start_op, wait_for)
+from test_ctl_json import jsonschema, validated
+from test_metrics import PROMTOOL, parse, value
 
 DELEG = ["delegations=on", "delegation_recall=1"]
 
@@ -192,3 +196,81 @@ def test_deleg__crossing_moves_between_delegated_directories(backend, es_mounts)
         op.finish(120)
         assert op.error is None, op.error
     assert os.path.exists(a.bpath("b/x")) and os.path.exists(a.bpath("a/y"))
+
+
+def promtool_check(text):
+    """promtool accepts the exposition TEXT without a remark (when it is
+    installed)."""
+    if not PROMTOOL:
+        return
+    r = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True,
+                       text=True)
+    assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), \
+        r.stdout + r.stderr
+
+
+@pytest.mark.backends("emulator-es8")
+def test_deleg__listings_and_metrics_show_delegations(backend, es_mounts):
+    """A delegation shows as such in treelockctl locks (table and JSON),
+    in the mount's .treelockfs/locks (with how it serves) and in owners;
+    after B's recall, the metrics count it granted and recalled and its
+    recall wait."""
+    if jsonschema is None:
+        pytest.skip("no python3 jsonschema (Debian package python3-jsonschema)")
+    a, b = es_mounts(backend, "A", "B", opts={"A": DELEG + PATIENT, "B": PATIENT})
+    delegate_dir(a)
+    local = a.stats()["renames_local"]
+    os.rename(a.path("dir/f5"), a.path("dir/f6"))  # under the delegation
+    assert a.stats()["renames_local"] == local + 1
+    a_owner = owner_id(backend, "A")
+
+    doc = validated(ctl(backend, "locks", "--json"), "locks")
+    rows = {l["key"]: l for l in doc["locks"]}
+    deleg = rows["/dir"]["delegation"]
+    assert deleg is not None, rows
+    assert deleg["directory"] == "/dir" and deleg["mode"] == "exclusive", deleg
+    assert re.fullmatch(re.escape(a_owner) + r"#d\d+", deleg["holder"]), deleg
+    assert all(l["delegation"] is None for k, l in rows.items() if k != "/dir"), rows
+    table = ctl(backend, "locks").stdout
+    assert table.splitlines()[0].split()[-1] == "DELEGATION", table
+    line = [l for l in table.splitlines() if l.startswith("/dir ")]
+    assert len(line) == 1 and line[0].endswith("delegated"), table
+
+    # the mount's own listing knows how its delegation serves
+    own = [l for l in a.locks() if l.endswith(" /dir")]
+    assert len(own) == 1, a.locks()
+    m = re.search(r" delegation:held,users=0,served=(\d+) /dir$", own[0])
+    assert m and int(m.group(1)) >= 1, own
+    assert all(" - " in l for l in a.locks() if not l.endswith(" /dir")), a.locks()
+    assert a.ctl("locks").startswith("# mode count age_ms waiters holder delegation key\n")
+    # B's view of the store shows the delegation, not how A's serves
+    assert any(l.endswith(" delegation /dir") for l in b.locks()), b.locks()
+
+    doc = validated(ctl(backend, "owners", "--json", "--no-wait"), "owners")
+    count = {o["name"]: o["delegations"] for o in doc["owners"]}
+    assert count["A"] == 1 and count["B"] == 0, doc
+    table = ctl(backend, "owners", "--no-wait").stdout
+    assert table.splitlines()[0].split()[-2:] == ["DELEGATIONS", "STATE"], table
+    cols = [l.split() for l in table.splitlines()[1:] if l.startswith(a_owner + " ")]
+    assert len(cols) == 1 and cols[0][-2] == "1", table
+
+    # B asks: A gives the delegation back
+    os.rename(b.path("dir/other"), b.path("dir/mine"))
+    wait_for(lambda: a.stats()["delegations_recalled"] >= 1 and
+             a.stats()["delegations_held"] == 0, 60, what="A's recall and release")
+    r = subprocess.run([CTL, "metrics", a.mnt], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    promtool_check(r.stdout)
+    s = parse(r.stdout)
+    assert value(s, "treelockfs_delegations_granted_total") >= 1
+    assert value(s, "treelockfs_delegations_recalled_total") >= 1
+    assert value(s, "treelockfs_delegations_held") == 0
+    assert value(s, "treelockfs_renames_local_total") >= 1
+    w = "treelockfs_delegation_recall_wait_seconds"
+    assert value(s, w + "_count") >= 1 and value(s, w + "_sum") > 0
+    assert value(s, w + "_bucket", le="+Inf") == value(s, w + "_count")
+    assert value(s, w + "_bucket", le="1.048576") <= value(s, w + "_count")
+    # without delegations the families are not there
+    assert not [n for (n, _) in parse(b.ctl("metrics")) if "deleg" in n]
+    doc = validated(ctl(backend, "owners", "--json", "--no-wait"), "owners")
+    assert {o["name"]: o["delegations"] for o in doc["owners"]}["A"] == 0, doc

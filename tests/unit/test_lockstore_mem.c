@@ -97,6 +97,48 @@ START_TEST(test_lockstore_mem__shared_compatible_exclusive_not)
 }
 END_TEST
 
+START_TEST(test_lockstore_mem__delegations_marked_in_listings)
+{
+	struct tl_plan *dp = NULL, *rp = rplan("/e/x", "/e/y");
+	struct tl_holder hd, hr;
+	struct tl_conflict why;
+	struct tl_lock_info *v;
+	size_t n, i, marked = 0;
+
+	ck_assert(lockstore_holder_is_delegation("host:1:ab#d7"));
+	ck_assert(!lockstore_holder_is_delegation("host:1:ab#7"));
+	ck_assert(!lockstore_holder_is_delegation("host:1:ab#d"));
+	ck_assert(!lockstore_holder_is_delegation("host:1:ab#d7x"));
+	ck_assert(!lockstore_holder_is_delegation("#d7"));
+	ck_assert(!lockstore_holder_is_delegation("(no owner)"));
+	ck_assert(!lockstore_holder_is_delegation(NULL));
+	ck_assert_int_eq(lockplan_entry(TL_STRATEGY_TREE, "/d", &dp), 0);
+	holder(&hd, 7);
+	hd.delegation = true;
+	snprintf(hd.id, sizeof(hd.id), "test#d7");
+	holder(&hr, 8);
+	ck_assert_int_eq(st->ops->try_acquire(st, dp, &hd, &why), 0);
+	ck_assert_int_eq(st->ops->try_acquire(st, rp, &hr, &why), 0);
+	ck_assert_int_eq(lockstore_list(st, "/", &v, &n), 0);
+	for (i = 0; i < n; i++) {
+		ck_assert_int_eq(v[i].users, -1);
+		ck_assert_int_eq(v[i].served, -1);
+		ck_assert_ptr_null(v[i].deleg_state);
+		if (v[i].delegation) {
+			marked++;
+			ck_assert_str_eq(v[i].key, "/d");
+			ck_assert_str_eq(v[i].holders, "pid 42, test#d7");
+		}
+	}
+	ck_assert_uint_eq(marked, 1);
+	lockstore_free_list(v, n);
+	ck_assert_int_eq(st->ops->release(st, dp, &hd), 0);
+	ck_assert_int_eq(st->ops->release(st, rp, &hr), 0);
+	lockplan_free(dp);
+	lockplan_free(rp);
+}
+END_TEST
+
 START_TEST(test_lockstore_mem__all_or_nothing)
 {
 	struct tl_plan *a = rplan("/p/q", "/r/s"), *b = rplan("/r/s", "/t");
@@ -395,6 +437,7 @@ Suite *make_suite_lockstore_mem(void)
 	tcase_add_test(tc, test_lockstore_mem__waiter_marks);
 	tcase_add_test(tc, test_lockstore_mem__abandon_clears_marks);
 	tcase_add_test(tc, test_lockstore_mem__list);
+	tcase_add_test(tc, test_lockstore_mem__delegations_marked_in_listings);
 	tcase_add_test(tc, test_lockstore_mem__long_keys);
 	tcase_add_test(tc, test_lockstore_mem__many_keys);
 	tcase_add_test(tc, test_lockstore_mem__endpoint_plans);

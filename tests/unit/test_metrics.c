@@ -92,6 +92,55 @@ START_TEST(test_metrics__results_and_labels)
 }
 END_TEST
 
+START_TEST(test_metrics__delegations_only_when_on)
+{
+	struct tl_stats s;
+	struct tl_store_metrics sm;
+	struct tl_hist wait;
+	struct tl_deleg_counters dc = {.granted = 3, .recalled = 2, .held = 1,
+				       .renames_local = 40, .recall_wait = &wait};
+	struct tl_metrics_src src = {.mountpoint = "/m", .owner = "h", .store = "es",
+				     .strategy = "tree", .lock_timeout = 30, .stats = &s,
+				     .store_m = &sm};
+	char *out;
+
+	memset(&s, 0, sizeof(s));
+	memset(&wait, 0, sizeof(wait));
+	lockstore_metrics_init(&sm);
+	out = render(&src);
+	ck_assert_ptr_null(strstr(out, "deleg"));
+	free(out);
+	src.deleg = &dc;
+	stats_hist_record(&wait, 200);     /* in le="0.000256" */
+	stats_hist_record(&wait, 700000);  /* 0.7 s: in le="1.048576" */
+	out = render(&src);
+	ck_assert_ptr_nonnull(strstr(out, "# TYPE treelockfs_delegations_granted_total counter\n"
+					  "treelockfs_delegations_granted_total{mountpoint=\"/m\","
+					  "owner=\"h\"} 3\n"));
+	ck_assert_ptr_nonnull(strstr(out, "treelockfs_delegations_recalled_total{mountpoint=\"/m\","
+					  "owner=\"h\"} 2\n"));
+	ck_assert_ptr_nonnull(strstr(out, "# TYPE treelockfs_delegations_held gauge\n"
+					  "treelockfs_delegations_held{mountpoint=\"/m\",owner=\"h\"} 1\n"));
+	ck_assert_ptr_nonnull(strstr(out, "treelockfs_renames_local_total{mountpoint=\"/m\","
+					  "owner=\"h\"} 40\n"));
+	ck_assert_ptr_nonnull(strstr(out, "treelockfs_delegation_recall_wait_seconds_bucket{mountpoint="
+					  "\"/m\",owner=\"h\",le=\"0.000256\"} 1\n"));
+	ck_assert_ptr_nonnull(strstr(out, "treelockfs_delegation_recall_wait_seconds_bucket{mountpoint="
+					  "\"/m\",owner=\"h\",le=\"0.524288\"} 1\n"));
+	ck_assert_ptr_nonnull(strstr(out, "treelockfs_delegation_recall_wait_seconds_bucket{mountpoint="
+					  "\"/m\",owner=\"h\",le=\"1.048576\"} 2\n"));
+	ck_assert_ptr_nonnull(strstr(out, "treelockfs_delegation_recall_wait_seconds_bucket{mountpoint="
+					  "\"/m\",owner=\"h\",le=\"16.777216\"} 2\n"));
+	ck_assert_ptr_null(strstr(out, "treelockfs_delegation_recall_wait_seconds_bucket{mountpoint="
+				       "\"/m\",owner=\"h\",le=\"0.000128\"}"));
+	ck_assert_ptr_nonnull(strstr(out, "treelockfs_delegation_recall_wait_seconds_sum{mountpoint="
+					  "\"/m\",owner=\"h\"} 0.7002\n"));
+	ck_assert_ptr_nonnull(strstr(out, "treelockfs_delegation_recall_wait_seconds_count{mountpoint="
+					  "\"/m\",owner=\"h\"} 2\n"));
+	free(out);
+}
+END_TEST
+
 /* ---- metrics_file: the directory opened once ---------------------------------------- */
 
 static char tmpdir[64];
@@ -333,6 +382,7 @@ Suite *make_suite_metrics(void)
 
 	tcase_add_test(tc, test_metrics__histogram_is_cumulative_in_seconds);
 	tcase_add_test(tc, test_metrics__results_and_labels);
+	tcase_add_test(tc, test_metrics__delegations_only_when_on);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("metrics_file");
 	tcase_add_checked_fixture(tc, files_setup, files_teardown);
