@@ -74,6 +74,8 @@ struct tl_holder {
 	uint32_t pid;          /* requesting process on this host, 0 if unknown */
 	bool delegation;       /* a directory delegation (lockdeleg.h): its
 				* id is "<owner>#d<ticket>" */
+	bool waited;           /* set by lockmgr_acquire(): refused at least
+				* once before it got the plan */
 	char id[96];           /* unique holder id: "<owner>#<ticket>" */
 	void *priv;            /* the store's, NULL at first; freed by the store
 				* by the time release or abandon returns */
