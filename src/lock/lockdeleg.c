@@ -515,7 +515,11 @@ int delegs_open(struct lockmgr *m, double recall_s, struct tl_delegs **out)
 		return -ENOMEM;
 	d->m = m;
 	d->store = m->store;
-	d->poll_us = (int64_t)(recall_s * 1e6 / 2);
+	/* a waiter sees the give-back at its next try: its backoff doubles
+	 * up to 200 ms (lockmgr.c), so it may sleep about as long again as
+	 * it waited, 200 ms at most: half the bound for the poller leaves
+	 * room for that from 0.5 s on, below it a third does */
+	d->poll_us = (int64_t)(recall_s * 1e6 / (recall_s >= 0.5 ? 2 : 3));
 	if (d->poll_us < 10000)
 		d->poll_us = 10000;
 	err = lockstore_mem_open(m->store->cfg, &d->local_store);

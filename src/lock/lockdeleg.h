@@ -16,7 +16,9 @@
  *   used:    by covered renames (users counted, and those it served)
  *   recalled: another owner's waiter mark on D (any mode) or on an
  *            ancestor (exclusive), seen by the poller every
- *            delegation_recall/2 (one _mget); or this mount's lease is
+ *            delegation_recall/2 (one _mget; /3 below 0.5 s, as a
+ *            waiter's backoff may oversleep the give-back by up to
+ *            what it waited, 200 ms at most); or this mount's lease is
  *            not fresh; or a rename of this mount needs a store lock at
  *            or below D or exclusive on an ancestor (given back first,
  *            else the mount would wait for itself); or the mount ends
