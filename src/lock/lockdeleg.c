@@ -267,15 +267,29 @@ void delegs_done(struct tl_delegs *d, struct tl_deleg *use[2])
 	pthread_mutex_unlock(&d->mutex);
 }
 
+/* Starts (or extends) the cooldown of slot S at NOW: COOLDOWN_MIN_US,
+ * doubling at each call up to COOLDOWN_MAX_US. Under the mutex. */
+static void cool_locked(struct deleg_slot *s, int64_t now)
+{
+	s->backoff_us = s->backoff_us ? 2 * s->backoff_us : COOLDOWN_MIN_US;
+	if (s->backoff_us > COOLDOWN_MAX_US)
+		s->backoff_us = COOLDOWN_MAX_US;
+	s->until_us = now + s->backoff_us;
+}
+
 /* True when a delegation of DIR (LEN bytes) may be tried now; notes the
- * rename. Under the mutex. */
-static bool note_locked(struct tl_delegs *d, const char *dir, size_t len, int64_t now)
+ * rename (one that WAITED starts DIR's cooldown, unless one runs). Under
+ * the mutex. */
+static bool note_locked(struct tl_delegs *d, const char *dir, size_t len, int64_t now,
+			bool waited)
 {
 	struct deleg_slot *s = slot_of(d, dir, len, true);
 	struct tl_deleg *g;
 
 	if (!s)
 		return false;
+	if (waited && now >= s->until_us)
+		cool_locked(s, now);
 	if (now - s->last_us < NOTE_WINDOW_US)
 		s->count++;
 	else
@@ -346,7 +360,7 @@ static void try_delegate(struct tl_delegs *d, const char *dir)
 	free(g);
 }
 
-void delegs_note(struct tl_delegs *d, const char *from, const char *to)
+void delegs_note(struct tl_delegs *d, const char *from, const char *to, bool waited)
 {
 	const char *keys[2] = {from, to};
 	size_t len[2] = {0, 0};
@@ -361,7 +375,7 @@ void delegs_note(struct tl_delegs *d, const char *from, const char *to)
 	pthread_mutex_lock(&d->mutex);
 	for (i = 0; i < n; i++)
 		if (len[i] > 1 /* "/" is never delegated */ &&
-		    note_locked(d, keys[i], len[i], now))
+		    note_locked(d, keys[i], len[i], now, waited))
 			want[i] = strndup(keys[i], len[i]);
 	pthread_mutex_unlock(&d->mutex);
 	for (i = 0; i < 2; i++) {
@@ -446,13 +460,8 @@ static void poll_round(struct tl_delegs *d)
 			{
 				struct deleg_slot *s = slot_of(d, g->dir, strlen(g->dir), true);
 
-				if (s) {
-					s->backoff_us = s->backoff_us ? 2 * s->backoff_us
-								      : COOLDOWN_MIN_US;
-					if (s->backoff_us > COOLDOWN_MAX_US)
-						s->backoff_us = COOLDOWN_MAX_US;
-					s->until_us = now + s->backoff_us;
-				}
+				if (s)
+					cool_locked(s, now);
 			}
 			tl_log(LOG_INFO, "delegation of '%s' recalled: another owner (or a rename of ours in the store) waits", g->dir);
 			__atomic_add_fetch(&d->recalled, 1, __ATOMIC_RELAXED);
@@ -506,7 +515,11 @@ int delegs_open(struct lockmgr *m, double recall_s, struct tl_delegs **out)
 		return -ENOMEM;
 	d->m = m;
 	d->store = m->store;
-	d->poll_us = (int64_t)(recall_s * 1e6 / 2);
+	/* a waiter sees the give-back at its next try: its backoff doubles
+	 * up to 200 ms (lockmgr.c), so it may sleep about as long again as
+	 * it waited, 200 ms at most: half the bound for the poller leaves
+	 * room for that from 0.5 s on, below it a third does */
+	d->poll_us = (int64_t)(recall_s * 1e6 / (recall_s >= 0.5 ? 2 : 3));
 	if (d->poll_us < 10000)
 		d->poll_us = 10000;
 	err = lockstore_mem_open(m->store->cfg, &d->local_store);

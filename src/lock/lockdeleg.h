@@ -16,7 +16,9 @@
  *   used:    by covered renames (users counted, and those it served)
  *   recalled: another owner's waiter mark on D (any mode) or on an
  *            ancestor (exclusive), seen by the poller every
- *            delegation_recall/2 (one _mget); or this mount's lease is
+ *            delegation_recall/2 (one _mget; /3 below 0.5 s, as a
+ *            waiter's backoff may oversleep the give-back by up to
+ *            what it waited, 200 ms at most); or this mount's lease is
  *            not fresh; or a rename of this mount needs a store lock at
  *            or below D or exclusive on an ancestor (given back first,
  *            else the mount would wait for itself); or the mount ends
@@ -24,7 +26,9 @@
  *            one go; new renames wait for the release, then take the
  *            store path
  * A recall by another owner starts D's cooldown: 30 s, doubling at each
- * recall of D up to 10 min.
+ * recall of D up to 10 min; so does a rename of this mount within D that
+ * had to wait in the store (it met another host there: had it taken the
+ * delegation, the other host's next rename would recall it).
  *
  * Thread rules: any thread; one mutex (a leaf but across the store's
  * release of a delegation, which holds no other lock) and one condition.
@@ -74,8 +78,12 @@ struct lockmgr *delegs_local(struct tl_delegs *d);
 void delegs_done(struct tl_delegs *d, struct tl_deleg *use[2]);
 
 /* A rename FROM -> TO took its locks in the store and released them:
- * counts it for the heuristic and may take a delegation. */
-void delegs_note(struct tl_delegs *d, const char *from, const char *to);
+ * counts it for the heuristic and may take a delegation. WAITED: it was
+ * refused at least once (another holder, e.g. another host's delegation,
+ * was in its way): its directories are shared, and start their cooldown
+ * instead, so that two hosts taking turns in a directory do not take the
+ * delegation from each other at every turn. */
+void delegs_note(struct tl_delegs *d, const char *from, const char *to, bool waited);
 
 /* The delegation counters, for the metrics. */
 struct tl_deleg_counters {

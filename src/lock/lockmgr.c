@@ -346,6 +346,8 @@ int lockmgr_acquire(struct lockmgr *m, const struct tl_plan *plan, uint32_t pid,
 	if (attempt) {
 		int64_t waited = tl_mono_us() - start;
 
+		h->waited = true;
+
 		stats_sub(&m->stats.waiting, 1);
 		stats_record_wait(&m->stats, (uint64_t)waited);
 		/* also a long wait that one wake-up ended (the mem store's
@@ -653,7 +655,7 @@ void lockmgr_unhold(struct lockmgr *m, struct tl_hold *h, int res)
 		delegs_done(d, h->use);
 		h->via = NULL;
 	} else if (d && h->plan->to && res == 0) {
-		delegs_note(d, h->plan->from, h->plan->to);
+		delegs_note(d, h->plan->from, h->plan->to, h->holder.waited);
 	}
 	hold_free_plan(h);
 }

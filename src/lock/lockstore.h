@@ -76,6 +76,8 @@ struct tl_holder {
 				* id is "<owner>#d<ticket>"; with an fs
 				* index its release waits for the index
 				* writes of every rename noted before it */
+	bool waited;           /* set by lockmgr_acquire(): refused at least
+				* once before it got the plan */
 	uint64_t index_seq;    /* fs index: the ticket of this rename's
 				* index writes (lockmgr_note_rename()), 0:
 				* none; its release waits until they were

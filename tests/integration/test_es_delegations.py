@@ -274,3 +274,62 @@ def test_deleg__listings_and_metrics_show_delegations(backend, es_mounts):
     assert not [n for (n, _) in parse(b.ctl("metrics")) if "deleg" in n]
     doc = validated(ctl(backend, "owners", "--json", "--no-wait"), "owners")
     assert {o["name"]: o["delegations"] for o in doc["owners"]}["A"] == 0, doc
+
+
+def take_turns(a, b, k, rounds):
+    """A renames its k files in /alt, then B its k others, ROUNDS times."""
+    for r in range(rounds):
+        x, y = ("", ".r") if r % 2 == 0 else (".r", "")
+        for m, who in ((a, "a"), (b, "b")):
+            for i in range(k):
+                os.rename(m.path("alt", "%s%d%s" % (who, i, x)), m.path("alt", "%s%d%s" % (who, i, y)))
+
+
+def turns_cost(backend, es_mounts, deleg, tag, k, rounds):
+    """Store requests of two mounts taking turns in one directory, and the
+    delegations granted and recalled (both together)."""
+    opts = ["delegations=" + deleg, "delegation_recall=1"] + PATIENT
+    a, b = es_mounts(backend, "A", "B", opts={"A": opts, "B": opts}, tag=tag)
+    makedirs(a, "alt")
+    for who in "ab":
+        for i in range(k):
+            write(a, "alt/%s%d" % (who, i))
+    s0 = [a.stats(), b.stats()]
+    t0 = time.monotonic()
+    take_turns(a, b, k, rounds)
+    elapsed = time.monotonic() - t0
+    # the releases the senders still have out reach the store
+    last, same = None, 0
+    while same < 3:
+        s1 = [a.stats(), b.stats()]
+        now = (s1[0]["store_requests"], s1[1]["store_requests"])
+        same = same + 1 if now == last else 0
+        last = now
+        time.sleep(0.1)
+
+    def total(name):
+        return sum(s1[i].get(name, 0) - s0[i].get(name, 0) for i in range(2))
+    return {"requests": total("store_requests"), "granted": total("delegations_granted"),
+            "recalled": total("delegations_recalled"), "seconds": elapsed}
+
+
+@pytest.mark.backends("emulator-es8")
+def test_deleg__two_hosts_taking_turns_do_not_ping_pong(backend, es_mounts):
+    """Issue 44: two mounts renaming in turns in one directory. With
+    delegations on, a host that had to wait in the directory (for the
+    other's delegation) does not take one there itself for the cooldown:
+    one recall, then both rename through the store, at about the cost of
+    delegations=off."""
+    k, rounds = 5, 20
+    off = turns_cost(backend, es_mounts, "off", "off", k, rounds)
+    on = turns_cost(backend, es_mounts, "on", "on", k, rounds)
+    print("\ntaking turns, %d renames: off %s, on %s" % (2 * k * rounds, off, on))
+    assert off["granted"] == 0 and off["recalled"] == 0, off
+    # the cooldown (30 s, doubling) bounds the delegations: one, recalled
+    # once, per cooldown the run lasted, and none taken by the waiter
+    periods = 1 + int(on["seconds"] // 30)
+    assert on["granted"] <= periods, on
+    assert on["recalled"] <= on["granted"], on
+    # a recall costs the waiter's retries and the delegate's polls: a
+    # small constant beside the renames' two requests each
+    assert on["requests"] <= 1.1 * off["requests"] + 40, (on, off)

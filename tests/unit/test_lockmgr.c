@@ -600,6 +600,47 @@ START_TEST(test_lockmgr__delegation_granted_used_and_given_back)
 }
 END_TEST
 
+static void *rename_d_thread(void *arg)
+{
+	*(int *)arg = hold_and_unhold("/d/a", "/d/b");
+	return NULL;
+}
+
+START_TEST(test_lockmgr__delegation_not_taken_where_a_rename_waited)
+{
+	struct tl_plan *other;
+	struct tl_holder oh;
+	pthread_t t;
+	int res = -1;
+
+	ck_assert_int_eq(delegs_open(&mgr, 0.2, &mgr.delegs), 0);
+	mgr.timeout = 5;
+	/* another holder (another host's delegation of /d, say) holds /d;
+	 * a rename within /d waits for it */
+	ck_assert_int_eq(lockplan_entry(TL_STRATEGY_TREE, "/d", &other), 0);
+	ck_assert_int_eq(lockmgr_acquire(&mgr, other, 2, &oh), 0);
+	pthread_create(&t, NULL, rename_d_thread, &res);
+	while (stat_of("waits") < 1)
+		usleep(1000);
+	ck_assert_int_eq(lockmgr_release(&mgr, other, &oh), 0);
+	pthread_join(t, NULL);
+	ck_assert_int_eq(res, 0);
+	/* two renames within /d in a second, but the first one met another
+	 * holder there: /d is shared, no delegation (its cooldown) */
+	ck_assert_int_eq(hold_and_unhold("/d/b", "/d/c"), 0);
+	ck_assert_int_eq(hold_and_unhold("/d/c", "/d/e"), 0);
+	ck_assert_int_eq(stat_of("delegations_granted"), 0);
+	ck_assert_int_eq(stat_of("renames_local"), 0);
+	/* another directory is not concerned */
+	ck_assert_int_eq(hold_and_unhold("/f/a", "/f/b"), 0);
+	ck_assert_int_eq(hold_and_unhold("/f/b", "/f/c"), 0);
+	ck_assert_int_eq(stat_of("delegations_granted"), 1);
+	lockplan_free(other);
+	lockmgr_shutdown(&mgr, tl_mono_ms() + 1000);
+	ck_assert_uint_eq(nlocks(), 0);
+}
+END_TEST
+
 Suite *make_suite_lockmgr(void)
 {
 	Suite *s = suite_create("lockmgr");
@@ -620,6 +661,7 @@ Suite *make_suite_lockmgr(void)
 	tcase_add_test(tc, test_lockmgr__hold_refused_leaves_nothing);
 	tcase_add_test(tc, test_lockmgr__delegation_coverage);
 	tcase_add_test(tc, test_lockmgr__delegation_granted_used_and_given_back);
+	tcase_add_test(tc, test_lockmgr__delegation_not_taken_where_a_rename_waited);
 	suite_add_tcase(s, tc);
 	return s;
 }
