@@ -211,7 +211,7 @@ def test_repair_from_a_dead_owners_intent(fsmount, emu):  # noqa: F811
 
 
 def test_the_mount_names_its_index(emu, es_mounts, tmp_path):  # noqa: F811
-    (m,) = es_mounts(emu, "A", lease_ttl=60)
+    (m, n) = es_mounts(emu, "A", "B", lease_ttl=60, opts={"B": ["fsname=elsewhere"]})
     r = index_cmd(m, "build")
     assert r.returncode == 1 and "has no fs index (fs_index=NAME)" in r.stderr, r.stderr
     r = ctl("index", "build", str(m.mnt), "--index", FSIDX, "--quiet")
@@ -220,3 +220,33 @@ def test_the_mount_names_its_index(emu, es_mounts, tmp_path):  # noqa: F811
     assert r.returncode == 1 and "is not a treelockfs mount" in r.stderr, r.stderr
     r = ctl("find", str(m.mnt), "nowhere", "--index", FSIDX)
     assert r.returncode == 1 and "not in fs index" in r.stderr, r.stderr
+    # a mount whose source names no directory: its tree is read through it
+    os.makedirs(os.path.join(str(n.mnt), "x", "y"))
+    r = ctl("index", "build", str(n.mnt), "--index", FSIDX)
+    assert r.returncode == 0 and "indexed 3 entries" in r.stdout, r.stdout + r.stderr
+    assert "through the mount" in r.stdout and "through the mount" in r.stderr
+    r = ctl("index", "verify", str(n.mnt), "--index", FSIDX)
+    assert (r.returncode, r.stdout) == (0, ""), r.stdout
+
+
+def test_names_any_bytes(fsmount):
+    """A name with a newline, one that is not UTF-8: indexed (bytes: form),
+    found by globs, printed escaped, one line each."""
+    m = fsmount
+    b = os.fsencode(str(m.backing))
+    os.mkdir(b + b"/odd")
+    for name in (b"new\nline.txt", b"caf\xe9.txt", b"plain.txt"):
+        with open(b + b"/odd/" + name, "wb") as f:
+            f.write(b"x")
+    r = index_cmd(m, "build", "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert index_cmd(m, "verify").returncode == 0
+    mnt = str(m.mnt)
+    assert find(m, "odd", "-name", "*.txt") == {mnt + "/odd/new\\x0aline.txt",
+                                                mnt + "/odd/caf\\xe9.txt", mnt + "/odd/plain.txt"}
+    assert find(m, "-name", "caf?.txt") == {mnt + "/odd/caf\\xe9.txt"}
+    assert find(m, "-path", mnt + "/odd/new*") == {mnt + "/odd/new\\x0aline.txt"}
+    os.unlink(b + b"/odd/caf\xe9.txt")
+    r = index_cmd(m, "verify")
+    assert r.returncode == 1
+    assert "extra    %s/odd/caf\\xe9.txt" % mnt in r.stdout.splitlines(), r.stdout
