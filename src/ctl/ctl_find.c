@@ -178,7 +178,8 @@ char *ctl_find_wildcard(const char *pat, bool *literal, bool *exact)
 	if (!w)
 		return NULL;
 	for (; *pat; pat++) {
-		if (*pat == '[' && (k = class_len(pat)) > 0) {
+		k = *pat == '[' ? class_len(pat) : 0;
+		if (k > 0) {
 			/* one character of a class: any one, judged after */
 			w[o++] = '?';
 			pat += k - 1;
@@ -262,8 +263,10 @@ int ctl_find_parse(int argc, char *const *argv, struct ctl_find *f, char *err, s
 
 			if (a[7] != '=')
 				i++;
-			if (!n || !isdigit((unsigned char)*n) ||
-			    (f->limit = strtoul(n, &end, 10), *end) || !f->limit) {
+			end = NULL;
+			if (n && isdigit((unsigned char)*n))
+				f->limit = strtoul(n, &end, 10);
+			if (!end || *end || !f->limit) {
 				snprintf(err, errlen, "--limit wants a positive number");
 				goto out_invalid;
 			}
