@@ -215,8 +215,9 @@ out:
 	return rc;
 }
 
-int ctl_mount_open(const char *mountpoint, const char *index, char **store_args, size_t nstore,
-		   struct ctl_mount *m)
+/* ctl_mount_open() but for its cleanup on failure. */
+static int mount_open(const char *mountpoint, const char *index, char **store_args, size_t nstore,
+		      struct ctl_mount *m)
 {
 	struct mountchain_mount mc;
 	char real[PATH_MAX], *opts = NULL, *fsindex = NULL, why[160] = "";
@@ -286,6 +287,16 @@ int ctl_mount_open(const char *mountpoint, const char *index, char **store_args,
 out:
 	free(opts);
 	free(fsindex);
+	return rc;
+}
+
+int ctl_mount_open(const char *mountpoint, const char *index, char **store_args, size_t nstore,
+		   struct ctl_mount *m)
+{
+	int rc = mount_open(mountpoint, index, store_args, nstore, m);
+
+	if (rc)
+		ctl_mount_close(m);
 	return rc;
 }
 
