@@ -379,15 +379,39 @@ int lockmgr_release(struct lockmgr *m, const struct tl_plan *plan, struct tl_hol
 	return 0;
 }
 
+/* M's delegations for a call into them, or NULL (none, or the mount is
+ * ending); a non-NULL one is alive until delegs_put(). */
+static struct tl_delegs *delegs_get(struct lockmgr *m)
+{
+	struct tl_delegs *d;
+
+	__atomic_add_fetch(&m->deleg_refs, 1, __ATOMIC_SEQ_CST);
+	d = __atomic_load_n(&m->delegs, __ATOMIC_SEQ_CST);
+	if (!d)
+		__atomic_sub_fetch(&m->deleg_refs, 1, __ATOMIC_SEQ_CST);
+	return d;
+}
+
+static void delegs_put(struct lockmgr *m)
+{
+	__atomic_sub_fetch(&m->deleg_refs, 1, __ATOMIC_SEQ_CST);
+}
+
 void lockmgr_shutdown(struct lockmgr *m, int64_t end_ms)
 {
 	if (__atomic_exchange_n(&m->stopping, 1, __ATOMIC_RELAXED))
 		return;
-	struct tl_delegs *d = m->delegs;
+	struct tl_delegs *d = __atomic_exchange_n(&m->delegs, NULL, __ATOMIC_SEQ_CST);
+	const struct timespec ms = {0, 1000000};
 
 	/* given back while the store still answers; renames that start
-	 * from now on take the store path (and wait for the give-back) */
-	__atomic_store_n(&m->delegs, NULL, __ATOMIC_RELAXED);
+	 * from now on take the store path (and wait for the give-back).
+	 * Freed once no thread is inside it: a rename giving a delegation
+	 * back, a note (one try at a delegation), the stats, a listing, the
+	 * metrics; covered renames under way are waited for by
+	 * delegs_close() */
+	while (d && __atomic_load_n(&m->deleg_refs, __ATOMIC_SEQ_CST))
+		nanosleep(&ms, NULL);
 	delegs_close(d, end_ms);
 	if (m->store->ops->shutdown)
 		m->store->ops->shutdown(m->store, end_ms);
@@ -434,11 +458,13 @@ int lockmgr_start(struct lockmgr *m)
 
 int lockmgr_list(struct lockmgr *m, const char *prefix, struct tl_lock_info **out, size_t *n)
 {
-	struct tl_delegs *d = __atomic_load_n(&m->delegs, __ATOMIC_RELAXED);
+	struct tl_delegs *d;
 	size_t i;
 	int err = lockstore_list(m->store, prefix, out, n);
 
-	for (i = 0; !err && d && i < *n; i++) {
+	if (err || !(d = delegs_get(m)))
+		return err;
+	for (i = 0; i < *n; i++) {
 		struct tl_lock_info *li = &(*out)[i];
 		unsigned int users;
 		uint64_t served;
@@ -449,16 +475,18 @@ int lockmgr_list(struct lockmgr *m, const char *prefix, struct tl_lock_info **ou
 			li->served = (int64_t)served;
 		}
 	}
-	return err;
+	delegs_put(m);
+	return 0;
 }
 
 bool lockmgr_deleg_counters(struct lockmgr *m, struct tl_deleg_counters *out)
 {
-	struct tl_delegs *d = __atomic_load_n(&m->delegs, __ATOMIC_RELAXED);
+	struct tl_delegs *d = delegs_get(m);
 
 	if (!d)
 		return false;
 	delegs_counters(d, out);
+	delegs_put(m);
 	return true;
 }
 
@@ -481,9 +509,12 @@ size_t lockmgr_format_stats(struct lockmgr *m, char *buf, size_t size)
 {
 	const struct lockstore_ops *ops = m->store->ops;
 	size_t len = stats_format(&m->stats, ops->requests ? ops->requests(m->store) : 0, buf, size);
+	struct tl_delegs *d = delegs_get(m);
 
-	if (m->delegs)
-		len = delegs_format(m->delegs, buf, size, len);
+	if (d) {
+		len = delegs_format(d, buf, size, len);
+		delegs_put(m);
+	}
 	if (ops->format_stats)
 		len = ops->format_stats(m->store, buf, size, len);
 	return len;
@@ -602,16 +633,22 @@ int lockmgr_hold_rename(struct lockmgr *m, enum tl_strategy s, const char *from,
 			struct tl_hold *out)
 {
 	struct lockmgr *pm = m;
+	struct tl_delegs *d;
 	int err;
 
 	out->plan = NULL;
 	out->via = NULL;
 	out->use[0] = out->use[1] = NULL;
-	if (m->delegs && s == TL_STRATEGY_TREE && path_is_normal(from) && path_is_normal(to) &&
-	    delegs_route(m->delegs, from, to, out->use)) {
-		/* covered: the whole plan in this mount's memory */
-		pm = out->via = delegs_local(m->delegs);
-		stats_add(&m->stats.renames, 1);
+	out->delegs = NULL;
+	if (s == TL_STRATEGY_TREE && path_is_normal(from) && path_is_normal(to) &&
+	    (d = delegs_get(m)) != NULL) {
+		if (delegs_route(d, from, to, out->use)) {
+			/* covered: the whole plan in this mount's memory */
+			out->delegs = d;
+			pm = out->via = delegs_local(d);
+			stats_add(&m->stats.renames, 1);
+		}
+		delegs_put(m);
 	}
 	if (s == TL_STRATEGY_TREE && (pm->caps & TL_CAP_ENDPOINT_PLANS)) {
 		/* FROM and TO outlive the plan: they are the caller's until
@@ -624,8 +661,11 @@ int lockmgr_hold_rename(struct lockmgr *m, enum tl_strategy s, const char *from,
 	}
 	if (!err)
 		err = hold_acquire(m, pid, out);
-	if (err && out->via)
-		delegs_done(m->delegs, out->use);
+	if (err && out->via) {
+		delegs_done(out->delegs, out->use);
+		out->via = NULL;
+		out->delegs = NULL;
+	}
 	return err;
 }
 
@@ -637,6 +677,7 @@ int lockmgr_hold_entry(struct lockmgr *m, enum tl_strategy s, const char *key, u
 	out->plan = NULL;
 	out->via = NULL;
 	out->use[0] = out->use[1] = NULL;
+	out->delegs = NULL;
 	err = lockplan_entry(s, key, &out->plan);
 	if (err)
 		return err;
@@ -645,17 +686,19 @@ int lockmgr_hold_entry(struct lockmgr *m, enum tl_strategy s, const char *key, u
 
 void lockmgr_unhold(struct lockmgr *m, struct tl_hold *h, int res)
 {
-	struct tl_delegs *d = m->delegs;
+	struct tl_delegs *d;
 
 	if (!h->plan)
 		return;
 	hold_log(m, h, false, res);
 	lockmgr_release(h->via ? h->via : m, h->plan, &h->holder);
 	if (h->via) {
-		delegs_done(d, h->use);
+		delegs_done(h->delegs, h->use);
 		h->via = NULL;
-	} else if (d && h->plan->to && res == 0) {
+		h->delegs = NULL;
+	} else if (h->plan->to && res == 0 && (d = delegs_get(m)) != NULL) {
 		delegs_note(d, h->plan->from, h->plan->to, h->holder.waited);
+		delegs_put(m);
 	}
 	hold_free_plan(h);
 }

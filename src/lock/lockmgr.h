@@ -54,7 +54,11 @@ struct lockmgr {
 				    * store started */
 	struct tl_stats stats;
 	struct tl_delegs *delegs;  /* delegations=on (lockdeleg.h), else NULL;
-				    * set by lockmgr_start() */
+				    * set by lockmgr_start(), NULL again from
+				    * lockmgr_shutdown() on; atomic */
+	unsigned int deleg_refs;   /* atomic: threads using DELEGS outside a
+				    * covered rename; lockmgr_shutdown()
+				    * frees it once none is left */
 	bool indexing;             /* fs_index=NAME and a store that keeps
 				    * it (lockstore_ops.note); set once */
 };
@@ -71,6 +75,8 @@ struct tl_hold {
 				    * rename's is the delegations' private
 				    * one; NULL: this mount's store */
 	struct tl_deleg *use[2];   /* the delegations a covered rename uses */
+	struct tl_delegs *delegs;  /* theirs: alive until USE ends, however
+				    * the mount ends meanwhile */
 };
 
 /* Initialises M over STORE. OWNER names this mount in holder ids. This
@@ -151,7 +157,9 @@ void lockmgr_note_rename(struct lockmgr *m, struct tl_hold *h, const char *from,
 
 /* The mount is ending: acquires fail with ENOLCK from their next attempt
  * on (new ones at once), and the store ends every request by END_MS
- * (monotonic ms; its shutdown op). Any thread; the first call counts. */
+ * (monotonic ms; its shutdown op). Delegations are given back first,
+ * once the covered renames under way are done (they may end after this
+ * was called). Any thread; the first call counts. */
 void lockmgr_shutdown(struct lockmgr *m, int64_t end_ms);
 
 /* True while the store is known to be down (the circuit is open). */

@@ -217,7 +217,9 @@ def test_deleg__listings_and_metrics_show_delegations(backend, es_mounts):
     recall wait."""
     if jsonschema is None:
         pytest.skip("no python3 jsonschema (Debian package python3-jsonschema)")
-    a, b = es_mounts(backend, "A", "B", opts={"A": DELEG + PATIENT, "B": PATIENT})
+    # B with delegations=off: its metrics show the families' absence
+    a, b = es_mounts(backend, "A", "B", opts={"A": DELEG + PATIENT,
+                                              "B": PATIENT + ["delegations=off"]})
     delegate_dir(a)
     local = a.stats()["renames_local"]
     os.rename(a.path("dir/f5"), a.path("dir/f6"))  # under the delegation

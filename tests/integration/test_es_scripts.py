@@ -158,7 +158,8 @@ def test_es__scripts_stored_once_the_store_recovers(emu, es_mounts):
     # the store fails PUT _scripts at mount: the mount starts anyway, with
     # inline scripts, and the heartbeat (every lease_ttl/3) stores them
     emu.admin("POST", "/_esemu/forbid", {"apis": ["put_script"], "status": 503})
-    (a,) = es_mounts(emu, "A", lease_ttl=1)
+    # delegations off: the end wants no lock left, and a delegation of /s stays held
+    (a,) = es_mounts(emu, "A", lease_ttl=1, opts={"A": ["delegations=off"]})
     assert "lock scripts: sent inline (the store failed: HTTP 503 cluster_block_exception; " \
         "storing them again later)" in a.log(), a.log()
     renames_work(a)

@@ -27,8 +27,9 @@ from mounts import daemons_of, wait_gone
 @pytest.mark.backends("emulator", "engines", "opensearch3")
 def test_es__two_requests_per_uncontended_rename(backend, es_mounts, depth):
     # no heartbeat during the measure, and no request timed out (and sent
-    # again) however slowly a busy machine lets the store answer
-    (a,) = es_mounts(backend, "A", opts={"A": PATIENT})
+    # again) however slowly a busy machine lets the store answer; delegations
+    # off: they would take the renames after the second off the store
+    (a,) = es_mounts(backend, "A", opts={"A": PATIENT + ["delegations=off"]})
     dirs = ["d%d" % i for i in range(depth - 1)]
     if dirs:
         makedirs(a, *dirs)
@@ -366,7 +367,8 @@ def test_es__paused_store_fails_in_time_and_cleans_up(backend, es_mounts):
 @pytest.mark.parametrize("kind", ["503", "429", "reset"])
 @ES8_AND_ENGINES
 def test_es__injected_faults(backend, es_mounts, kind):
-    (a,) = es_mounts(backend, "A")
+    # delegations off: each rename meets the faults in the store, and none is left held
+    (a,) = es_mounts(backend, "A", opts={"A": ["delegations=off"]})
     makedirs(a, "f", "g")
     write(a, "f/g/x")
     name = "x"

@@ -641,6 +641,51 @@ START_TEST(test_lockmgr__delegation_not_taken_where_a_rename_waited)
 }
 END_TEST
 
+struct shutdown_arg {
+	struct lockmgr *m;
+	int done;                  /* atomic */
+};
+
+static void *shutdown_main(void *arg)
+{
+	struct shutdown_arg *a = arg;
+
+	lockmgr_shutdown(a->m, tl_mono_ms() + 2000);
+	__atomic_store_n(&a->done, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+/* The mount ends (SIGTERM) while a covered rename runs: the end waits for
+ * it, and the rename's end finds its delegation neither freed nor gone */
+START_TEST(test_lockmgr__delegation_shutdown_during_a_covered_rename)
+{
+	struct shutdown_arg a = {&mgr, 0};
+	struct tl_hold h;
+	pthread_t t;
+
+	ck_assert_int_eq(delegs_open(&mgr, 0.2, &mgr.delegs), 0);
+	mgr.timeout = 1;
+	ck_assert_int_eq(hold_and_unhold("/d/a", "/d/b"), 0);
+	ck_assert_int_eq(hold_and_unhold("/d/b", "/d/c"), 0);
+	ck_assert_int_eq(stat_of("delegations_held"), 1);
+	ck_assert_int_eq(lockmgr_hold_rename(&mgr, TL_STRATEGY_TREE, "/d/c", "/d/e", 0, NULL, 0, 1,
+					     &h),
+			 0);
+	ck_assert_ptr_nonnull(h.via);
+	ck_assert_int_eq(pthread_create(&t, NULL, shutdown_main, &a), 0);
+	usleep(200000);
+	/* the delegation is in use: the end waits for the rename */
+	ck_assert_int_eq(__atomic_load_n(&a.done, __ATOMIC_SEQ_CST), 0);
+	lockmgr_unhold(&mgr, &h, 0);
+	ck_assert_int_eq(pthread_join(t, NULL), 0);
+	ck_assert_int_eq(a.done, 1);
+	ck_assert_ptr_null(mgr.delegs);
+	/* after the end: refused, and nothing is left */
+	ck_assert_int_eq(hold_and_unhold("/d/e", "/d/f"), -ENOLCK);
+	ck_assert_uint_eq(nlocks(), 0);
+}
+END_TEST
+
 Suite *make_suite_lockmgr(void)
 {
 	Suite *s = suite_create("lockmgr");
@@ -662,6 +707,7 @@ Suite *make_suite_lockmgr(void)
 	tcase_add_test(tc, test_lockmgr__delegation_coverage);
 	tcase_add_test(tc, test_lockmgr__delegation_granted_used_and_given_back);
 	tcase_add_test(tc, test_lockmgr__delegation_not_taken_where_a_rename_waited);
+	tcase_add_test(tc, test_lockmgr__delegation_shutdown_during_a_covered_rename);
 	suite_add_tcase(s, tc);
 	return s;
 }
