@@ -32,10 +32,16 @@
 #define TREELOCKFS_ES_ES_FSDOC_H
 
 #include <cjson/cJSON.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/stat.h>
 
 #include "base/buf.h"
+
+/* The index's _meta.treelockfs: {"kind": ES_FSDOC_KIND, "format":
+ * ES_FSDOC_FORMAT}; another kind or format is not an fs index of ours. */
+#define ES_FSDOC_KIND "fs"
+#define ES_FSDOC_FORMAT 1
 
 /* One entry as the index holds it (es_fsdoc_read()). */
 struct es_fsentry {
@@ -49,6 +55,16 @@ struct es_fsentry {
 /* The body that creates the index: its settings and its mapping (dynamic
  * strict). Returns NULL when memory runs out. */
 cJSON *es_fsdoc_index_body(void);
+
+/* True when MAPPINGS (an index's "mappings" object as GET _mapping
+ * returns it) is the mapping of an fs index of ours, this format. */
+bool es_fsdoc_is_ours(const cJSON *mappings);
+
+/* The query matching every document strictly below KEY ("/a": "/a/x",
+ * "/a/x/y", not "/a" nor "/ab"; the root: all but the root), whichever
+ * text form (UTF-8 or bytes:) a descendant's path has. Returns a new
+ * object or NULL when memory runs out. */
+cJSON *es_fsdoc_under_query(const char *key);
 
 /* The type letter of MODE (st_mode), '?' for none of the above. */
 char es_fsdoc_type(mode_t mode);

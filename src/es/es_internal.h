@@ -21,7 +21,7 @@
  *   es_index.[ch]   cluster check, index bootstrap, stored scripts
  *   es_client.[ch]  one request: paths, statuses, _bulk, _mget, ...
  *   es_docs.[ch]    documents and bulk items (pure)
- *   es_fsdoc.h      the fs index's documents (pure; fs_index=NAME)
+ *   es_fsdoc.[ch]   the fs index's documents (pure; fs_index=NAME)
  *   es_scripts.h    the Painless scripts (includes nothing)
  *   es_options.c    the backend's own options
  *   httpc.[ch]      a thin libcurl wrapper; knows nothing of Elasticsearch
@@ -45,6 +45,7 @@
  *   es_batch   -> es_client, es_docs
  *   es_index   -> es_client, es_docs, httpc
  *   es_client  -> es_docs, httpc
+ *   es_fsdoc   -> es_docs
  *   (es_docs, es_options and httpc call none of them)
  *
  * Depends on: base, config, lock.

@@ -71,6 +71,7 @@ int main(void)
 	srunner_add_suite(sr, make_suite_mountchain());
 	srunner_add_suite(sr, make_suite_lockwait());
 	srunner_add_suite(sr, make_suite_es_docs());
+	srunner_add_suite(sr, make_suite_es_fsdoc());
 	srunner_add_suite(sr, make_suite_httpc());
 	srunner_add_suite(sr, make_suite_lockstore_es());
 	srunner_run_all(sr, CK_ENV);

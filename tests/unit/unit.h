@@ -31,6 +31,7 @@ Suite *make_suite_options(void);
 Suite *make_suite_httpc(void);
 Suite *make_suite_lockstore_es(void);
 Suite *make_suite_es_docs(void);
+Suite *make_suite_es_fsdoc(void);
 Suite *make_suite_buf(void);
 Suite *make_suite_escape(void);
 Suite *make_suite_metrics(void);
