@@ -100,6 +100,7 @@ static void validate_lock_store(struct tl_config *cfg);
 static void validate_lock_strategy(struct tl_config *cfg);
 static void validate_owner(struct tl_config *cfg);
 static void validate_log_level(struct tl_config *cfg);
+static void validate_fs_index(struct tl_config *cfg);
 
 /* Every option of ours, in the order of --help and of the checks. */
 static const struct config_option config_options[] = {
@@ -161,6 +162,9 @@ static const struct config_option config_options[] = {
 	{OPT_SECONDS(delegation_idle, "2", 0.1, 3600), .section = CONFIG_MOUNT, .arg = "SECONDS",
 	 .help = "a delegation no rename used for this long is given\n"
 		 "back (default 2)"},
+	{OPT_SECONDS(fs_index_delay, "0.2", 0.01, 60), .section = CONFIG_MOUNT, .arg = "SECONDS",
+	 .help = "with fs_index: changes are gathered this long and\n"
+		 "sent in one request (default 0.2)"},
 	/* main() passes allow_other,default_permissions on to libfuse */
 	{OPT_BOOL(allow_other), .section = CONFIG_MOUNT,
 	 .help = "let other users in; turns on default_permissions,\n"
@@ -178,6 +182,9 @@ static const struct config_option config_options[] = {
 	{OPT_SECONDS(lock_timeout, "30", TL_LOCK_TIMEOUT_MIN, TL_LOCK_TIMEOUT_MAX),
 	 .section = CONFIG_STORE, .arg = "SECONDS",
 	 .help = "give up a rename with EBUSY after this (default 30)"},
+	{OPT_STRING(fs_index), .check = validate_fs_index, .section = CONFIG_STORE, .arg = "NAME",
+	 .help = "lock_store=es: keep a document per file of the tree\n"
+		 "in index NAME of the same engine (made when missing)"},
 
 	/* default: the host name (config_init()) */
 	{OPT_STRING(owner), .check = validate_owner, .section = CONFIG_SHARED, .arg = "NAME",
@@ -540,6 +547,38 @@ static void validate_lock_strategy(struct tl_config *cfg)
  * "OWNER:PID:NONCE" and documents: at most TL_OWNER_MAX bytes of UTF-8
  * text without blanks, control characters or '#' (which ends it in a
  * holder id). Checked for every store: the name is in every hold. */
+/* fs_index=NAME: an index name the engine takes (lowercase, none of the
+ * characters backslash, slash, star, ?"<>|,#: or blanks, not "." or "..",
+ * not starting with -, _ or +, at most 255 bytes), with lock_store=es only. */
+static void validate_fs_index(struct tl_config *cfg)
+{
+	const char *n = cfg->fs_index, *p;
+
+	if (!n)
+		return;
+	if (!*n || strlen(n) > 255 || strcmp(n, ".") == 0 || strcmp(n, "..") == 0 ||
+	    strchr("-_+", n[0])) {
+		config_value_error(cfg, "fs_index", n,
+				   "invalid fs_index '%.64s': expected an index name", n);
+		return;
+	}
+	for (p = n; *p; p++) {
+		if ((unsigned char)*p <= ' ' || strchr("\\/*?\"<>|,#:", *p) ||
+		    (*p >= 'A' && *p <= 'Z')) {
+			config_value_error(cfg, "fs_index", n,
+					   "invalid fs_index '%.64s': expected an index name in "
+					   "lowercase, without blanks or any of \\/*?\"<>|,#:",
+					   n);
+			return;
+		}
+	}
+	if (cfg->lock_store != TL_STORE_ES)
+		config_value_error(cfg, "fs_index", n,
+				   "fs_index=%s needs lock_store=es: the index lives in the "
+				   "lock store's engine",
+				   n);
+}
+
 static void validate_owner(struct tl_config *cfg)
 {
 	const unsigned char *p = (const unsigned char *)cfg->owner;

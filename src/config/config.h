@@ -130,6 +130,8 @@ struct tl_config {
 	int export_support;    /* mount: file handles that outlive the kernel's inodes */
 	int noatime;           /* mount: reads leave BACKING's atime alone (O_NOATIME) */
 	char *lock_waiters_s;
+	char *fs_index;        /* lock_store=es: the fs index's name, or NULL */
+	char *fs_index_delay_s;
 	char *lock_waiters_per_user_s;
 	int allow_other;
 	int show_help;
@@ -157,6 +159,7 @@ struct tl_config {
 	unsigned int export_remember; /* forgotten inodes kept findable by handle */
 	unsigned int lock_waiters;          /* blocked flock/fcntl waits of the mount */
 	unsigned int lock_waiters_per_user; /* ... of one uid */
+	double fs_index_delay;   /* seconds: how long fs index notes gather */
 
 	/* each backend's own options, by enum tl_store_kind (NULL: none) */
 	void *store_opts[TL_STORE_COUNT];

@@ -163,6 +163,45 @@ START_TEST(test_options__lock_waiters)
 }
 END_TEST
 
+START_TEST(test_options__fs_index)
+{
+	const char *argv[] = {"-o", "lock_store=es,es_url=http://h:9200,fs_index=tree-docs",
+			      "--fs_index_delay=1.5", "/b", "/m", NULL};
+	const char *mem[] = {"-o", "fs_index=tree-docs", "/b", "/m", NULL};
+	const char *bad[] = {"-o", "lock_store=es,es_url=http://h:9200,fs_index=Tree",
+			     "--fs_index_delay=0", "/b", "/m", NULL};
+	const char *bad2[] = {"-o", "lock_store=es,es_url=http://h:9200,fs_index=_x", "/b", "/m",
+			      NULL};
+
+	parse(false, argv + 4);
+	ck_assert_int_eq(config_validate(&cfg), 0);
+	ck_assert_ptr_null(cfg.fs_index);
+	ck_assert(cfg.fs_index_delay == 0.2);
+	teardown();
+	setup();
+	parse(false, argv);
+	ck_assert_int_eq(config_validate(&cfg), 0);
+	ck_assert_str_eq(cfg.fs_index, "tree-docs");
+	ck_assert(cfg.fs_index_delay == 1.5);
+	teardown();
+	setup();
+	parse(false, mem);
+	ck_assert_int_eq(config_validate(&cfg), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "fs_index=tree-docs needs lock_store=es"));
+	teardown();
+	setup();
+	parse(false, bad);
+	ck_assert_int_eq(config_validate(&cfg), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "invalid fs_index 'Tree'"));
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "invalid fs_index_delay '0'"));
+	teardown();
+	setup();
+	parse(true, bad2);
+	ck_assert_int_eq(config_validate(&cfg), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(cfg.errors, "invalid fs_index '_x'"));
+}
+END_TEST
+
 START_TEST(test_options__all_errors_at_once)
 {
 	const char *argv[] = {"-o", "lock_store=nope,lock_timeout=-1,lock_strategy=x",
@@ -881,6 +920,7 @@ Suite *make_suite_options(void)
 	tcase_add_test(tc, test_options__passthrough);
 	tcase_add_test(tc, test_options__all_errors_at_once);
 	tcase_add_test(tc, test_options__lock_waiters);
+	tcase_add_test(tc, test_options__fs_index);
 	tcase_add_test(tc, test_options__file_then_command_line);
 	tcase_add_test(tc, test_options__file_via_o_and_unknown_key);
 	tcase_add_test(tc, test_options__bad_file_lines_named_for_the_mount);
