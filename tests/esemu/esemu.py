@@ -228,6 +228,7 @@ class Control(object):
         self.fail_rate = args.fail_rate or 0.0
         self.rng = random.Random(args.seed)
         self.blocks = {}                # X-Opaque-Id -> "reset" | "hang"
+        self.path_blocks = {}           # a part of the request path -> "reset" | "hang"
         self.forbid, self.forbid_status = set(), 403
         self.data_nodes = 1             # what _cluster/health says (/_esemu/nodes)
         self.stopping = False
@@ -250,12 +251,16 @@ class Control(object):
                 return self.rng.choice(["503", "429", "reset"])
         return None
 
-    def wait(self, opaque):
-        """Holds a request while paused or hung by its opaque id; its block mode."""
+    def wait(self, opaque, path=""):
+        """Holds a request while paused or hung by its opaque id or a part of
+        its path; its block mode."""
         with self.lock:
             try:
                 while not self.stopping:
                     mode = self.blocks.get(opaque) if opaque is not None else None
+                    for part, m in self.path_blocks.items():
+                        if part in path and mode != "hang":
+                            mode = m
                     if not self.paused and mode != "hang":
                         return mode
                     self.held += 1
@@ -271,6 +276,7 @@ class Control(object):
         with self.lock:
             self.stats, self.total = {}, 0
             self.fail_queue, self.blocks, self.forbid = [], {}, set()
+            self.path_blocks = {}
             self.paused, self.latency_ms, self.forbid_status = False, 0, 403
             self.data_nodes = 1
             self.lock.notify_all()
@@ -739,7 +745,8 @@ class Emulator(object):
                 raise bad_param("Malformed action/metadata line [%d], expected one of [create, delete, "
                                 "index, update] but found [%s]" % (lineno, op))
             for k in meta:
-                if k not in ("_index", "_id", "if_seq_no", "if_primary_term", "retry_on_conflict"):
+                if k not in ("_index", "_id", "if_seq_no", "if_primary_term", "retry_on_conflict",
+                             "version", "version_type"):
                     raise bad_param("Action/metadata line [%d] contains an unknown parameter [%s]"
                                     % (lineno, k))
             src = None
@@ -796,10 +803,18 @@ class Emulator(object):
 
     def bulk_item(self, name, op, meta, src, u, doc_id, touched):
         if_seq_no, if_term = meta.get("if_seq_no"), meta.get("if_primary_term")
+        ext = None
+        if meta.get("version_type") is not None or meta.get("version") is not None:
+            vt = meta.get("version_type", "internal")
+            if vt not in ("external", "external_gte") or op not in ("index", "delete") or \
+                    not isinstance(meta.get("version"), int):
+                raise st.not_supported("version [%s] of type [%s] on [%s]"
+                                       % (meta.get("version"), vt, op))
+            ext = (meta["version"], vt == "external_gte")
         if op == "delete":
             idx = self.store.get_index(name)
             touched[name] = idx
-            result, version, seq = self.store.write_delete(idx, doc_id, if_seq_no, if_term)
+            result, version, seq = self.store.write_delete(idx, doc_id, if_seq_no, if_term, ext)
             body = self.write_body(idx, doc_id, result, version, seq)
             body["status"] = 200 if result == "deleted" else 404
             return body
@@ -814,7 +829,7 @@ class Emulator(object):
                 raise st.not_supported("an index action without an _id")
             source, raw = self.source_of(src, doc_id)
             result, doc = self.store.write_index(idx, doc_id, source, op == "create", if_seq_no,
-                                                 if_term, raw)
+                                                 if_term, raw, ext)
             body = self.write_body(idx, doc_id, result, doc.version, doc.seq_no)
             status = 201 if result == "created" else 200
         body["status"] = status
@@ -850,8 +865,27 @@ class Emulator(object):
         started = time.monotonic()
         body = req.json(required=False) or {}
         for k in body:
-            if k not in ("query", "size", "from", "seq_no_primary_term", "version"):
+            if k not in ("query", "size", "from", "seq_no_primary_term", "version", "sort",
+                         "search_after", "_source", "track_total_hits"):
                 raise st.not_supported("search option [%s]" % k)
+        sort_field, after = None, body.get("search_after")
+        if body.get("sort") is not None:
+            sort = body["sort"]
+            one = sort[0] if isinstance(sort, list) and len(sort) == 1 else None
+            if isinstance(one, str):
+                one = {one: "asc"}
+            field, order = (list(one.items())[0] if isinstance(one, dict) and len(one) == 1
+                            else (None, None))
+            if isinstance(order, dict):
+                order = order.get("order", "asc")
+            known = self.store.indices.get(req.pp["index"])
+            props = (known.mappings.get("properties") or {}) if known else {}
+            if field is None or order != "asc" or (props.get(field) or {}).get("type") != "keyword":
+                raise st.not_supported("sort [%s]" % json.dumps(sort))
+            sort_field = field
+        elif after is not None:
+            raise EsError(400, "illegal_argument_exception", "Sort must contain at least one field.")
+        source_filter = body.get("_source", True)
         size = int(body.get("size", req.params.get("size", 10)))
         from_ = int(body.get("from", req.params.get("from", 0)))
         if from_ + size > 10000:
@@ -861,7 +895,13 @@ class Emulator(object):
         seq = body.get("seq_no_primary_term", req.bool("seq_no_primary_term"))
         version = body.get("version", req.bool("version"))
         idx = self.store.get_index(req.pp["index"])
-        matched = self.store.search(idx, body.get("query"))
+        matched = self.store.search(idx, body.get("query"), sort_field)
+        total = len(matched)
+        if after is not None:
+            if not isinstance(after, list) or len(after) != 1:
+                raise EsError(400, "illegal_argument_exception",
+                              "search_after has 1 value(s) but sort has 1.")
+            matched = [d for d in matched if str(d.source.get(sort_field)) > str(after[0])]
         hits = []
         for d in matched[from_:from_ + size]:
             h = self.meta(idx.name, d.id)
@@ -869,10 +909,16 @@ class Emulator(object):
                 h["_version"] = d.version
             if seq:
                 h.update(_seq_no=d.seq_no, _primary_term=1)
-            h["_score"] = 1.0
-            h["_source"] = Raw(d.raw) if d.raw is not None else d.source
+            h["_score"] = None if sort_field else 1.0
+            if source_filter is True:
+                h["_source"] = Raw(d.raw) if d.raw is not None else d.source
+            elif isinstance(source_filter, list):
+                h["_source"] = {k: v for k, v in d.source.items() if k in source_filter}
+            elif isinstance(source_filter, str):
+                h["_source"] = {k: v for k, v in d.source.items() if k == source_filter}
+            if sort_field:
+                h["sort"] = [d.source.get(sort_field)]
             hits.append(h)
-        total = len(matched)
         return 200, {"took": int((time.monotonic() - started) * 1000), "timed_out": False,
                      "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0},
                      "hits": {"total": total if req.bool("rest_total_hits_as_int")
@@ -966,7 +1012,7 @@ class Handler(BaseHTTPRequestHandler):
         if path.startswith("/_esemu/"):
             return self.admin(path[len("/_esemu/"):], body)
         epoch = ctl.epoch
-        mode = ctl.wait(self.headers.get("X-Opaque-Id"))
+        mode = ctl.wait(self.headers.get("X-Opaque-Id"), path)
         if mode == "reset":
             return self.reset_connection()
         if ctl.latency_ms:
@@ -1130,6 +1176,16 @@ class Handler(BaseHTTPRequestHandler):
                     ctl.blocks.pop(oid, None)
                 else:
                     ctl.blocks[oid] = mode
+                ctl.lock.notify_all()
+                return self.send_admin(200, ok)
+            if (m, cmd) == ("POST", "block_path"):
+                part, mode = data.get("contains"), data.get("mode", "none")
+                if not isinstance(part, str) or not part or mode not in ("reset", "hang", "none"):
+                    return self.send_admin(400, {"error": "need contains and mode reset|hang|none"})
+                if mode == "none":
+                    ctl.path_blocks.pop(part, None)
+                else:
+                    ctl.path_blocks[part] = mode
                 ctl.lock.notify_all()
                 return self.send_admin(200, ok)
         if (m, cmd) == ("POST", "reset"):

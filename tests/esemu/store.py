@@ -13,8 +13,14 @@
   ``retry_on_conflict`` times.
 * Mappings are kept as given (no dynamic mapping); values of mapped
   integer fields are checked as the engine parses them.
+* External versions (``version`` with ``version_type`` external or
+  external_gte) on index and delete: the document (or its tombstone) keeps
+  the given version; an older one is refused with 409.
+* ``dynamic: strict`` mappings refuse a document with an unmapped field.
 * Queries: ``match_all``, ``term`` (mapped keyword/numeric fields, ``_id``),
-  ``ids``.
+  ``ids``, ``prefix`` (keyword fields), ``bool`` (must, filter, should,
+  must_not, minimum_should_match); sort by one keyword field with
+  search_after.
 * ``--data FILE``: every acknowledged write is persisted (temp file, fsync,
   rename) before it is answered; a restart restores it.
 """
@@ -90,7 +96,15 @@ def _parse_failure(field, ftype, doc_id, preview, cause):
 
 def check_source(mapping, source, doc_id):
     """Refuses what the engine refuses to index: metadata fields in the
-    source, values of mapped integer fields that do not parse."""
+    source, values of mapped integer fields that do not parse, fields a
+    strict mapping does not map."""
+    if mapping.get("dynamic") == "strict":
+        props = mapping.get("properties") or {}
+        for k in source:
+            if k not in props and k not in SOURCE_META_FIELDS:
+                raise EsError(400, "strict_dynamic_mapping_exception",
+                              "mapping set to strict, dynamic introduction of [%s] within [_doc] "
+                              "is not allowed" % k)
     for k, v in source.items():
         if k in SOURCE_META_FIELDS:
             why = ("Field [%s] is a metadata field and cannot be added inside a document. "
@@ -196,9 +210,32 @@ class Index(object):
                     break
         return 1.0
 
+    def gc_deletes(self):
+        v = str(self.settings.get("gc_deletes", "60s"))
+        for unit, mult in (("ms", 1e-3), ("s", 1.0), ("m", 60.0), ("h", 3600.0)):
+            if v.endswith(unit):
+                try:
+                    return float(v[:-len(unit)]) * mult
+                except ValueError:
+                    break
+        return GC_DELETES_SECONDS
+
+    def ext_conflict(self, doc_id, cur, version, gte):
+        """The 409 of an external VERSION older than the document's (or its
+        tombstone's), else None."""
+        if cur is not None:
+            have = cur.version
+        else:
+            t = self.live_tombstone(doc_id)
+            have = t[0] if t else None
+        if have is None or version > have or (gte and version == have):
+            return None
+        return self.vce(doc_id, "current version [%d] is higher or equal to the one provided "
+                        "[%d]" % (have, version))
+
     def live_tombstone(self, doc_id):
         t = self.tombstones.get(doc_id)
-        if t is not None and time.monotonic() - t[2] > GC_DELETES_SECONDS:
+        if t is not None and time.monotonic() - t[2] > self.gc_deletes():
             del self.tombstones[doc_id]
             t = None
         return t
@@ -290,8 +327,10 @@ class Store(object):
         ts = idx.live_tombstone(doc_id)
         return ts[0] + 1 if ts else 1
 
-    def write_index(self, idx, doc_id, source, create=False, if_seq_no=None, if_term=None, raw=None):
-        """Indexes one document: (result, Doc)."""
+    def write_index(self, idx, doc_id, source, create=False, if_seq_no=None, if_term=None, raw=None,
+                    ext=None):
+        """Indexes one document: (result, Doc). EXT: (version, gte) of an
+        external version."""
         check_source(idx.mappings, source, doc_id)
         with idx.doc_lock(doc_id), idx.lock:
             cur = idx.docs.get(doc_id)
@@ -301,23 +340,33 @@ class Store(object):
                 err = idx.cas_conflict(doc_id, cur, if_seq_no, if_term)
                 if err:
                     raise err
+            if ext is not None:
+                err = idx.ext_conflict(doc_id, cur, ext[0], ext[1])
+                if err:
+                    raise err
             idx.max_seq_no += 1
-            doc = Doc(doc_id, source, idx.max_seq_no, self._version(idx, doc_id, cur), raw)
+            doc = Doc(doc_id, source, idx.max_seq_no,
+                      ext[0] if ext is not None else self._version(idx, doc_id, cur), raw)
             idx.docs[doc_id] = doc
             idx.tombstones.pop(doc_id, None)
             idx.dirty = True
             self.gen += 1
         return ("created" if cur is None else "updated"), doc
 
-    def write_delete(self, idx, doc_id, if_seq_no=None, if_term=None):
-        """Deletes one document: (result, version, seq_no)."""
+    def write_delete(self, idx, doc_id, if_seq_no=None, if_term=None, ext=None):
+        """Deletes one document: (result, version, seq_no). EXT: as
+        write_index()'s; a missing document then leaves a tombstone too."""
         with idx.doc_lock(doc_id), idx.lock:
             cur = idx.docs.get(doc_id)
             if if_seq_no is not None:
                 err = idx.cas_conflict(doc_id, cur, if_seq_no, if_term)
                 if err:
                     raise err
-            version = self._version(idx, doc_id, cur)
+            if ext is not None:
+                err = idx.ext_conflict(doc_id, cur, ext[0], ext[1])
+                if err:
+                    raise err
+            version = ext[0] if ext is not None else self._version(idx, doc_id, cur)
             idx.max_seq_no += 1
             idx.docs.pop(doc_id, None)
             idx.tombstones[doc_id] = (version, idx.max_seq_no, time.monotonic())
@@ -406,10 +455,32 @@ class Store(object):
         if kind == "term" and isinstance(body, dict) and len(body) == 1:
             (field, value), = body.items()
             return _term_matcher(idx, field, value)
+        if kind == "prefix" and isinstance(body, dict) and len(body) == 1:
+            (field, value), = body.items()
+            if isinstance(value, dict):
+                value = value.get("value")
+            ftype = ((idx.mappings.get("properties") or {}).get(field) or {}).get("type")
+            if ftype != "keyword" or not isinstance(value, str):
+                raise not_supported("prefix query on field [%s]" % field)
+            return lambda d: any(isinstance(x, str) and x.startswith(value)
+                                 for x in _values(d.source.get(field)))
+        if kind == "bool" and isinstance(body, dict):
+            def clauses(name):
+                c = body.get(name) or []
+                return [self.matcher(idx, q) for q in (c if isinstance(c, list) else [c])]
+            must = clauses("must") + clauses("filter")
+            should, must_not = clauses("should"), clauses("must_not")
+            msm = body.get("minimum_should_match", 0 if must else 1 if should else 0)
+            msm = int(msm)
+            return lambda d: all(m(d) for m in must) and not any(m(d) for m in must_not) and \
+                sum(1 for m in should if m(d)) >= msm
         raise not_supported("query [%s]" % kind)
 
-    def search(self, idx, query):
+    def search(self, idx, query, sort_field=None):
         match = self.matcher(idx, query)
+        if sort_field:
+            return sorted((d for d in idx.searchable.values() if match(d)),
+                          key=lambda d: str(d.source.get(sort_field)))
         return sorted((d for d in idx.searchable.values() if match(d)), key=lambda d: d.seq_no)
 
     # ---- stored scripts -------------------------------------------------------------------

@@ -101,8 +101,8 @@ def test_api__bulk_mget_and_search(es):
     assert sorted(h["_id"] for h in b["hits"]["hits"]) == ["/a", "/b"]
     st, _, b = es.post("/locks/_search", {"query": {"match_all": {}}, "aggs": {}})
     assert st == 400 and "[esemu] search option [aggs]" in b["error"]["reason"]
-    st, _, b = es.post("/locks/_search", {"query": {"prefix": {"owner": "A"}}})
-    assert st == 400 and "[esemu] query [prefix]" in b["error"]["reason"]
+    st, _, b = es.post("/locks/_search", {"query": {"wildcard": {"owner": "A*"}}})
+    assert st == 400 and "[esemu] query [wildcard]" in b["error"]["reason"]
 
 
 def test_api__search_sees_the_last_refresh(es):
@@ -238,3 +238,39 @@ def test_api__missing_index(es):
     assert b["items"][0]["delete"]["error"]["type"] == "index_not_found_exception"
     for path in ("/gone/_search", "/gone/_refresh", "/gone/_mapping"):
         assert es.request("POST" if "_mapping" not in path else "GET", path)[0] == 404
+
+
+def test_api__external_versions_prefix_and_search_after(es):
+    """What the fs index needs: external versions (a tombstone keeps a
+    delete's), strict mappings, prefix and bool queries, search_after."""
+    st, _, _ = es.put("/fsi", {"settings": {"gc_deletes": "10m"},
+                               "mappings": {"dynamic": "strict",
+                                            "properties": {"path": {"type": "keyword"}}}})
+    assert st == 200
+
+    def bulk(*lines):
+        return es.post("/_bulk", ndjson(*lines), ctype="application/x-ndjson")[2]
+    b = bulk({"index": {"_index": "fsi", "_id": "/a", "version": 10, "version_type": "external"}},
+             {"path": "/a"},
+             {"index": {"_index": "fsi", "_id": "/a", "version": 9, "version_type": "external"}},
+             {"path": "/a"},
+             {"delete": {"_index": "fsi", "_id": "/b", "version": 7, "version_type": "external"}},
+             {"index": {"_index": "fsi", "_id": "/b", "version": 6, "version_type": "external"}},
+             {"path": "/b"},
+             {"index": {"_index": "fsi", "_id": "/c", "version": 1, "version_type": "external"}},
+             {"path": "/c", "x": 1})
+    got = [(list(i)[0], list(i.values())[0]["status"]) for i in b["items"]]
+    assert got == [("index", 201), ("index", 409), ("delete", 404), ("index", 409), ("index", 400)]
+    assert b["items"][0]["index"]["_version"] == 10
+    bulk(*[x for k in ("/d/x", "/d/y", "/d/z", "/dz", "bytes:/d/\\xff") for x in
+           ({"index": {"_index": "fsi", "_id": k, "version": 1, "version_type": "external"}},
+            {"path": k})])
+    es.post("/fsi/_refresh")
+    q = {"bool": {"should": [{"prefix": {"path": "/d/"}}, {"prefix": {"path": "bytes:/d/"}}],
+                  "minimum_should_match": 1}}
+    st, _, b = es.post("/fsi/_search", {"size": 2, "query": q, "sort": [{"path": {"order": "asc"}}],
+                                        "_source": ["path"], "track_total_hits": False})
+    assert st == 200 and [h["sort"][0] for h in b["hits"]["hits"]] == ["/d/x", "/d/y"]
+    st, _, b = es.post("/fsi/_search", {"size": 2, "query": q, "sort": [{"path": {"order": "asc"}}],
+                                        "search_after": ["/d/y"]})
+    assert [h["_id"] for h in b["hits"]["hits"]] == ["/d/z", "bytes:/d/\\xff"]
