@@ -119,6 +119,7 @@
 #include "es/es_batch.h"
 #include "es/es_client.h"
 #include "es/es_docs.h"
+#include "es/es_fsindex.h"
 #include "es/es_internal.h"
 #include "es/es_kept.h"
 #include "es/es_lease.h"
@@ -556,6 +557,17 @@ int es_release(struct lockstore *st, const struct tl_plan *plan, struct tl_holde
 	if (!hold)
 		return 0;
 	err = plan_items(es, &b, plan, hold, es_docs_release, true);
+	if (!err && es->fsi && (h->index_seq || h->delegation)) {
+		/* fs index: held until the index writes of this rename (a
+		 * delegation: of every rename noted before it) were answered */
+		uint64_t seq = h->delegation ? es_fsindex_last(es->fsi) : h->index_seq;
+
+		if (seq && es_fsindex_park(es->fsi, seq, &b) == 1) {
+			buf_free(&b);
+			hold_done(es, h);
+			return 0;
+		}
+	}
 	if (!err)
 		err = es_send_release(es, &b, release_deadline(es, h, &b));
 	if (err == -EINPROGRESS)

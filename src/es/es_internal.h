@@ -22,6 +22,8 @@
  *   es_client.[ch]  one request: paths, statuses, _bulk, _mget, ...
  *   es_docs.[ch]    documents and bulk items (pure)
  *   es_fsdoc.[ch]   the fs index's documents (pure; fs_index=NAME)
+ *   es_fsindex.[ch]  the fs index of a mount: notes, rename jobs,
+ *                   the thread that writes them, parked releases
  *   es_scripts.h    the Painless scripts (includes nothing)
  *   es_options.c    the backend's own options
  *   httpc.[ch]      a thin libcurl wrapper; knows nothing of Elasticsearch
@@ -32,14 +34,15 @@
  *                 es_client, es_docs, httpc
  *   es_store   -> es_acquire, es_listing, es_lease, es_owners, es_batch,
  *                 es_index, es_retry, es_options, es_client, es_docs,
- *                 httpc
+ *                 es_fsindex, httpc
  *   es_acquire -> es_refusal, es_lease, es_owners, es_kept, es_batch,
- *                 es_retry, es_client, es_docs
+ *                 es_retry, es_client, es_docs, es_fsindex
  *   es_refusal -> es_owners, es_kept, es_batch, es_client, es_docs
  *   es_listing -> es_batch, es_client, es_docs
  *   es_lease   -> es_owners, es_kept, es_index, es_retry, es_client,
  *                 es_docs, httpc
- *   es_owners  -> es_kept, es_batch, es_client, es_docs
+ *   es_owners  -> es_kept, es_batch, es_client, es_docs, es_fsindex
+ *   es_fsindex -> es_kept, es_client, es_fsdoc, es_docs, httpc
  *   es_kept    -> es_batch, es_retry, es_client, es_docs
  *   es_retry   -> es_client, httpc
  *   es_batch   -> es_client, es_docs
@@ -177,6 +180,8 @@ struct es_store {
 	/* the index lost our mapping or strategy (es_index_verify() by the
 	 * heartbeat): no lock is taken until it is ours again */
 	int index_err;           /* 0, -EPROTO or -EINVAL */
+	/* fs_index=NAME (es_fsindex.h), NULL without; set once at open */
+	struct es_fsindex *fsi;
 };
 
 /* Per-holder scratch of the es store (tl_holder.priv): made by the first

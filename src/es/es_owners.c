@@ -26,6 +26,7 @@
 #include "es/es_batch.h"
 #include "es/es_client.h"
 #include "es/es_docs.h"
+#include "es/es_fsindex.h"
 #include "es/es_internal.h"
 #include "es/es_kept.h"
 #include "es/es_owners.h"
@@ -279,6 +280,10 @@ int es_reap_owner(struct es_store *es, const char *owner, unsigned int how, size
 
 			if (es_docs_intent_keys(src, es->strategy, &keys, &nk) != 0)
 				nk = 0;
+			/* fs index: what the dead owner's rename moved and may
+			 * not have indexed */
+			if (es->fsi && !(how & ES_REAP_SELF))
+				es_fsindex_repair(es->fsi, es_jstr(src, "from"), es_jstr(src, "to"));
 			for (j = 0; j < nk; j++) {
 				if (path_text_lock_id(keys[j], &kid) == 0) {
 					es_docs_evict(&b, kid, owner, stored);

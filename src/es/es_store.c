@@ -77,6 +77,7 @@
 #include "es/es_batch.h"
 #include "es/es_client.h"
 #include "es/es_docs.h"
+#include "es/es_fsindex.h"
 #include "es/es_index.h"
 #include "es/es_internal.h"
 #include "es/es_lease.h"
@@ -217,7 +218,29 @@ static int es_start(struct lockstore *st)
 	 * store to go to */
 	if (!err)
 		err = es_batch_start_sender(&es_of(st)->batch);
+	if (!err && es_of(st)->fsi)
+		err = es_fsindex_start(es_of(st)->fsi);
 	return err;
+}
+
+/* The vtable's note (lockstore.h): to the fs index, when there is one. */
+static uint64_t es_note(struct lockstore *st, const char *key, const char *to, unsigned int what)
+{
+	struct es_fsindex *fsi = es_of(st)->fsi;
+
+	if (!fsi)
+		return 0;
+	if (what == TL_NOTE_TREE)
+		return es_fsindex_tree(fsi, key, to);
+	es_fsindex_note(fsi, key);
+	return 0;
+}
+
+static size_t es_format_stats(struct lockstore *st, char *buf, size_t size, size_t len)
+{
+	struct es_fsindex *fsi = es_of(st)->fsi;
+
+	return fsi ? es_fsindex_format(fsi, buf, size, len) : len;
 }
 
 /* ---- open, close ---------------------------------------------------------------- */
@@ -231,7 +254,10 @@ static int open_step(struct es_store *es, bool for_ctl, int64_t deadline)
 				     deadline);
 	if (err)
 		return err;
-	return es_index_bootstrap(&es->cl, es->strategy, for_ctl, deadline);
+	err = es_index_bootstrap(&es->cl, es->strategy, for_ctl, deadline);
+	if (!err && !for_ctl && es->base.cfg->fs_index)
+		err = es_fsindex_ensure(&es->cl, es->base.cfg->fs_index, deadline);
+	return err;
 }
 
 /* Warns, once at start, where the lock index or the cluster lacks what the
@@ -260,6 +286,9 @@ static void es_close(struct lockstore *st)
 
 	if (!es)
 		return;
+	/* the fs index first: its last writes, then the releases parked
+	 * for them (handed to the sender) */
+	es_fsindex_stop(es->fsi);
 	/* releases handed off go first: what fails there is kept, and the
 	 * lease's stop resends what is kept */
 	es_batch_stop_sender(&es->batch);
@@ -267,6 +296,7 @@ static void es_close(struct lockstore *st)
 	es_batch_close(&es->batch);
 	es_client_close(&es->cl);
 	es_owners_free(es);
+	es_fsindex_close(es->fsi);
 	lockstore_base_free(&es->base, &es->mutex, &es->cond);
 }
 
@@ -329,6 +359,12 @@ int es_open(const struct tl_config *cfg, struct lockstore **out, bool for_ctl)
 		goto out_close;
 	if (!for_ctl)
 		warn_settings(es);
+	if (!for_ctl && cfg->fs_index) {
+		err = es_fsindex_open(es, cfg->fs_index, cfg->backing, cfg->fs_index_delay,
+				      &es->fsi);
+		if (err)
+			goto out_close;
+	}
 	*out = &es->base;
 	return 0;
 
@@ -356,5 +392,7 @@ static const struct lockstore_ops es_ops = {
 	.wanted = es_wanted,
 	.requests = es_requests,
 	.metrics = es_metrics,
+	.note = es_note,
+	.format_stats = es_format_stats,
 	.close = es_close,
 };

@@ -92,6 +92,7 @@ void lockmgr_init(struct lockmgr *m, struct lockstore *store, double timeout, co
 	m->timeout = timeout;
 	snprintf(m->owner, sizeof(m->owner), "%s", owner ? owner : "local");
 	m->hold_log_fd = -1;
+	m->indexing = store->ops->note && store->cfg && store->cfg->fs_index;
 }
 
 void lockmgr_set_hold_log(struct lockmgr *m, int fd)
@@ -515,7 +516,34 @@ size_t lockmgr_format_stats(struct lockmgr *m, char *buf, size_t size)
 		len = delegs_format(d, buf, size, len);
 		delegs_put(m);
 	}
+	if (ops->format_stats)
+		len = ops->format_stats(m->store, buf, size, len);
 	return len;
+}
+
+void lockmgr_note(struct lockmgr *m, const char *key)
+{
+	if (m->indexing)
+		m->store->ops->note(m->store, key, NULL, TL_NOTE_ENTRY);
+}
+
+void lockmgr_note_rename(struct lockmgr *m, struct tl_hold *h, const char *from, const char *to,
+			 bool tree)
+{
+	uint64_t seq;
+
+	if (!m->indexing)
+		return;
+	if (!tree) {
+		m->store->ops->note(m->store, from, NULL, TL_NOTE_ENTRY);
+		m->store->ops->note(m->store, to, NULL, TL_NOTE_ENTRY);
+		return;
+	}
+	/* a covered rename (h->via) holds only this mount's memory: the
+	 * delegation's own release waits for every ticket noted before it */
+	seq = m->store->ops->note(m->store, from, to, TL_NOTE_TREE);
+	if (h && !h->via)
+		h->holder.index_seq = seq;
 }
 
 void lockmgr_count_rename(struct lockmgr *m, int res, int64_t us)

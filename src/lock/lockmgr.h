@@ -59,6 +59,8 @@ struct lockmgr {
 	unsigned int deleg_refs;   /* atomic: threads using DELEGS outside a
 				    * covered rename; lockmgr_shutdown()
 				    * frees it once none is left */
+	bool indexing;             /* fs_index=NAME and a store that keeps
+				    * it (lockstore_ops.note); set once */
 };
 
 /* The locks one operation holds (lockmgr_hold_rename(),
@@ -130,6 +132,28 @@ int lockmgr_hold_entry(struct lockmgr *m, enum tl_strategy s, const char *key, u
  * releases it (lockmgr_release(); a failure is logged) and frees its plan.
  * Accepts a hold that holds nothing. This function can't fail. */
 void lockmgr_unhold(struct lockmgr *m, struct tl_hold *h, int res);
+
+/* fs_index=NAME: true when the store keeps an index of the tree, so
+ * that the FUSE layer computes keys for lockmgr_note() only then. */
+static inline bool lockmgr_indexing(const struct lockmgr *m)
+{
+	return m->indexing;
+}
+
+/* fs_index=NAME: KEY's entry was created, removed or changed (its
+ * attributes, its contents) through the mount. Cheap: recorded, sent
+ * later. Any thread. This function can't fail (a note that finds no
+ * memory is dropped and counted). */
+void lockmgr_note(struct lockmgr *m, const char *key);
+
+/* fs_index=NAME: the rename FROM -> TO held by H was done; TREE: what
+ * moved is a directory (or an exchange involved one), so every document
+ * below FROM moves below TO, and H's release (lockmgr_unhold()) is
+ * deferred until those index writes were answered: a rename inside TO
+ * by another host waits for them. Otherwise both keys are noted as by
+ * lockmgr_note(). This function can't fail. */
+void lockmgr_note_rename(struct lockmgr *m, struct tl_hold *h, const char *from, const char *to,
+			 bool tree);
 
 /* The mount is ending: acquires fail with ENOLCK from their next attempt
  * on (new ones at once), and the store ends every request by END_MS

@@ -73,9 +73,15 @@ struct tl_holder {
 				* every request made for this holder by it */
 	uint32_t pid;          /* requesting process on this host, 0 if unknown */
 	bool delegation;       /* a directory delegation (lockdeleg.h): its
-				* id is "<owner>#d<ticket>" */
+				* id is "<owner>#d<ticket>"; with an fs
+				* index its release waits for the index
+				* writes of every rename noted before it */
 	bool waited;           /* set by lockmgr_acquire(): refused at least
 				* once before it got the plan */
+	uint64_t index_seq;    /* fs index: the ticket of this rename's
+				* index writes (lockmgr_note_rename()), 0:
+				* none; its release waits until they were
+				* answered */
 	char id[96];           /* unique holder id: "<owner>#<ticket>" */
 	void *priv;            /* the store's, NULL at first; freed by the store
 				* by the time release or abandon returns */
@@ -135,6 +141,17 @@ struct tl_store_metrics {
 
 /* Sets M to "nothing known". This function can't fail. */
 void lockstore_metrics_init(struct tl_store_metrics *m);
+
+/* What lockstore_ops.note is told (fs_index=NAME). */
+enum {
+	/* KEY's entry changed through the mount (created, removed, its
+	 * attributes or contents): its document is written as the tree
+	 * holds it when it is sent, changes of one key coalescing */
+	TL_NOTE_ENTRY = 0,
+	/* a directory (or, exchanged, either entry) was renamed KEY -> TO:
+	 * the documents below KEY go and those below TO come, crawled */
+	TL_NOTE_TREE = 1,
+};
 
 /* Capabilities a store reports in lockstore_ops.caps. */
 enum {
@@ -212,6 +229,18 @@ struct lockstore_ops {
 	 * first). Must not block on the store: it is read at every scrape.
 	 * May be NULL. */
 	void (*metrics)(struct lockstore *st, struct tl_store_metrics *m);
+
+	/* fs_index=NAME: what a FUSE operation changed (TL_NOTE_*; TO only
+	 * with TL_NOTE_TREE), for the store's document index of the tree;
+	 * cheap (the request path only records it). Returns 0, or for
+	 * TL_NOTE_TREE the ticket of its index writes, for
+	 * tl_holder.index_seq (0: nothing to wait for). May be NULL: no
+	 * index. */
+	uint64_t (*note)(struct lockstore *st, const char *key, const char *to, unsigned int what);
+
+	/* Appends the store's own "name value" lines to BUF (LEN used of
+	 * SIZE) for the stats file; returns the new length. May be NULL. */
+	size_t (*format_stats)(struct lockstore *st, char *buf, size_t size, size_t len);
 
 	/* Stops background work and frees the store; accepts NULL. */
 	void (*close)(struct lockstore *st);
