@@ -39,6 +39,8 @@
  *   fs_export.c       lookups by file handle (export_support)
  *   fs_rename.c       ll_rename() and entry locks: keys, hold, check,
  *                     rename (the plan and the hold: lockmgr.h)
+ *   fs_index.c        the fs index's notes (fs_index=NAME): the key of
+ *                     what an operation changed, to the lock manager
  *   fs_keys.[ch]      lock keys: where an entry of the backing tree is now
  *   renameflags.[ch]  which rename flags a backing filesystem refuses
  *   fs_plock.c        POSIX record locks and flock()
@@ -178,6 +180,10 @@ struct tlfs {
 	 * threads that make keys is set once serving (keys_set_home()) */
 	struct keys keys;
 	struct renameflags rename_flags; /* flags the backing refuses */
+	/* fs index (fs_index.c): an open file written since its last flush,
+	 * by fd, allocated at the first write (atomic pointer and bytes) */
+	uint8_t *index_dirty;
+	size_t index_dirty_n;
 	const char *mountpoint;  /* as given, for the metrics' labels */
 	int64_t start_ms;        /* wall clock when the mount started */
 	char *given_options;     /* the options as given, one per line
@@ -512,6 +518,27 @@ void rename_unlock_entry(struct tlfs *fs, struct op_lock *l);
 
 void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
 	       const char *newname, unsigned int flags);
+
+/* ---- fs_index.c: the fs index's notes ---- */
+
+/* Each notes (lockmgr_note()) the entry an operation changed, when the
+ * mount keeps an fs index (lockmgr_indexing()), else does nothing; a key
+ * that cannot be found is not noted. Run as the daemon (creds_daemon()).
+ * None of them can fail. */
+/* NAME in PARENT (created, removed), and PARENT (its times, its links). */
+void index_note_name(struct tlfs *fs, struct ll_inode *parent, const char *name);
+/* The directory of KEY (a key of fs_keys.h, written to and restored). */
+void index_note_parent(struct tlfs *fs, char *key);
+/* The file IN (its attributes changed), by FD when it is open (-1: not). */
+void index_note_inode(struct tlfs *fs, struct ll_inode *in, int fd);
+/* A write to the open file FD: noted once until its next flush. */
+void index_written(struct tlfs *fs, int fd);
+/* A flush (RELEASE false) or the release of open file FD, opened with
+ * FLAGS (release only): noted when written since, or at the release of
+ * a file opened for writing (passthrough writes never reach us). */
+void index_flushed(struct tlfs *fs, int fd, int flags, bool release);
+/* Frees what the notes keep (tlfs_release()). */
+void index_release(struct tlfs *fs);
 
 /* ---- fs_plock.c: POSIX record locks and flock ---- */
 

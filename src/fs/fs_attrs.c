@@ -122,6 +122,9 @@ void ll_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int valid,
 			goto out;
 	}
 out:
+	if (valid & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID |
+		     FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_ATIME))
+		index_note_inode(fs, in, fd); /* also after a partial failure */
 	if (res) {
 		fuse_reply_err(req, -res);
 		return;

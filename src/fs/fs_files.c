@@ -81,6 +81,8 @@ void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	creds_noatime(fs, fd);
 	fi->fh = (uint64_t)fd;
+	if (fi->flags & O_TRUNC)
+		index_note_inode(fs, in, fd);
 	passthrough_open(fs, req, in, fd, fi);
 	if (fuse_reply_open(req, fi) != 0) {
 		/* interrupted: there will be no release */
@@ -360,6 +362,7 @@ void ll_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in_buf, of
 		return;
 	}
 	inode_mode_check(req_fs(req), inode_get(req_fs(req), ino), (int)fi->fh);
+	index_written(req_fs(req), (int)fi->fh);
 	fuse_reply_write(req, (size_t)res);
 }
 
@@ -372,6 +375,7 @@ void ll_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	plock_drop_owner(req_fs(req), (int)fi->fh, fi->lock_owner);
+	index_flushed(req_fs(req), (int)fi->fh, 0, false);
 	/* close a duplicate so that close-time semantics of the backing
 	 * filesystem (NFS write-back) happen now */
 	fd = dup((int)fi->fh);
@@ -393,6 +397,7 @@ void ll_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		if (fi->flock_release)
 			flock((int)fi->fh, LOCK_UN);
 		wb_release(req_fs(req), (int)fi->fh);
+		index_flushed(req_fs(req), (int)fi->fh, fi->flags, true);
 		close((int)fi->fh);
 	}
 	fuse_reply_err(req, 0);
@@ -425,6 +430,7 @@ void ll_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len
 		return;
 	}
 	inode_mode_check(req_fs(req), inode_get(req_fs(req), ino), (int)fi->fh);
+	index_written(req_fs(req), (int)fi->fh);
 	fuse_reply_err(req, 0);
 }
 
@@ -450,6 +456,7 @@ void ll_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 		return;
 	}
 	inode_mode_check(req_fs(req), inode_get(req_fs(req), ino_out), (int)fi_out->fh);
+	index_written(req_fs(req), (int)fi_out->fh);
 	fuse_reply_write(req, (size_t)res);
 }
 

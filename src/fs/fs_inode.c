@@ -750,6 +750,7 @@ void tlfs_release(struct tlfs *fs)
 {
 	/* answered while the session still exists */
 	plockwait_destroy(&fs->waits);
+	index_release(fs);
 	if (fs->root) {
 		pthread_mutex_lock(&fs->itab_mutex);
 		fs->pruner.stop = true;

@@ -257,6 +257,11 @@ static void ns_run(fuse_req_t req, struct ns_req *r)
 	if (!res && creates && e.ino)
 		inode_note_name(fs, inode_get(fs, e.ino), r->parent, r->name);
 	rename_unlock_entry(fs, &l);
+	if (!res) {
+		index_note_name(fs, r->parent, r->name);
+		if (r->op == NS_LINK)
+			index_note_inode(fs, r->src, -1); /* its nlink */
+	}
 	if (res)
 		fuse_reply_err(req, -res);
 	else if (creates)
@@ -445,6 +450,7 @@ void ll_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 	}
 	creds_noatime(fs, fd);
 	fi->fh = (uint64_t)fd;
+	index_note_name(fs, p, name);
 	inode_note_name(fs, inode_get(fs, e.ino), p, name);
 	e.generation = inode_gen(fs, e.ino);
 	passthrough_open(fs, req, inode_get(fs, e.ino), fd, fi);

@@ -27,9 +27,11 @@
 #include <config.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "fs/fs.h"
@@ -109,13 +111,40 @@ static int rename_refusal(struct rename_op *r)
 	return 0;
 }
 
+static int rename_keys(struct rename_op *r);
+
+/* fs index: tells the lock manager what rename R (done) moved: a
+ * directory (either, exchanged) moves the documents below it, and holds
+ * R's locks until they moved. This function can't fail. */
+static void rename_note(struct rename_op *r)
+{
+	struct stat st;
+	bool tree;
+
+	if (!lockmgr_indexing(&r->fs->mgr))
+		return;
+	creds_daemon(r->fs);
+	tree = fstatat(r->p2->fd, r->newname, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	       S_ISDIR(st.st_mode);
+	if (!tree && (r->flags & RENAME_EXCHANGE))
+		tree = fstatat(r->p1->fd, r->name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		       S_ISDIR(st.st_mode);
+	lockmgr_note_rename(&r->fs->mgr, r->hold.plan ? &r->hold : NULL, r->kfrom.s, r->kto.s,
+			    tree);
+	index_note_parent(r->fs, r->kfrom.s);
+	index_note_parent(r->fs, r->kto.s);
+}
+
 /* lock_strategy=none, the baseline: renames as the caller, no keys, no locks; 0 or -errno. */
 static int rename_unlocked(struct rename_op *r)
 {
+	bool keys = lockmgr_indexing(&r->fs->mgr) && rename_keys(r) == 0;
 	int res = creds_enter(r->fs, r->req);
 
 	if (!res && renameat2(r->p1->fd, r->name, r->p2->fd, r->newname, r->flags) == -1)
 		res = -errno;
+	if (!res && keys)
+		rename_note(r); /* the fs index's keys: looked up before, unlocked */
 	lockmgr_count_unlocked(&r->fs->mgr, true);
 	return res;
 }
@@ -247,7 +276,7 @@ void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 	creds_daemon(fs);
 	if (fs->cfg->lock_strategy == TL_STRATEGY_NONE) {
 		res = rename_unlocked(&r);
-		goto out_count;
+		goto out_free_keys;
 	}
 	res = rename_keys(&r);
 	if (res)
@@ -258,6 +287,8 @@ void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 	res = rename_check(&r);
 	if (!res)
 		res = rename_act(&r);
+	if (!res)
+		rename_note(&r);
 	rename_unhold(&r, res);
 out_free_keys:
 	keys_list_free(&r.below);
