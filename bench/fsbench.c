@@ -24,6 +24,9 @@
  *       SLICE seconds, then on the next, all processes on the same root at
  *       the same moment, until each root has had SECONDS; name@K for root K
  *
+ * With FSBENCH_NO_RENAMES=1 in the environment, meta and metax run create,
+ * stat and unlink only (no rename phase, no big directory): bench/fsindex.
+ *
  * The x forms are what bench/run's interleaved rounds use: the roots take
  * turns every few milliseconds (in a Williams order, see turn_root()), so a
  * burst of load from the machine's neighbours, which lasts longer than
@@ -231,6 +234,9 @@ static const char *const phase_name[PH_N] = {"create", "stat", "rename_same", "r
 					      "unlink"};
 
 /* Phase PH on files [LO, HI) of ROOT. */
+/* FSBENCH_NO_RENAMES: create, stat and unlink only. */
+static int no_renames;
+
 static void meta_chunk(int ph, const char *root, long lo, long hi, long nleaves)
 {
 	char a[4096], b[4096];
@@ -256,7 +262,10 @@ static void meta_chunk(int ph, const char *root, long lo, long hi, long nleaves)
 				die("cannot rename", a);
 			break;
 		default:
-			file_path(root, i, nleaves, "r", 1, a, sizeof(a));
+			if (no_renames)
+				file_path(root, i, nleaves, "f", 0, a, sizeof(a));
+			else
+				file_path(root, i, nleaves, "r", 1, a, sizeof(a));
 			if (unlink(a) == -1)
 				die("cannot unlink", a);
 		}
@@ -281,7 +290,10 @@ static void do_metax(long n, long big_max, double big_sec, double settle, long c
 			leaf_dir(roots[r], i, a, sizeof(a));
 			mkdir_p(a);
 		}
+	no_renames = getenv("FSBENCH_NO_RENAMES") && atoi(getenv("FSBENCH_NO_RENAMES"));
 	for (ph = 0; ph < PH_N; ph++) {
+		if (no_renames && (ph == PH_SAME || ph == PH_CROSS))
+			continue;
 		if (ph == PH_STAT && settle > 0) {
 			struct timespec ts = {.tv_sec = (time_t)settle,
 					      .tv_nsec = (long)((settle - (double)(time_t)settle) * 1e9)};
@@ -302,12 +314,14 @@ static void do_metax(long n, long big_max, double big_sec, double settle, long c
 	}
 	for (r = 0; r < nr; r++)
 		for (ph = 0; ph < PH_N; ph++) {
+			if (no_renames && (ph == PH_SAME || ph == PH_CROSS))
+				continue;
 			snprintf(name, sizeof(name), tag ? "%s@%d" : "%s", phase_name[ph], r);
 			result(name, n, sec[ph][r]);
 		}
 	/* the big directory: turns of BIG_TURN renames each until every root
 	 * has had BIG_MAX renames or BIG_SECONDS (at least one turn each) */
-	for (t = 0, busy = 1; busy; ) {
+	for (t = 0, busy = !no_renames; busy; ) {
 		busy = 0;
 		for (k = 0; k < nr; k++, t++) {
 			r = turn_root(t, nr);
@@ -324,7 +338,7 @@ static void do_metax(long n, long big_max, double big_sec, double settle, long c
 			big_ops[r] += big_turn;
 		}
 	}
-	for (r = 0; r < nr; r++) {
+	for (r = 0; r < nr && !no_renames; r++) {
 		snprintf(name, sizeof(name), tag ? "rename_bigdir@%d" : "rename_bigdir", r);
 		result(name, big_ops[r], big_t[r]);
 	}

@@ -268,6 +268,21 @@ static int acq_prepare(struct acq *a, const struct tl_holder *h)
 	return 0;
 }
 
+/* fs index: waits while a release of ours parked for its index writes
+ * holds one of A's documents in a conflicting mode (es_fsindex.h). */
+static void wait_parked(struct acq *a)
+{
+	bool *excl = calloc(a->plan->n ? a->plan->n : 1, sizeof(*excl));
+	size_t i;
+
+	if (!excl)
+		return;
+	for (i = 0; i < a->plan->n; i++)
+		excl[i] = a->plan->items[i].mode == TL_EXCLUSIVE;
+	es_fsindex_wait_parked(a->es->fsi, a->ids, excl, a->plan->n, a->deadline);
+	free(excl);
+}
+
 /* Learns the owners known dead now, whose waiter marks the scripts ignore.
  * Returns 0 or -ENOMEM. */
 static int acq_dead_owners(struct acq *a)
@@ -452,6 +467,8 @@ int es_try_acquire(struct lockstore *st, const struct tl_plan *plan, struct tl_h
 	err = acq_prepare(&a, h);
 	if (err)
 		goto out;
+	if (a.es->fsi)
+		wait_parked(&a);
 	for (round = 0; round < ES_ITEM_RETRIES && !a.refused; round++) {
 		/* level 2 of es_retry.h; near lock_timeout lockmgr decides */
 		if (round && !es_retry_pause(a.deadline, round))
@@ -547,6 +564,28 @@ static int64_t release_deadline(struct es_store *es, const struct tl_holder *h,
 	return dl > own ? dl : own;
 }
 
+/* fs index: parks the release B of holder H until the index writes of
+ * its rename (a delegation: of every rename noted before it) were
+ * answered. Returns true when parked. */
+static bool park(struct es_store *es, const struct tl_plan *plan, const struct tl_holder *h,
+		 const struct buf *b)
+{
+	uint64_t seq = h->delegation ? es_fsindex_last(es->fsi) : h->index_seq;
+	bool *excl = calloc(plan->n ? plan->n : 1, sizeof(*excl));
+	char **ids = NULL;
+	bool parked = false;
+	size_t i;
+
+	if (seq && excl && ids_make(plan, &ids) == 0) {
+		for (i = 0; i < plan->n; i++)
+			excl[i] = plan->items[i].mode == TL_EXCLUSIVE;
+		parked = es_fsindex_park(es->fsi, seq, b, ids, excl, plan->n) == 1;
+		ids_free(ids, plan->n);
+	}
+	free(excl);
+	return parked;
+}
+
 int es_release(struct lockstore *st, const struct tl_plan *plan, struct tl_holder *h)
 {
 	struct es_store *es = es_of(st);
@@ -557,16 +596,10 @@ int es_release(struct lockstore *st, const struct tl_plan *plan, struct tl_holde
 	if (!hold)
 		return 0;
 	err = plan_items(es, &b, plan, hold, es_docs_release, true);
-	if (!err && es->fsi && (h->index_seq || h->delegation)) {
-		/* fs index: held until the index writes of this rename (a
-		 * delegation: of every rename noted before it) were answered */
-		uint64_t seq = h->delegation ? es_fsindex_last(es->fsi) : h->index_seq;
-
-		if (seq && es_fsindex_park(es->fsi, seq, &b) == 1) {
-			buf_free(&b);
-			hold_done(es, h);
-			return 0;
-		}
+	if (!err && es->fsi && (h->index_seq || h->delegation) && park(es, plan, h, &b)) {
+		buf_free(&b);
+		hold_done(es, h);
+		return 0;
 	}
 	if (!err)
 		err = es_send_release(es, &b, release_deadline(es, h, &b));

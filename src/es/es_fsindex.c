@@ -82,6 +82,9 @@ struct fx_parked {
 	struct fx_parked *next;
 	uint64_t seq;
 	struct buf b;
+	char **ids;              /* the lock documents it releases */
+	bool *excl;              /* ... held exclusive */
+	size_t n;
 };
 
 struct es_fsindex {
@@ -93,6 +96,7 @@ struct es_fsindex {
 
 	pthread_mutex_t mutex;   /* leaf; never held across a request or syscall */
 	pthread_cond_t cond;     /* CLOCK_MONOTONIC */
+	pthread_cond_t parked_cond; /* CLOCK_MONOTONIC: parked releases sent */
 	/* protected by mutex: */
 	struct fx_set set;
 	struct fx_job *jobs, *jobs_tail;
@@ -803,9 +807,23 @@ void es_fsindex_repair(struct es_fsindex *fx, const char *from_text, const char 
 	pthread_mutex_unlock(&fx->mutex);
 }
 
-int es_fsindex_park(struct es_fsindex *fx, uint64_t seq, const struct buf *b)
+static void parked_free(struct fx_parked *p)
+{
+	size_t i;
+
+	for (i = 0; i < p->n; i++)
+		free(p->ids[i]);
+	free(p->ids);
+	free(p->excl);
+	buf_free(&p->b);
+	free(p);
+}
+
+int es_fsindex_park(struct es_fsindex *fx, uint64_t seq, const struct buf *b, char *const *ids,
+		    const bool *excl, size_t n)
 {
 	struct fx_parked *p;
+	size_t i;
 
 	pthread_mutex_lock(&fx->mutex);
 	if (seq <= fx->done_seq || !fx->started) {
@@ -817,18 +835,28 @@ int es_fsindex_park(struct es_fsindex *fx, uint64_t seq, const struct buf *b)
 	if (!p)
 		return -ENOMEM;
 	buf_init(&p->b, 0);
-	if (buf_add(&p->b, b->data, b->len) != 0) {
-		buf_free(&p->b);
-		free(p);
+	p->ids = calloc(n ? n : 1, sizeof(*p->ids));
+	p->excl = calloc(n ? n : 1, sizeof(*p->excl));
+	if (!p->ids || !p->excl || buf_add(&p->b, b->data, b->len) != 0) {
+		parked_free(p);
 		return -ENOMEM;
 	}
+	for (i = 0; i < n; i++) {
+		p->ids[i] = strdup(ids[i]);
+		p->excl[i] = excl[i];
+		if (!p->ids[i]) {
+			p->n = i;
+			parked_free(p);
+			return -ENOMEM;
+		}
+	}
+	p->n = n;
 	p->seq = seq;
 	pthread_mutex_lock(&fx->mutex);
 	if (seq <= fx->done_seq) {
 		/* answered meanwhile */
 		pthread_mutex_unlock(&fx->mutex);
-		buf_free(&p->b);
-		free(p);
+		parked_free(p);
 		return 0;
 	}
 	p->next = fx->parked;
@@ -855,6 +883,8 @@ static void release_parked(struct es_fsindex *fx, uint64_t done, bool all)
 		}
 	}
 	pthread_mutex_unlock(&fx->mutex);
+	if (!ready)
+		return;
 	while (ready) {
 		int64_t deadline = tl_mono_ms() + (int64_t)(fx->es->base.cfg->lock_timeout * 1000);
 
@@ -863,9 +893,46 @@ static void release_parked(struct es_fsindex *fx, uint64_t done, bool all)
 		if (es_send_release(fx->es, &p->b, deadline) == -ENOLCK)
 			tl_log(LOG_WARNING, "fs index '%s': a rename's release could not be sent: "
 			       "its locks expire with the lease", fx->name);
-		buf_free(&p->b);
-		free(p);
+		parked_free(p);
 	}
+	/* handed to the store: an acquire of ours waiting for them goes now
+	 * (queued behind the release, es_batch.h) */
+	pthread_mutex_lock(&fx->mutex);
+	pthread_cond_broadcast(&fx->parked_cond);
+	pthread_mutex_unlock(&fx->mutex);
+}
+
+/* True when a parked release holds one of IDS[0..N) in a mode that
+ * conflicts with EXCL. Under the mutex. */
+static bool parked_conflict_locked(struct es_fsindex *fx, char *const *ids, const bool *excl,
+				   size_t n)
+{
+	const struct fx_parked *p;
+	size_t i, j;
+
+	for (p = fx->parked; p; p = p->next)
+		for (i = 0; i < p->n; i++)
+			for (j = 0; j < n; j++)
+				if ((p->excl[i] || excl[j]) && strcmp(p->ids[i], ids[j]) == 0)
+					return true;
+	return false;
+}
+
+void es_fsindex_wait_parked(struct es_fsindex *fx, char *const *ids, const bool *excl, size_t n,
+			    int64_t deadline)
+{
+	pthread_mutex_lock(&fx->mutex);
+	while (fx->parked && parked_conflict_locked(fx, ids, excl, n)) {
+		struct timespec ts;
+		int64_t until = deadline ? deadline : tl_mono_ms() + 1000;
+
+		if (deadline && tl_mono_ms() >= deadline)
+			break;
+		ts.tv_sec = until / 1000;
+		ts.tv_nsec = (long)(until % 1000) * 1000000;
+		pthread_cond_timedwait(&fx->parked_cond, &fx->mutex, &ts);
+	}
+	pthread_mutex_unlock(&fx->mutex);
 }
 
 /* Runs job J. Returns 0 or -errno (its writes failed). */
@@ -1156,6 +1223,7 @@ int es_fsindex_open(struct es_store *es, const char *name, const char *backing, 
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&fx->cond, &ca);
+	pthread_cond_init(&fx->parked_cond, &ca);
 	pthread_condattr_destroy(&ca);
 	free(esc);
 	*out = fx;
@@ -1253,9 +1321,9 @@ void es_fsindex_close(struct es_fsindex *fx)
 		struct fx_parked *p = fx->parked;
 
 		fx->parked = p->next;
-		buf_free(&p->b);
-		free(p);
+		parked_free(p);
 	}
+	pthread_cond_destroy(&fx->parked_cond);
 	pthread_cond_destroy(&fx->cond);
 	pthread_mutex_destroy(&fx->mutex);
 	if (fx->root_fd >= 0)

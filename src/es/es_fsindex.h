@@ -92,11 +92,20 @@ uint64_t es_fsindex_last(struct es_fsindex *fx);
  * This function can't fail (logged). */
 void es_fsindex_repair(struct es_fsindex *fx, const char *from_text, const char *to_text);
 
-/* Holds the release bulk B (copied) until the jobs up to ticket SEQ were
- * answered (or gave up); the index thread then sends it
- * (es_send_release()). Returns 1 (parked), 0 (nothing to wait for: send
- * it now) or -ENOMEM. */
-int es_fsindex_park(struct es_fsindex *fx, uint64_t seq, const struct buf *b);
+/* Holds the release bulk B (copied) of the lock documents IDS[0..N)
+ * (EXCL[i]: held exclusive) until the jobs up to ticket SEQ were answered
+ * (or gave up); the index thread then sends it (es_send_release()).
+ * Returns 1 (parked), 0 (nothing to wait for: send it now) or -ENOMEM. */
+int es_fsindex_park(struct es_fsindex *fx, uint64_t seq, const struct buf *b, char *const *ids,
+		    const bool *excl, size_t n);
+
+/* An acquire of this mount about to ask for lock documents IDS[0..N)
+ * (EXCL[i]: exclusive): waits (until DEADLINE, monotonic ms, 0: none)
+ * while a parked release holds one of them in a conflicting mode, so that
+ * it goes once that release is sent rather than being refused on our own
+ * lock and backing off. This function can't fail. */
+void es_fsindex_wait_parked(struct es_fsindex *fx, char *const *ids, const bool *excl, size_t n,
+			    int64_t deadline);
 
 /* Stops the thread, then sends what is noted and the jobs of this mount's
  * renames (each request bounded by the client's timeout, and by the end
