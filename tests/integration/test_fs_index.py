@@ -97,8 +97,19 @@ def wait_agree(b, backing, timeout=90):
                     % (timeout, len(last), "\n".join(last[:20])), pytrace=False)
 
 
-def doc(b, key):
-    return fs_docs(b).get(key)
+def count_below(b, key):
+    """How many documents the index holds below KEY (one search of size 0)."""
+    es_request(b, "POST", "/%s/_refresh" % FSI)
+    st, r = es_request(b, "POST", "/%s/_search" % FSI, {
+        "size": 0, "query": {"prefix": {"path": key.rstrip("/") + "/"}}})
+    assert st == 200, r
+    t = r["hits"]["total"]
+    return t["value"] if isinstance(t, dict) else t
+
+
+def wait_count(b, key, n, timeout=90):
+    wait_for(lambda: count_below(b, key) == n, timeout=timeout, step=0.2,
+             what="%d documents below %s" % (n, key))
 
 
 @ES8_AND_ENGINES
@@ -153,11 +164,13 @@ def test_fs_index__directory_rename_moves_every_document(backend, es_mounts):
     os.makedirs(m.path("big", "sub"))
     for i in range(2000):
         open(m.path("big", "sub" if i % 4 == 0 else "", "f%04d" % i), "w").close()
-    wait_agree(backend, m.backing)
+    wait_count(backend, "/big", 2001)
     t0 = time.monotonic()
     os.rename(m.path("big"), m.path("moved"))
-    wait_agree(backend, m.backing)
+    wait_count(backend, "/moved", 2001)
+    wait_count(backend, "/big", 0)
     took = time.monotonic() - t0
+    wait_agree(backend, m.backing)
     d = fs_docs(backend)
     assert sum(1 for k in d if k.startswith("/moved/")) == 2001
     assert not any(k.startswith("/big") for k in d)
@@ -229,10 +242,33 @@ def test_fs_index__guide_scenario_move_while_another_host_renames_inside(backend
     mv.finish()
     rn.finish()
     assert mv.error is None and rn.error is None and rn.result
+    wait_count(backend, "/clinton", 0, timeout=120)
+    wait_count(backend, "/archive/clinton", 5001, timeout=120)
     wait_agree(backend, a.backing, timeout=120)
     d = fs_docs(backend)
     assert "/archive/clinton/speeches/renamed" in d
     assert not any(k.startswith("/clinton") for k in d)
+
+
+def test_fs_index__delegated_moves_indexed_before_the_recall(emu, es_mounts):
+    """Directory renames a delegation covers (in this mount's memory) are
+    indexed before the delegation's locks go back: another host's move of
+    the delegated directory finds every document in place."""
+    deleg = ["delegations=on", "delegation_recall=1", "lease_ttl=60", "es_timeout_ms=30000",
+             "lock_timeout=120"]
+    a, b = es_mounts(emu, "A", "B", opts={"A": fs_opts(*deleg), "B": fs_opts()})
+    os.makedirs(a.path("dir", "s0"))
+    for i in range(50):
+        open(a.path("dir", "s0", "f%d" % i), "w").close()
+    for i in range(30):
+        os.rename(a.path("dir", "s%d" % i), a.path("dir", "s%d" % (i + 1)))
+    wait_for(lambda: a.stats().get("delegations_held") == 1, 60, what="a delegation of /dir")
+    for i in range(30, 40):
+        os.rename(a.path("dir", "s%d" % i), a.path("dir", "s%d" % (i + 1)))
+    assert a.stats()["renames_local"] >= 10
+    os.rename(b.path("dir"), b.path("moved"))
+    wait_agree(emu, a.backing)
+    assert sum(1 for k in fs_docs(emu) if k.startswith("/moved/s40/")) == 50
 
 
 @pytest.mark.emulator_only("hangs the fs index's requests (block_path)")
