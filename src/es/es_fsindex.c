@@ -41,7 +41,7 @@
 
 #define FX_BUCKETS 4096
 /* search_after pages */
-#define FX_PAGE 1000
+#define FX_PAGE 10000
 /* a failed request is tried this many times before its round gives up */
 #define FX_TRIES 3
 /* a job whose writes failed is tried again this long later, at most */
