@@ -204,6 +204,9 @@ static void delegations(FILE *f, const struct tl_metrics_src *src,
 		"Directory delegations this mount took.", dc->granted);
 	counter(f, src, "treelockfs_delegations_recalled_total",
 		"Directory delegations recalled because another mount asked.", dc->recalled);
+	counter(f, src, "treelockfs_delegations_idle_returned_total",
+		"Directory delegations given back because no rename used them for "
+		"delegation_idle.", dc->idle_returned);
 	gauge(f, src, "treelockfs_delegations_held",
 	      "Directory delegations this mount holds now (recalled ones until given back).",
 	      (double)dc->held);

@@ -155,6 +155,13 @@ static const struct config_option config_options[] = {
 	{OPT_SECONDS(delegation_recall, "1", 0.1, 60), .section = CONFIG_MOUNT, .arg = "SECONDS",
 	 .help = "another host's asking for a delegation is seen\n"
 		 "within this (default 1)"},
+	/* 2 s: twice the grant's window (two renames within 1 s), so what
+	 * earned a delegation keeps it while it renames at least every 2 s
+	 * (rsync and mv rename every few ms), and another host's first
+	 * rename there waits for a recall only that long after the last */
+	{OPT_SECONDS(delegation_idle, "2", 0.1, 3600), .section = CONFIG_MOUNT, .arg = "SECONDS",
+	 .help = "a delegation no rename used for this long is given\n"
+		 "back (default 2)"},
 	{OPT_SECONDS(fs_index_delay, "0.2", 0.01, 60), .section = CONFIG_MOUNT, .arg = "SECONDS",
 	 .help = "with fs_index: changes are gathered this long and\n"
 		 "sent in one request (default 0.2)"},

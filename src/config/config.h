@@ -125,6 +125,7 @@ struct tl_config {
 	char *lease_ttl_s;     /* store-generic: lease of a shared store's locks */
 	char *delegations_s;
 	char *delegation_recall_s;
+	char *delegation_idle_s;
 	char *export_remember_s;
 	int export_support;    /* mount: file handles that outlive the kernel's inodes */
 	int noatime;           /* mount: reads leave BACKING's atime alone (O_NOATIME) */
@@ -154,6 +155,7 @@ struct tl_config {
 	double lease_ttl;        /* seconds */
 	int delegations;         /* 0 off, 1 on (lockdeleg.h) */
 	double delegation_recall; /* seconds: a recall is seen within this */
+	double delegation_idle;   /* seconds: a delegation unused this long is given back */
 	unsigned int export_remember; /* forgotten inodes kept findable by handle */
 	unsigned int lock_waiters;          /* blocked flock/fcntl waits of the mount */
 	unsigned int lock_waiters_per_user; /* ... of one uid */

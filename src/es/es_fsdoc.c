@@ -1,8 +1,9 @@
 /* es_fsdoc.c - the documents of the fs index, see es_fsdoc.h
  *
- * Versions and the longs of a stat go out as JSON integers printed here
- * (cJSON holds numbers as doubles: nanoseconds since the epoch need 61
- * bits, a double keeps 53).
+ * Bulk lines are written as text here, not through cJSON: the index
+ * thread writes one per entry of a moved subtree, and versions and the
+ * longs of a stat go out as the integers they are (cJSON holds numbers as
+ * doubles: nanoseconds since the epoch need 61 bits, a double keeps 53).
  */
 #include <config.h>
 
@@ -87,27 +88,63 @@ char es_fsdoc_type(mode_t mode)
 	return '?';
 }
 
-/* Adds member NAME, the integer V printed exactly, to O. */
-static void add_long(cJSON *o, const char *name, int64_t v)
+/* Appends S as a JSON string (quoted; quotes, backslashes and control
+ * characters escaped: S is UTF-8, path_key_text()). */
+static void add_json_string(struct buf *b, const char *s)
 {
-	char t[24];
+	static const char hex[] = "0123456789abcdef";
+	const char *run = s;
+	char esc[7];
 
-	snprintf(t, sizeof(t), "%" PRId64, v);
-	cJSON_AddRawToObject(o, name, t);
+	buf_add(b, "\"", 1);
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c >= 0x20 && c != '"' && c != '\\')
+			continue;
+		buf_add(b, run, (size_t)(s - run));
+		if (c == '"' || c == '\\') {
+			esc[0] = '\\';
+			esc[1] = (char)c;
+			buf_add(b, esc, 2);
+		} else {
+			memcpy(esc, "\\u00", 4);
+			esc[4] = hex[c >> 4];
+			esc[5] = hex[c & 0xf];
+			buf_add(b, esc, 6);
+		}
+		run = s + 1;
+	}
+	buf_add(b, run, (size_t)(s - run));
+	buf_add(b, "\"", 1);
 }
 
-/* Adds member NAME, the text of KEY (path_key_text()), to O; false when
- * out of memory. */
-static bool add_text(cJSON *o, const char *name, const char *key)
+/* Appends ,"NAME":V (or without the comma, FIRST). */
+static void add_long(struct buf *b, const char *name, int64_t v)
+{
+	char t[64];
+	int n = snprintf(t, sizeof(t), ",\"%s\":%" PRId64, name, v);
+
+	buf_add(b, t, (size_t)n);
+}
+
+/* Appends ,"NAME": and the text of KEY (path_key_text()) as a string;
+ * false when out of memory (B failed). */
+static bool add_text(struct buf *b, const char *name, const char *key)
 {
 	char *t = NULL;
-	bool ok;
 
-	if (path_key_text(key, &t) != 0)
+	if (path_key_text(key, &t) != 0) {
+		if (!b->err)
+			b->err = -ENOMEM;
 		return false;
-	ok = cJSON_AddStringToObject(o, name, t) != NULL;
+	}
+	buf_add(b, ",\"", 2);
+	buf_adds(b, name);
+	buf_add(b, "\":", 2);
+	add_json_string(b, t);
 	free(t);
-	return ok;
+	return true;
 }
 
 /* The depth of KEY: "/" 0, "/a" 1, "/a/b" 2. */
@@ -121,72 +158,84 @@ static int depth_of(const char *key)
 	return d;
 }
 
-/* Appends the action line {"OP": {"_index": INDEX, "_id": <KEY's lock id>,
- * "version": VERSION, "version_type": "external"}}; false when it failed. */
+/* Appends the action line {"OP":{"_index":INDEX,"_id":<KEY's lock id>,
+ * "version":VERSION,"version_type":"external"}}; false when it failed. */
 static bool action_line(struct buf *b, const char *op, const char *index, const char *key,
 			int64_t version)
 {
-	cJSON *a = cJSON_CreateObject(), *m = cJSON_AddObjectToObject(a, op);
 	char *id = NULL;
-	bool ok = false;
+	char t[64];
+	int n;
 
-	if (!m || path_lock_id(key, &id) != 0)
-		goto out;
-	cJSON_AddStringToObject(m, "_index", index);
-	cJSON_AddStringToObject(m, "_id", id);
-	add_long(m, "version", version);
-	cJSON_AddStringToObject(m, "version_type", "external");
-	ok = true;
-out:
-	free(id);
-	if (!ok) {
-		cJSON_Delete(a);
+	if (path_lock_id(key, &id) != 0) {
 		if (!b->err)
 			b->err = -ENOMEM;
 		return false;
 	}
-	es_docs_line(b, a);
+	buf_add(b, "{\"", 2);
+	buf_adds(b, op);
+	buf_add(b, "\":{\"_index\":", 12);
+	add_json_string(b, index);
+	buf_add(b, ",\"_id\":", 7);
+	add_json_string(b, id);
+	n = snprintf(t, sizeof(t), ",\"version\":%" PRId64 ",\"version_type\":\"external\"}}\n",
+		     version);
+	buf_add(b, t, (size_t)n);
+	free(id);
 	return b->err == 0;
 }
 
-/* The document of KEY with the attributes ST, or NULL. */
-static cJSON *source(const char *key, const struct stat *st, int64_t version, const char *by)
+/* Appends the document of KEY with the attributes ST as one line. */
+static void source_line(struct buf *b, const char *key, const struct stat *st, int64_t version,
+			const char *by)
 {
-	cJSON *s = cJSON_CreateObject();
 	const char *slash = strrchr(key, '/');
 	char *parent = NULL;
-	char type[2] = {es_fsdoc_type(st->st_mode), '\0'};
-	bool ok;
+	char t[32];
+	int n;
 
-	if (!s)
-		return NULL;
-	ok = add_text(s, "path", key);
+	buf_add(b, "{\"path\":", 8);
+	{
+		char *text = NULL;
+
+		if (path_key_text(key, &text) != 0) {
+			if (!b->err)
+				b->err = -ENOMEM;
+			return;
+		}
+		add_json_string(b, text);
+		free(text);
+	}
 	if (strcmp(key, "/") == 0 || !slash) {
-		ok = ok && cJSON_AddStringToObject(s, "name", "/");
+		buf_adds(b, ",\"name\":\"/\"");
 	} else {
-		ok = ok && add_text(s, "name", slash + 1);
+		if (!add_text(b, "name", slash + 1))
+			return;
 		parent = slash == key ? strdup("/") : strndup(key, (size_t)(slash - key));
-		ok = ok && parent && add_text(s, "parent", parent);
+		if (!parent || !add_text(b, "parent", parent)) {
+			free(parent);
+			if (!b->err)
+				b->err = -ENOMEM;
+			return;
+		}
 		free(parent);
 	}
-	cJSON_AddNumberToObject(s, "depth", depth_of(key));
-	cJSON_AddStringToObject(s, "type", type);
-	add_long(s, "size", (int64_t)st->st_size);
-	add_long(s, "mtime", (int64_t)st->st_mtim.tv_sec);
-	add_long(s, "mtime_ns", (int64_t)st->st_mtim.tv_nsec);
-	add_long(s, "ctime", (int64_t)st->st_ctim.tv_sec);
-	add_long(s, "mode", (int64_t)(st->st_mode & 07777));
-	add_long(s, "uid", (int64_t)st->st_uid);
-	add_long(s, "gid", (int64_t)st->st_gid);
-	add_long(s, "nlink", (int64_t)st->st_nlink);
-	add_long(s, "ino", (int64_t)st->st_ino);
-	add_long(s, "at", version / 1000000);
-	ok = ok && cJSON_AddStringToObject(s, "by", by ? by : "") != NULL;
-	if (!ok) {
-		cJSON_Delete(s);
-		return NULL;
-	}
-	return s;
+	n = snprintf(t, sizeof(t), ",\"depth\":%d,\"type\":\"%c\"", depth_of(key),
+		     es_fsdoc_type(st->st_mode));
+	buf_add(b, t, (size_t)n);
+	add_long(b, "size", (int64_t)st->st_size);
+	add_long(b, "mtime", (int64_t)st->st_mtim.tv_sec);
+	add_long(b, "mtime_ns", (int64_t)st->st_mtim.tv_nsec);
+	add_long(b, "ctime", (int64_t)st->st_ctim.tv_sec);
+	add_long(b, "mode", (int64_t)(st->st_mode & 07777));
+	add_long(b, "uid", (int64_t)st->st_uid);
+	add_long(b, "gid", (int64_t)st->st_gid);
+	add_long(b, "nlink", (int64_t)st->st_nlink);
+	add_long(b, "ino", (int64_t)st->st_ino);
+	add_long(b, "at", version / 1000000);
+	buf_adds(b, ",\"by\":");
+	add_json_string(b, by ? by : "");
+	buf_add(b, "}\n", 2);
 }
 
 void es_fsdoc_put(struct buf *b, const char *index, const char *key, const struct stat *st,
@@ -194,7 +243,7 @@ void es_fsdoc_put(struct buf *b, const char *index, const char *key, const struc
 {
 	if (!action_line(b, "index", index, key, version))
 		return;
-	es_docs_line(b, source(key, st, version, by));
+	source_line(b, key, st, version, by);
 }
 
 void es_fsdoc_del(struct buf *b, const char *index, const char *key, int64_t version)

@@ -2,6 +2,7 @@
  *
  *   (none) --2 renames within D in 1 s, one try ok--> HELD
  *   HELD --covered rename--> HELD (users+1 ... users-1)
+ *   HELD --no user for delegation_idle, seen by the poller--> RECALLED
  *   HELD --recall (other owner's mark, stale lease, own conflict, end)-->
  *        RECALLED: no new users
  *   RECALLED --last user gone--> RELEASING (store release) --> (none)
@@ -40,6 +41,7 @@ struct tl_deleg {
 	uint64_t served;           /* covered renames that used it */
 	enum deleg_state state;
 	int64_t recall_us;         /* monotonic: when another owner's recall was seen */
+	int64_t used_us;           /* monotonic: granted, or a user came or went */
 	struct tl_deleg *next;
 };
 
@@ -58,6 +60,7 @@ struct tl_delegs {
 	struct lockstore *local_store;
 	struct lockmgr local;
 	int64_t poll_us;
+	int64_t idle_us;           /* given back when unused this long */
 	pthread_mutex_t mutex;
 	pthread_cond_t cond;       /* CLOCK_MONOTONIC */
 	/* protected by mutex: */
@@ -68,7 +71,8 @@ struct tl_delegs {
 	pthread_t poller;
 	bool polling;
 	/* counters (atomic) */
-	uint64_t granted, recalled, renames_local, recall_wait_us, recall_wait_max_us, recalls_timed;
+	uint64_t granted, recalled, idle_returned, renames_local, recall_wait_us, recall_wait_max_us,
+		recalls_timed;
 	struct tl_hist recall_wait; /* the same waits, for the metrics */
 };
 
@@ -209,12 +213,16 @@ bool delegs_route(struct tl_delegs *d, const char *from, const char *to, struct 
 		struct tl_deleg *a = covering(d, from), *b = to ? covering(d, to) : a;
 
 		if (a && b) {
+			int64_t now = tl_mono_us();
+
 			a->users++;
 			a->served++;
+			a->used_us = now;
 			use[0] = a;
 			if (b != a) {
 				b->users++;
 				b->served++;
+				b->used_us = now;
 				use[1] = b;
 			}
 			pthread_mutex_unlock(&d->mutex);
@@ -258,6 +266,7 @@ void delegs_done(struct tl_delegs *d, struct tl_deleg *use[2])
 		if (!use[i])
 			continue;
 		use[i]->users--;
+		use[i]->used_us = tl_mono_us();
 		if (use[i]->users == 0 && use[i]->state == DELEG_RECALLED)
 			recall_locked(d, use[i], 0);
 		else if (use[i]->users == 0)
@@ -335,6 +344,7 @@ static void try_delegate(struct tl_delegs *d, const char *dir)
 	}
 	if (err == 0 && !d->stop) {
 		g->state = DELEG_HELD;
+		g->used_us = tl_mono_us();
 		g->next = d->list;
 		d->list = g;
 		d->n++;
@@ -385,9 +395,10 @@ void delegs_note(struct tl_delegs *d, const char *from, const char *to, bool wai
 	}
 }
 
-/* The poller's round: asks the store whether another owner waits for
- * what the delegations hold; recalls those (and all when the lease is not
- * fresh). */
+/* The poller's round: gives back the delegations no rename used for
+ * idle_us (no cooldown: no other owner asked); asks the store whether
+ * another owner waits for what the others hold; recalls those (and all
+ * when the lease is not fresh). */
 static void poll_round(struct tl_delegs *d)
 {
 	struct lockstore *st = d->store;
@@ -412,6 +423,19 @@ static void poll_round(struct tl_delegs *d)
 		}
 		pthread_mutex_unlock(&d->mutex);
 		return;
+	}
+	for (;;) {
+		int64_t now = tl_mono_us();
+
+		for (g = d->list; g; g = g->next)
+			if (g->state == DELEG_HELD && g->users == 0 && now - g->used_us >= d->idle_us)
+				break;
+		if (!g)
+			break;
+		tl_log(LOG_INFO, "delegation of '%s' unused for %.1f s: giving it back", g->dir,
+		       (double)(now - g->used_us) / 1e6);
+		__atomic_add_fetch(&d->idle_returned, 1, __ATOMIC_RELAXED);
+		recall_locked(d, g, 0);
 	}
 	for (g = d->list; g; g = g->next)
 		if (g->state == DELEG_HELD)
@@ -504,7 +528,7 @@ static void *poller_main(void *arg)
 	return NULL;
 }
 
-int delegs_open(struct lockmgr *m, double recall_s, struct tl_delegs **out)
+int delegs_open(struct lockmgr *m, double recall_s, double idle_s, struct tl_delegs **out)
 {
 	struct tl_delegs *d = calloc(1, sizeof(*d));
 	double timeout;
@@ -522,6 +546,7 @@ int delegs_open(struct lockmgr *m, double recall_s, struct tl_delegs **out)
 	d->poll_us = (int64_t)(recall_s * 1e6 / (recall_s >= 0.5 ? 2 : 3));
 	if (d->poll_us < 10000)
 		d->poll_us = 10000;
+	d->idle_us = (int64_t)(idle_s * 1e6);
 	err = lockstore_mem_open(m->store->cfg, &d->local_store);
 	if (err) {
 		free(d);
@@ -580,6 +605,7 @@ void delegs_counters(struct tl_delegs *d, struct tl_deleg_counters *out)
 	pthread_mutex_unlock(&d->mutex);
 	out->granted = __atomic_load_n(&d->granted, __ATOMIC_RELAXED);
 	out->recalled = __atomic_load_n(&d->recalled, __ATOMIC_RELAXED);
+	out->idle_returned = __atomic_load_n(&d->idle_returned, __ATOMIC_RELAXED);
 	out->renames_local = __atomic_load_n(&d->renames_local, __ATOMIC_RELAXED);
 	out->recall_wait = &d->recall_wait;
 }
@@ -631,12 +657,14 @@ size_t delegs_format(struct tl_delegs *d, char *buf, size_t size, size_t len)
 	n = snprintf(buf + len, size - len,
 		     "delegations_granted %" PRIu64 "\n"
 		     "delegations_recalled %" PRIu64 "\n"
+		     "delegations_idle_returned %" PRIu64 "\n"
 		     "delegations_held %zu\n"
 		     "renames_local %" PRIu64 "\n"
 		     "recall_wait_total_us %" PRIu64 "\n"
 		     "recall_wait_max_us %" PRIu64 "\n",
 		     __atomic_load_n(&d->granted, __ATOMIC_RELAXED),
-		     __atomic_load_n(&d->recalled, __ATOMIC_RELAXED), held,
+		     __atomic_load_n(&d->recalled, __ATOMIC_RELAXED),
+		     __atomic_load_n(&d->idle_returned, __ATOMIC_RELAXED), held,
 		     __atomic_load_n(&d->renames_local, __ATOMIC_RELAXED),
 		     __atomic_load_n(&d->recall_wait_us, __ATOMIC_RELAXED),
 		     __atomic_load_n(&d->recall_wait_max_us, __ATOMIC_RELAXED));

@@ -14,6 +14,10 @@
  *            below or above another delegation of the mount, and not in
  *            its cooldown: ONE try; a refusal costs nothing more
  *   used:    by covered renames (users counted, and those it served)
+ *   idle:    no rename used it for delegation_idle: the poller gives it
+ *            back at its next round (no cooldown: nobody asked for it),
+ *            so another host's first rename there waits for no recall
+ *            and the poller, with nothing held, sends nothing
  *   recalled: another owner's waiter mark on D (any mode) or on an
  *            ancestor (exclusive), seen by the poller every
  *            delegation_recall/2 (one _mget; /3 below 0.5 s, as a
@@ -57,9 +61,10 @@ bool deleg_covers(const char *dir, const char *key);
 bool deleg_conflicts(const char *dir, const char *key);
 
 /* Makes the delegations of M (its store, its owner) with the recall
- * bound RECALL_S seconds, and starts the poller. Returns 0, -ENOMEM or
- * -errno of the private store or the thread. */
-int delegs_open(struct lockmgr *m, double recall_s, struct tl_delegs **out);
+ * bound RECALL_S seconds and the idle time IDLE_S seconds after which an
+ * unused delegation is given back, and starts the poller. Returns 0,
+ * -ENOMEM or -errno of the private store or the thread. */
+int delegs_open(struct lockmgr *m, double recall_s, double idle_s, struct tl_delegs **out);
 
 /* Gives every delegation back (releases bounded by END_MS, monotonic ms),
  * stops the poller and frees D; accepts NULL. */
@@ -89,6 +94,7 @@ void delegs_note(struct tl_delegs *d, const char *from, const char *to, bool wai
 struct tl_deleg_counters {
 	uint64_t granted;          /* delegations taken */
 	uint64_t recalled;         /* recalled because another owner asked */
+	uint64_t idle_returned;    /* given back unused for delegation_idle */
 	uint64_t held;             /* gauge: held now (recalled ones until released) */
 	uint64_t renames_local;    /* renames locked in the mount's own memory */
 	const struct tl_hist *recall_wait; /* from a recall by another owner

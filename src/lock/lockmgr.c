@@ -447,11 +447,12 @@ int lockmgr_start(struct lockmgr *m)
 		    cfg->lock_scope != TL_SCOPE_RENAME)
 			tl_log(LOG_NOTICE, "delegations=on ignored: they need lock_store=es, "
 			       "lock_strategy=tree and lock_scope=rename");
-		else if ((err = delegs_open(m, cfg->delegation_recall, &m->delegs)) != 0)
+		else if ((err = delegs_open(m, cfg->delegation_recall, cfg->delegation_idle,
+					    &m->delegs)) != 0)
 			tl_log(LOG_ERR, "delegations off: cannot start them: %s", strerror(-err));
 		else
-			tl_log(LOG_INFO, "delegations on (recall within %g s)",
-			       cfg->delegation_recall);
+			tl_log(LOG_INFO, "delegations on (recall within %g s, given back "
+			       "unused for %g s)", cfg->delegation_recall, cfg->delegation_idle);
 	}
 	return 0;
 }

@@ -16,7 +16,9 @@ from es_helpers import (ES8_AND_ENGINES, ctl, es_mounts, forget_mount, held_by, 
 from test_ctl_json import jsonschema, validated
 from test_metrics import PROMTOOL, parse, value
 
-DELEG = ["delegations=on", "delegation_recall=1"]
+# kept however long a busy machine makes a test pause after the grant
+# (test_deleg__idle_delegation_is_given_back: the idle give-back)
+DELEG = ["delegations=on", "delegation_recall=1", "delegation_idle=3600"]
 
 
 def requests_of(m):
@@ -196,6 +198,48 @@ def test_deleg__crossing_moves_between_delegated_directories(backend, es_mounts)
         op.finish(120)
         assert op.error is None, op.error
     assert os.path.exists(a.bpath("b/x")) and os.path.exists(a.bpath("a/y"))
+
+
+def mgets(backend):
+    return backend.stats()["requests"].get("mget", 0)
+
+
+@pytest.mark.backends("emulator-es8")
+def test_deleg__idle_delegation_is_given_back(backend, es_mounts):
+    """A delegation no rename used for delegation_idle is given back at the
+    poller's next look, not recalled: the store holds none of its locks,
+    the poller asks nothing more, another mount's rename there waits for
+    no recall, and the directory is delegated again (no cooldown)."""
+    idle, recall = 1.0, 0.5
+    a, b = es_mounts(backend, "A", "B", opts={
+        "A": ["delegations=on", "delegation_recall=%g" % recall,
+              "delegation_idle=%g" % idle] + PATIENT,
+        "B": PATIENT})
+    delegate_dir(a)
+    backend.reset_stats()
+    # unused since the grant, which is before now: idle + a poll (recall/2)
+    # at most, slack for a busy machine
+    wait_for(lambda: a.stats()["delegations_held"] == 0, idle + recall + 5,
+             what="the idle give-back")
+    st = a.stats()
+    assert st["delegations_idle_returned"] == 1 and st["delegations_recalled"] == 0, st
+    assert mgets(backend) >= 1  # the poller looked while it held it
+    assert not delegated(backend, "/dir")
+    wait_for(lambda: lock_docs(backend) == {}, 10, what="no lock left")
+    # nothing held: the poller sends nothing (two polls' time and more)
+    backend.reset_stats()
+    time.sleep(4 * recall / 2)
+    assert mgets(backend) == 0, backend.stats()
+    # B's rename there: no recall of A's
+    os.rename(b.path("dir/other"), b.path("dir/mine"))
+    assert a.stats()["delegations_recalled"] == 0
+    assert os.path.exists(a.bpath("dir/mine"))
+    s = parse(a.ctl("metrics"))
+    assert value(s, "treelockfs_delegations_idle_returned_total") == 1
+    # no cooldown: A's next two renames there take it again
+    rename_many(a, "dir", 2, start=5)
+    wait_for(lambda: a.stats()["delegations_held"] == 1, 60, what="A's delegation again")
+    assert a.stats()["delegations_granted"] == 2
 
 
 def promtool_check(text):

@@ -218,6 +218,33 @@ START_TEST(test_es_fsdoc__bytes_paths_and_long_ids)
 }
 END_TEST
 
+START_TEST(test_es_fsdoc__json_escapes)
+{
+	struct buf b = BUF_INIT;
+	struct stat st;
+	cJSON *a, *s;
+
+	st_file(&st);
+	es_fsdoc_put(&b, "f\"i", "/q\"\\/n\n\x01", &st, 9, "o\"");
+	ck_assert_int_eq(b.err, 0);
+	a = line(&b, 0, NULL);
+	ck_assert_ptr_nonnull(a);
+	ck_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(a, "index"), "_index")->valuestring,
+			 "f\"i");
+	ck_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(a, "index"), "_id")->valuestring,
+			 "/q\"\\/n\n\x01");
+	s = line(&b, 1, NULL);
+	ck_assert_ptr_nonnull(s);
+	ck_assert_str_eq(cJSON_GetObjectItem(s, "path")->valuestring, "/q\"\\/n\n\x01");
+	ck_assert_str_eq(cJSON_GetObjectItem(s, "name")->valuestring, "n\n\x01");
+	ck_assert_str_eq(cJSON_GetObjectItem(s, "parent")->valuestring, "/q\"\\");
+	ck_assert_str_eq(cJSON_GetObjectItem(s, "by")->valuestring, "o\"");
+	cJSON_Delete(a);
+	cJSON_Delete(s);
+	buf_free(&b);
+}
+END_TEST
+
 START_TEST(test_es_fsdoc__delete)
 {
 	struct buf b = BUF_INIT;
@@ -340,6 +367,7 @@ Suite *make_suite_es_fsdoc(void)
 	tcase_add_test(tc, test_es_fsdoc__put_exact_longs);
 	tcase_add_test(tc, test_es_fsdoc__root_and_top);
 	tcase_add_test(tc, test_es_fsdoc__bytes_paths_and_long_ids);
+	tcase_add_test(tc, test_es_fsdoc__json_escapes);
 	tcase_add_test(tc, test_es_fsdoc__delete);
 	tcase_add_test(tc, test_es_fsdoc__read_round_trip);
 	tcase_add_test(tc, test_es_fsdoc__under_query);

@@ -571,7 +571,7 @@ static int hold_and_unhold(const char *from, const char *to)
 
 START_TEST(test_lockmgr__delegation_granted_used_and_given_back)
 {
-	ck_assert_int_eq(delegs_open(&mgr, 0.2, &mgr.delegs), 0);
+	ck_assert_int_eq(delegs_open(&mgr, 0.2, 60, &mgr.delegs), 0);
 	mgr.timeout = 1;
 	/* two renames within /d in a second: delegated */
 	ck_assert_int_eq(hold_and_unhold("/d/a", "/d/b"), 0);
@@ -613,7 +613,7 @@ START_TEST(test_lockmgr__delegation_not_taken_where_a_rename_waited)
 	pthread_t t;
 	int res = -1;
 
-	ck_assert_int_eq(delegs_open(&mgr, 0.2, &mgr.delegs), 0);
+	ck_assert_int_eq(delegs_open(&mgr, 0.2, 60, &mgr.delegs), 0);
 	mgr.timeout = 5;
 	/* another holder (another host's delegation of /d, say) holds /d;
 	 * a rename within /d waits for it */
@@ -641,6 +641,89 @@ START_TEST(test_lockmgr__delegation_not_taken_where_a_rename_waited)
 }
 END_TEST
 
+static unsigned int wanted_calls; /* atomic */
+
+/* The store's answer to the poller: nobody waits (counted). */
+static int wanted_none(struct lockstore *s, const char *const *keys,
+		       const enum tl_lock_mode *modes, size_t n, bool *wanted)
+{
+	(void)s;
+	(void)keys;
+	(void)modes;
+	memset(wanted, 0, n * sizeof(*wanted));
+	__atomic_add_fetch(&wanted_calls, 1, __ATOMIC_SEQ_CST);
+	return 0;
+}
+
+/* Waits up to 20 s for counter NAME to reach VALUE; true when it did. */
+static bool stat_reaches(const char *name, long value)
+{
+	int64_t end = tl_mono_us() + 20000000;
+
+	while (stat_of(name) != value && tl_mono_us() < end)
+		usleep(10000);
+	return stat_of(name) == value;
+}
+
+/* A delegation no rename uses for delegation_idle is given back by the
+ * poller, without cooldown; renames keep it; with none held the poller
+ * asks the store nothing */
+START_TEST(test_lockmgr__delegation_idle_is_given_back)
+{
+	const struct lockstore_ops *ops = st->ops;
+	struct lockstore_ops fake = *ops;
+	int64_t t, gap = 0;
+	unsigned int calls;
+	int i;
+
+	fake.wanted = wanted_none;
+	st->ops = &fake;
+	__atomic_store_n(&wanted_calls, 0, __ATOMIC_SEQ_CST);
+	/* recall 0.2 s: the poller looks every 67 ms; idle 0.5 s */
+	ck_assert_int_eq(delegs_open(&mgr, 0.2, 0.5, &mgr.delegs), 0);
+	mgr.timeout = 1;
+	ck_assert_int_eq(hold_and_unhold("/d/a", "/d/b"), 0);
+	ck_assert_int_eq(hold_and_unhold("/d/b", "/d/c"), 0);
+	ck_assert_int_eq(stat_of("delegations_held"), 1);
+	/* used every 50 ms for 0.8 s: kept (when the machine let no gap
+	 * reach the idle time), and the poller asks meanwhile */
+	t = tl_mono_us();
+	for (i = 0; i < 16; i++) {
+		int64_t now;
+
+		usleep(50000);
+		now = tl_mono_us();
+		if (now - t > gap)
+			gap = now - t;
+		ck_assert_int_eq(hold_and_unhold(i % 2 ? "/d/e" : "/d/c", i % 2 ? "/d/c" : "/d/e"), 0);
+		t = tl_mono_us();
+	}
+	if (gap < 500000) {
+		ck_assert_int_eq(stat_of("delegations_held"), 1);
+		ck_assert_int_eq(stat_of("delegations_idle_returned"), 0);
+		ck_assert_int_eq(stat_of("renames_local"), 16);
+	}
+	/* unused: given back, not recalled, nothing left in the store */
+	ck_assert(stat_reaches("delegations_held", 0));
+	ck_assert_int_ge(stat_of("delegations_idle_returned"), 1);
+	ck_assert_int_eq(stat_of("delegations_recalled"), 0);
+	ck_assert_uint_eq(nlocks(), 0);
+	ck_assert_uint_gt(__atomic_load_n(&wanted_calls, __ATOMIC_SEQ_CST), 0);
+	/* none held: the poller sleeps (a round under way may still end) */
+	usleep(100000);
+	calls = __atomic_load_n(&wanted_calls, __ATOMIC_SEQ_CST);
+	usleep(400000);
+	ck_assert_uint_eq(__atomic_load_n(&wanted_calls, __ATOMIC_SEQ_CST), calls);
+	/* no cooldown: two renames in /d take it again */
+	ck_assert_int_eq(hold_and_unhold("/d/c", "/d/f"), 0);
+	ck_assert_int_eq(hold_and_unhold("/d/f", "/d/g"), 0);
+	ck_assert_int_eq(stat_of("delegations_held"), 1);
+	lockmgr_shutdown(&mgr, tl_mono_ms() + 1000);
+	ck_assert_uint_eq(nlocks(), 0);
+	st->ops = ops;
+}
+END_TEST
+
 struct shutdown_arg {
 	struct lockmgr *m;
 	int done;                  /* atomic */
@@ -663,7 +746,7 @@ START_TEST(test_lockmgr__delegation_shutdown_during_a_covered_rename)
 	struct tl_hold h;
 	pthread_t t;
 
-	ck_assert_int_eq(delegs_open(&mgr, 0.2, &mgr.delegs), 0);
+	ck_assert_int_eq(delegs_open(&mgr, 0.2, 60, &mgr.delegs), 0);
 	mgr.timeout = 1;
 	ck_assert_int_eq(hold_and_unhold("/d/a", "/d/b"), 0);
 	ck_assert_int_eq(hold_and_unhold("/d/b", "/d/c"), 0);
@@ -708,6 +791,7 @@ Suite *make_suite_lockmgr(void)
 	tcase_add_test(tc, test_lockmgr__delegation_granted_used_and_given_back);
 	tcase_add_test(tc, test_lockmgr__delegation_not_taken_where_a_rename_waited);
 	tcase_add_test(tc, test_lockmgr__delegation_shutdown_during_a_covered_rename);
+	tcase_add_test(tc, test_lockmgr__delegation_idle_is_given_back);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -97,7 +97,7 @@ START_TEST(test_metrics__delegations_only_when_on)
 	struct tl_stats s;
 	struct tl_store_metrics sm;
 	struct tl_hist wait;
-	struct tl_deleg_counters dc = {.granted = 3, .recalled = 2, .held = 1,
+	struct tl_deleg_counters dc = {.granted = 3, .recalled = 2, .idle_returned = 5, .held = 1,
 				       .renames_local = 40, .recall_wait = &wait};
 	struct tl_metrics_src src = {.mountpoint = "/m", .owner = "h", .store = "es",
 				     .strategy = "tree", .lock_timeout = 30, .stats = &s,
@@ -119,6 +119,9 @@ START_TEST(test_metrics__delegations_only_when_on)
 					  "owner=\"h\"} 3\n"));
 	ck_assert_ptr_nonnull(strstr(out, "treelockfs_delegations_recalled_total{mountpoint=\"/m\","
 					  "owner=\"h\"} 2\n"));
+	ck_assert_ptr_nonnull(strstr(out, "# TYPE treelockfs_delegations_idle_returned_total counter\n"
+					  "treelockfs_delegations_idle_returned_total{mountpoint=\"/m\","
+					  "owner=\"h\"} 5\n"));
 	ck_assert_ptr_nonnull(strstr(out, "# TYPE treelockfs_delegations_held gauge\n"
 					  "treelockfs_delegations_held{mountpoint=\"/m\",owner=\"h\"} 1\n"));
 	ck_assert_ptr_nonnull(strstr(out, "treelockfs_renames_local_total{mountpoint=\"/m\","
