@@ -782,13 +782,26 @@ uint64_t es_fsindex_last(struct es_fsindex *fx)
 
 void es_fsindex_repair(struct es_fsindex *fx, const char *from_text, const char *to_text)
 {
-	char *from = NULL, *to = NULL;
+	char *from = NULL, *to = NULL, *up[2] = {NULL, NULL};
 	struct fx_job *j;
+	const char *name;
+	size_t i;
 
 	if (!from_text || path_key_from_text(from_text, &from) != 0)
 		return;
 	if (!to_text || path_key_from_text(to_text, &to) != 0)
 		to = strdup(from);
+	/* the directories the rename changed too: a dead mount may have made
+	 * one just before it (and its note died with it) */
+	if (strcmp(from, "/") != 0)
+		up[0] = parent_of(from, &name);
+	if (strcmp(to, "/") != 0)
+		up[1] = parent_of(to, &name);
+	for (i = 0; i < 2; i++)
+		if (up[i]) {
+			es_fsindex_note(fx, up[i]);
+			free(up[i]);
+		}
 	j = job_new(FX_REPAIR, from, to, 0);
 	if (!j) {
 		tl_log(LOG_ERR, "fs index '%s': cannot repair '%s': %s", fx->name, from_text,
