@@ -607,6 +607,40 @@ static void hold_log(struct lockmgr *m, const struct tl_hold *h, bool acquire, i
 	lockplan_free(full);
 }
 
+void lockmgr_log_delegation(struct lockmgr *m, const char *event, const char *holder,
+			    const struct tl_plan *plan, const char *why)
+{
+	struct timespec ts;
+	struct buf b;
+	char head[96];
+	size_t i;
+
+	if (m->hold_log_fd == -1)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	buf_init(&b, 0);
+	snprintf(head, sizeof(head), "%lld%09ld\t%s\t%d\t", (long long)ts.tv_sec, ts.tv_nsec,
+		 event, (int)getpid());
+	buf_add(&b, head, strlen(head));
+	escape_buf(&b, holder);
+	if (plan) {
+		buf_add(&b, "\t", 1);
+		escape_buf(&b, plan->from);
+		for (i = 0; i < plan->n; i++) {
+			buf_add(&b, plan->items[i].mode == TL_EXCLUSIVE ? "\tX:" : "\tS:", 3);
+			escape_buf(&b, plan->items[i].key);
+		}
+	}
+	if (why) {
+		buf_add(&b, "\t", 1);
+		buf_add(&b, why, strlen(why));
+	}
+	buf_add(&b, "\n", 1);
+	if (!b.err && write(m->hold_log_fd, b.data, b.len) != (ssize_t)b.len)
+		tl_log(LOG_WARNING, "cannot write hold_log: %s", strerror(errno));
+	buf_free(&b);
+}
+
 /* Frees the plan of H (not an endpoint plan, which is H's own). */
 static void hold_free_plan(struct tl_hold *h)
 {
