@@ -110,10 +110,13 @@ def delegate_dir(a):
 
 
 @ES8_AND_ENGINES
-def test_deleg__recall_while_the_delegate_renames(backend, es_mounts):
+def test_deleg__recall_while_the_delegate_renames(backend, es_mounts, tmp_path):
     """B's rename in A's delegated directory, while A's rename under the
-    delegation holds its locks: B waits for it, then for the recall."""
-    a, b = es_mounts(backend, "A", "B", opts={"A": DELEG + ["rename_delay_ms=400"] + PATIENT,
+    delegation holds its locks: B waits for it, then for the recall. A's
+    hold log tells the delegation's life around its covered rename."""
+    log = str(tmp_path / "holds")
+    a, b = es_mounts(backend, "A", "B", opts={"A": DELEG + ["rename_delay_ms=400",
+                                                            "hold_log=" + log] + PATIENT,
                                               "B": PATIENT})
     delegate_dir(a)
     local = a.stats()["renames_local"]
@@ -140,6 +143,22 @@ def test_deleg__recall_while_the_delegate_renames(backend, es_mounts):
     assert waited < 20, waited
     assert os.path.exists(a.bpath("dir/f6")) and os.path.exists(a.bpath("dir/mine"))
     assert st["delegations_held"] == 0, st
+    # delegate /dir (its plan), the covered rename (a holder of the private
+    # store, tickets from 2**62) inside it, recalled as B waited, returned
+    # once the covered rename released
+    with open(log) as f:
+        lines = [line.rstrip("\n").split("\t") for line in f]
+    ev = [(f[1], f[3]) for f in lines]
+    grant = [f for f in lines if f[1] == "delegate" and f[4] == "/dir"]
+    assert len(grant) == 1 and "X:/dir" in grant[0][5:], lines
+    g = grant[0][3]
+    covered = [f for f in lines if f[1] == "acquire" and f[4] == "/dir/f5"]
+    assert len(covered) == 1 and int(covered[0][3].rpartition("#")[2]) >= 1 << 62, lines
+    h = covered[0][3]
+    assert ev.index(("delegate", g)) < ev.index(("acquire", h)) < ev.index(("release", h)) \
+        < ev.index(("return", g)), ev
+    recalls = [f for f in lines if f[1] == "recall"]
+    assert recalls and recalls[0][3:] == [g, "wanted"], lines
 
 
 @ES8_AND_ENGINES

@@ -282,7 +282,8 @@ def recalls_under_way(t, delegs, holds, renames):
     of another host, in its call at T, needs what a delegation held at T
     holds, and had not got its locks before T. Returns a list."""
     out = []
-    held = [g for g in delegs if g.start <= t and (g.end is None or t < g.end)]
+    # (a delegation its daemon's kill ended at T was held at T)
+    held = [g for g in delegs if g.start <= t and (g.end is None or t <= g.end)]
     if not held:
         return out
     for r in renames:

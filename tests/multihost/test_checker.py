@@ -306,3 +306,11 @@ def test_checker__a_delegation_ends_returned_or_with_its_killed_daemon():
     assert run(holds, renames, [kill], final=final)["violations"] == []
     # lines of a delegation never granted are reported
     assert rules(run({"A": [ret(40, 100, "A#d9")]})) == ["log"]
+
+
+def test_checker__a_kill_of_the_delegate_strikes_while_its_recall_is_under_way():
+    holds = {"A": DELEG_A[:3]}
+    renames = DELEG_RENAMES[:1] + [ren("B", 25, 51, "/d0/s0/f0", "/d1/f0", errno.ENOLCK)]
+    kill = {"t": 30 * MS, "kind": "kill", "host": "A", "pid": 100, "phase": "start"}
+    rep = run(holds, renames, [kill], final=final_of(dict(INITIAL, f0="s0")))
+    assert rep["violations"] == [] and rep["faults_in_recall"] == {"kill": 1}
