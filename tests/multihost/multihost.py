@@ -54,11 +54,27 @@ leader checks every 1 s, 10 s timeout, 3 tries):
                    from ~4 ms to ~300 ms); skipped with the reason
                    without loop devices or blkio throttling
 
+With --delegations on every mount runs with delegations=on
+(treelockfs(1)): each host also has directories of its own (o<host>_<k>)
+where its workload moves files in bursts, which get it delegations of
+them, and now and then it moves a file into or out of another host's one,
+which recalls that host's delegation; and before each fault the nemesis
+makes a host A take a delegation of a directory of the nemesis's own
+(n<k>: two renames in it within a second) and another host B start a
+rename in it, and strikes (A or B, for a fault of a host) 50 ms later,
+while B waits for A's recall. The checker counts, per fault kind, the
+faults that struck while a recall was under way (faults_in_recall: a
+delegation held and a rename of another host needing it in its call and
+without its locks yet), and the nemesis's arrangements that failed, with
+why (recall_setups).
+
 Afterwards every mount is stopped, dead owners are reaped
 (treelockctl reap --dead), and checker.py judges the logs, the final tree
 and what is left in the lock index.
 
-    multihost.py run [--hosts 3] [--duration 45] [--runs 1] [--engine emulator|opensearch]
+    multihost.py run [--hosts 3] [--duration 45] [--runs 1]
+                     [--engine emulator|opensearch|opensearch3|elasticsearch]
+                     [--delegations on [--delegation-recall S]]
                      [--nodes 3 [--rtt-ms R] [--kinds K,K...] [--es-timeout-ms MS]]
     multihost.py limit [--pause 6]     the known limit (a rename stuck in a
                                        hung backing call), measured
@@ -1020,7 +1036,7 @@ class Run(object):
         a, b = self.rnd.sample(self.hosts, 2)
         target = a if self.rnd.random() < 0.5 else b
         why = "no delegation granted"
-        for _ in range(3):
+        for _ in range(4):
             k = self.next_ndir % NEMESIS_DIRS
             self.next_ndir += 1
             d = "/n%02d" % k
@@ -1039,7 +1055,9 @@ class Run(object):
                 dst = ("" if at[x] == d else d) + "/" + x
                 if self.nemesis_rename(a, src, dst) == 0:
                     at[x] = os.path.dirname(dst)
-            holder, deadline = None, time.monotonic() + 2
+            # a store on a busy machine takes seconds for the two renames'
+            # releases and the delegation's try
+            holder, deadline = None, time.monotonic() + 5
             while holder is None and time.monotonic() < deadline:
                 for line in a.hold_log_lines(since)[0]:
                     f = line.split("\t")
@@ -1483,7 +1501,8 @@ def main(argv=None):
     r.add_argument("--runs", type=int, default=1)
     r.add_argument("--seed", type=int)
     r.add_argument("--engine", default="emulator",
-                   help="emulator, or an engine tests/engines/start runs (opensearch, opensearch3, ...)")
+                   help="emulator, or an engine tests/engines/start runs (opensearch, "
+                   "opensearch3, elasticsearch)")
     r.add_argument("--nodes", type=int, default=1,
                    help="engine nodes: more than 1 runs a cluster (a real engine), each "
                    "node in a namespace of its own")
