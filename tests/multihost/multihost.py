@@ -949,6 +949,7 @@ class Run(object):
         self.nemesis_work = os.path.join(work, "nemesis-work.jsonl")
         self.recall_threads = []
         self.recall_setups = {}     # kind: {"under way": n, reason: n}
+        self.fault_secs = {}        # kind: seconds its faults lasted
         self.next_ndir = 0
         # a cluster's first mount creates the lock index and waits for its
         # shard to be allocated: on a busy machine, a minute or more
@@ -1225,7 +1226,9 @@ class Run(object):
                     h, why = self.arrange_recall(kind)
                 n = self.recall_setups.setdefault(kind, {})
                 n[why or "under way"] = n.get(why or "under way", 0) + 1
+                t0 = time.monotonic()
                 self.fault(kind, h, why is None)
+                self.fault_secs[kind] = self.fault_secs.get(kind, 0) + time.monotonic() - t0
             except Exception as e:  # a fault that cannot be injected fails the run
                 self.nemesis_error = "%s: %s" % (kind, e)
                 return
@@ -1385,6 +1388,7 @@ class Run(object):
         rep["faults"] = dict(self.faults)
         rep["delegations"] = "on" if self.delegations else "off"
         rep["recall_setups"] = self.recall_setups
+        rep["fault_secs"] = {k: round(v, 1) for k, v in self.fault_secs.items()}
         rep["skipped_faults"] = {k: v for k, v in self.skipped.items() if v != "not selected"}
         rep["daemon_exit"] = statuses
         rep["engine"] = self.engine.name
@@ -1459,6 +1463,8 @@ def cmd_run(a):
                  json.dumps(rep["faults"]), len(rep["violations"])))
         for k, why in rep["skipped_faults"].items():
             print("  %s skipped: %s" % (k, why))
+        print("  seconds the faults lasted, by kind: %s" % json.dumps(rep["fault_secs"],
+                                                                   sort_keys=True))
         if rep["delegations"] == "on":
             print("  delegations: %d granted, %d recalled (ended by %s), %d covered renames; "
                   "faults with a recall under way %s; the nemesis's arrangements %s"
