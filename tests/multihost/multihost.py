@@ -114,7 +114,7 @@ CTL = program("treelockctl")
 INDEX = "treelockfs-locks"
 KINDS = ("cut", "pause", "kill", "engine", "skew")
 # with --delegations on: directories of each host's own, and of the nemesis
-OWN_DIRS = 8
+OWN_DIRS = 6
 NEMESIS_DIRS = 24
 FILE_PREFIXES = "fem"
 # faults of an engine cluster (--nodes 3 or more)
@@ -851,7 +851,7 @@ def workload(mnt, host, until_ns, seed, out, names, stop=None, deleg=False):
     others = [n for n in names if n.startswith("o") and not n.startswith(me)]
     where = {}
     n = 0
-    burst, pair = 0, None
+    burst, pair, mine = 0, None, None
     with open(out, "a") as f:
         while mono_ns() < until_ns and not (stop and n % 8 == 0 and os.path.exists(stop)):
             if n % 4 == 0 or not where:
@@ -871,13 +871,13 @@ def workload(mnt, host, until_ns, seed, out, names, stop=None, deleg=False):
             x = t = None
             if deleg and own and not burst:
                 r = rnd.random()
-                if r < 0.6:
+                if r < 0.55:
                     # mostly the same pair again: its delegations stay held
                     # (a new pair gives one of the old back)
-                    if not pair or not set(pair) <= set(own) or rnd.random() < 0.3:
-                        pair = rnd.sample(own, 2)
-                    burst = rnd.randint(3, 10)
-                elif r < 0.75:
+                    if not mine or rnd.random() < 0.3:
+                        mine = rnd.sample(own, 2)
+                    pair, burst = mine, rnd.randint(3, 10)
+                elif r < 0.8:
                     pair = [rnd.choice(own), rnd.choice(others)]
                     rnd.shuffle(pair)
                     burst = 1
