@@ -11,8 +11,8 @@ import time
 import pytest
 
 from conftest import CTL, makedirs, write
-from es_helpers import (ES8_AND_ENGINES, ctl, es_mounts, forget_mount, held_by,  # noqa: F401
-                        lock_docs, owner_id, PATIENT, start_op, wait_for)
+from es_helpers import (ES8_AND_ENGINES, ctl, es_mounts, es_opts, forget_mount,  # noqa: F401
+                        held_by, lock_docs, owner_id, PATIENT, start_op, wait_for)
 from test_ctl_json import jsonschema, validated
 from test_metrics import PROMTOOL, parse, value
 
@@ -398,3 +398,37 @@ def test_deleg__two_hosts_taking_turns_do_not_ping_pong(backend, es_mounts):
     # a recall costs the waiter's retries and the delegate's polls: a
     # small constant beside the renames' two requests each
     assert on["requests"] <= 1.1 * off["requests"] + 40, (on, off)
+
+
+FAKETIME_LIBS = ("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+                 "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+                 "/usr/lib/faketime/libfaketimeMT.so.1")
+
+
+@ES8_AND_ENGINES
+def test_deleg__a_delegate_whose_clock_runs_ahead_still_gives_it_back(backend, mount_factory,
+                                                                       tmp_path):
+    """A's wall clock 26 minutes ahead (libfaketime; the monotonic clock
+    true): B's waiter mark looks stale on A's wall clock, yet A must give
+    its delegation back within delegation_recall, not let B wait until
+    lock_timeout and fail with EBUSY."""
+    lib = next((p for p in FAKETIME_LIBS if os.path.exists(p)), None)
+    if not lib:
+        pytest.skip("no libfaketime (Debian package faketime)")
+    backing = tmp_path / "backing"
+    backing.mkdir()
+    skew = {"LD_PRELOAD": lib, "FAKETIME": "+26m", "DONT_FAKE_MONOTONIC": "1",
+            "FAKETIME_NO_CACHE": "1"}
+    a = mount_factory(opts=es_opts(backend, "A", *(DELEG + PATIENT)), backing=backing,
+                      name="mntA", env=skew)
+    b = mount_factory(opts=es_opts(backend, "B", "lock_timeout=10"), backing=backing,
+                      name="mntB")
+    delegate_dir(a)
+    t0 = time.monotonic()
+    os.rename(b.path("dir/other"), b.path("dir/mine"))
+    waited = time.monotonic() - t0
+    st = a.stats()
+    assert st["delegations_recalled"] >= 1 and st["delegations_held"] == 0, st
+    # delegation_recall (1 s) and two round trips, slack for a busy machine
+    assert waited < 8, waited
+    assert os.path.exists(b.bpath("dir/mine"))
