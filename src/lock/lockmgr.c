@@ -399,8 +399,15 @@ static void delegs_put(struct lockmgr *m)
 
 void lockmgr_shutdown(struct lockmgr *m, int64_t end_ms)
 {
-	if (__atomic_exchange_n(&m->stopping, 1, __ATOMIC_RELAXED))
+	if (__atomic_exchange_n(&m->stopping, 1, __ATOMIC_ACQ_REL)) {
+		/* a later call: the first one may still be giving delegations
+		 * back through the store, which our caller is about to close */
+		struct timespec ms = {.tv_sec = 0, .tv_nsec = 1000000};
+
+		while (__atomic_load_n(&m->stopping, __ATOMIC_ACQUIRE) != 2)
+			nanosleep(&ms, NULL);
 		return;
+	}
 	struct tl_delegs *d = __atomic_exchange_n(&m->delegs, NULL, __ATOMIC_SEQ_CST);
 	const struct timespec ms = {0, 1000000};
 
@@ -415,6 +422,7 @@ void lockmgr_shutdown(struct lockmgr *m, int64_t end_ms)
 	delegs_close(d, end_ms);
 	if (m->store->ops->shutdown)
 		m->store->ops->shutdown(m->store, end_ms);
+	__atomic_store_n(&m->stopping, 2, __ATOMIC_RELEASE);
 }
 
 int lockmgr_check_lease(struct lockmgr *m)

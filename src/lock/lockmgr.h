@@ -46,7 +46,8 @@ struct lockmgr {
 	double timeout;            /* seconds; atomic (lockmgr_set_timeout()) */
 	char owner[64];            /* this mount's owner name, for holder ids */
 	uint64_t next_ticket;      /* atomic */
-	int stopping;              /* atomic: lockmgr_shutdown() was called */
+	int stopping;              /* atomic: lockmgr_shutdown() was called (1),
+				    * and is done (2) */
 	int hold_log_fd;           /* lockmgr_set_hold_log(), -1 for none */
 	int64_t down_us;           /* atomic: monotonic us since when the store
 				    * is known down (the circuit), 0: up */
@@ -176,7 +177,8 @@ void lockmgr_note_rename(struct lockmgr *m, struct tl_hold *h, const char *from,
  * on (new ones at once), and the store ends every request by END_MS
  * (monotonic ms; its shutdown op). Delegations are given back first,
  * once the covered renames under way are done (they may end after this
- * was called). Any thread; the first call counts. */
+ * was called). Any thread; the first call counts, and a later one returns
+ * once the first is done (so that its caller may close the store). */
 void lockmgr_shutdown(struct lockmgr *m, int64_t end_ms);
 
 /* True while the store is known to be down (the circuit is open). */

@@ -432,3 +432,41 @@ def test_deleg__a_delegate_whose_clock_runs_ahead_still_gives_it_back(backend, m
     # delegation_recall (1 s) and two round trips, slack for a busy machine
     assert waited < 8, waited
     assert os.path.exists(b.bpath("dir/mine"))
+
+
+@pytest.mark.backends("emulator-es8")
+def test_deleg__a_stop_while_a_rename_waits_gives_every_delegation_back(backend, es_mounts,
+                                                                         tmp_path):
+    """A is stopped while a rename of its waits for B: the watch thread
+    may begin the stop (the request loop still waits for that rename) and
+    give A's delegations back, one slow request each; the main thread must
+    not close the store under it. (Seen in the multi-host runs: SIGSEGV in
+    a request of the store at the stop, delegations never given back; this
+    test passed before the fix too: it guards the stop, it does not make
+    the race.)"""
+    log = str(tmp_path / "holds")
+    a, b = es_mounts(backend, "A", "B", opts={"A": DELEG + ["hold_log=" + log],
+                                              "B": ["rename_delay_ms=3000"]})
+    n = 4
+    for i in range(n):
+        makedirs(a, "d%d" % i)
+        write(a, "d%d/f0" % i)
+        rename_many(a, "d%d" % i, 3)
+    wait_for(lambda: a.stats().get("delegations_held") == n, 60, what="A's delegations")
+    write(a, "x")
+    held = start_op(os.rename, b.path("x"), b.path("y"))     # B holds /x 3 s
+    wait_for(lambda: b.stats()["acquired"] >= 1, 60, what="B's locks")
+    waits = start_op(os.rename, a.path("x"), a.path("z"))
+    time.sleep(0.3)
+    backend.latency(1000)
+    try:
+        a.proc.send_signal(signal.SIGTERM)
+        rc = a.stop(check=False)
+    finally:
+        backend.latency(0)
+    waits.finish(120)
+    held.finish(120)
+    assert rc == 0, (rc, a.log())
+    with open(log) as f:
+        ev = [line.split("\t")[1] for line in f]
+    assert ev.count("delegate") == n and ev.count("return") == n, ev
