@@ -401,10 +401,12 @@ void lockmgr_shutdown(struct lockmgr *m, int64_t end_ms)
 {
 	if (__atomic_exchange_n(&m->stopping, 1, __ATOMIC_ACQ_REL)) {
 		/* a later call: the first one may still be giving delegations
-		 * back through the store, which our caller is about to close */
+		 * back through the store, which our caller is about to close;
+		 * waited for until END_MS at most (the first may be stuck) */
 		struct timespec ms = {.tv_sec = 0, .tv_nsec = 1000000};
 
-		while (__atomic_load_n(&m->stopping, __ATOMIC_ACQUIRE) != 2)
+		while (__atomic_load_n(&m->stopping, __ATOMIC_ACQUIRE) != 2 &&
+		       tl_mono_ms() < end_ms)
 			nanosleep(&ms, NULL);
 		return;
 	}

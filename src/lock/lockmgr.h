@@ -178,7 +178,8 @@ void lockmgr_note_rename(struct lockmgr *m, struct tl_hold *h, const char *from,
  * (monotonic ms; its shutdown op). Delegations are given back first,
  * once the covered renames under way are done (they may end after this
  * was called). Any thread; the first call counts, and a later one returns
- * once the first is done (so that its caller may close the store). */
+ * once the first is done (so that its caller may close the store), or at
+ * END_MS. */
 void lockmgr_shutdown(struct lockmgr *m, int64_t end_ms);
 
 /* True while the store is known to be down (the circuit is open). */
