@@ -441,7 +441,7 @@ static void poll_round(struct tl_delegs *d)
 		tl_log(LOG_INFO, "delegation of '%s' unused for %.1f s: giving it back", g->dir,
 		       (double)(now - g->used_us) / 1e6);
 		__atomic_add_fetch(&d->idle_returned, 1, __ATOMIC_RELAXED);
-		recall_locked(d, g, 0);
+		recall_locked(d, g, 0, "idle");
 	}
 	for (g = d->list; g; g = g->next)
 		if (g->state == DELEG_HELD)

@@ -97,8 +97,8 @@ void lockmgr_init(struct lockmgr *m, struct lockstore *store, double timeout, co
  *   MONO_NS delegate PID HOLDER DIR MODE:KEY...  once the store granted it
  *           (before any covered rename uses it)
  *   MONO_NS recall PID HOLDER WHY  no new users from now on; WHY: wanted
- *           (another owner waits), lease (not fresh), own (a rename of this
- *           mount needs the store) or end (the mount ends)
+ *           (another owner waits), idle (unused), lease (not fresh), own
+ *           (a rename of this mount needs the store) or end (the mount ends)
  *   MONO_NS return PID HOLDER      its users done, just before it is
  *           released in the store
  * The renames a delegation covers are written as acquire and release

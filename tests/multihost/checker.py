@@ -9,7 +9,7 @@ Inputs (all on one CLOCK_MONOTONIC, in nanoseconds):
       MONO_NS release PID HOLDER ERRNO
   and, from mounts with delegations=on, a delegation's life:
       MONO_NS delegate PID HOLDER DIR MODE:KEY...
-      MONO_NS recall PID HOLDER WHY     (wanted, lease, own or end)
+      MONO_NS recall PID HOLDER WHY     (wanted, idle, lease, own or end)
       MONO_NS return PID HOLDER
   a rename a delegation covers is an acquire and a release line of its
   own, under a holder id of the mount's private store (ticket >= 2**62),
