@@ -286,19 +286,22 @@ static void stop_unmount(struct stop_watch *w)
 }
 
 /* The session ended (now or earlier): starts the clock and ends the
- * store's requests by 3/4 of lock_timeout from now. */
-static void stop_begin(struct stop_watch *w)
+ * store's requests by 3/4 of lock_timeout from then. With WAIT (the
+ * thread that closes the store next), returns only once that is done,
+ * whichever thread began it. */
+static void stop_begin(struct stop_watch *w, bool wait)
 {
-	int64_t now = tl_mono_ms();
+	int64_t end;
 	bool first;
 
 	pthread_mutex_lock(&w->mutex);
 	first = !w->ended_ms;
 	if (first)
-		w->ended_ms = now;
+		w->ended_ms = tl_mono_ms();
+	end = w->ended_ms + w->budget_ms * 3 / 4;
 	pthread_mutex_unlock(&w->mutex);
-	if (first)
-		lockmgr_shutdown(w->mgr, now + w->budget_ms * 3 / 4);
+	if (first || wait)
+		lockmgr_shutdown(w->mgr, end);
 }
 
 static void *stop_watch_main(void *arg)
@@ -312,7 +315,7 @@ static void *stop_watch_main(void *arg)
 		ended = w->ended_ms;
 		if (!ended && fuse_session_exited(w->se)) {
 			pthread_mutex_unlock(&w->mutex);
-			stop_begin(w);
+			stop_begin(w, false);
 			pthread_mutex_lock(&w->mutex);
 			continue;
 		}
@@ -587,7 +590,7 @@ out_signals:
 	fuse_remove_signal_handlers(se);
 out_unmount:
 	if (watch.running) {
-		stop_begin(&watch);
+		stop_begin(&watch, true);
 		stop_unmount(&watch);
 	} else {
 		fuse_session_unmount(se);

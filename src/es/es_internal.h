@@ -85,6 +85,7 @@ struct es_req;
 #define ES_MAX_ABANDONED 8
 /* Owners remembered by an observer (oldest live ones are forgotten). */
 #define ES_MAX_OBSERVED 256
+#define ES_MAX_MARKS_SEEN 64   /* waiter marks the delegation poller timed */
 
 /* The es backend's own options (es_options.c), hung on tl_config. */
 struct es_options {
@@ -164,6 +165,11 @@ struct es_store {
 	unsigned int held_cur, held_old; /* holders acquired in this / older epochs */
 	struct es_observed obs[ES_MAX_OBSERVED];
 	size_t nobs;
+	/* waiter marks es_wanted() saw ("DOC-ID\tHOLDER", malloc'd), and
+	 * when first (monotonic ms): a mark is judged stale by how long THIS
+	 * mount has seen it, never by comparing its wall clock with ours */
+	char *marks_seen[ES_MAX_MARKS_SEEN];
+	int64_t marks_first[ES_MAX_MARKS_SEEN];
 	struct es_pending *pending;
 	/* kept releases are resent from pending_due on (monotonic ms, 0:
 	 * none kept), not only at the next heartbeat: until they are sent,

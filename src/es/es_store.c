@@ -110,12 +110,50 @@ static void es_shutdown(struct lockstore *st, int64_t end_ms)
 	httpc_set_end(es_of(st)->cl.http, end_ms);
 }
 
+/* How long (ms) this mount has seen waiter mark HOLDER of document ID, on
+ * its monotonic clock: 0 the first time. The oldest entry makes room. */
+static int64_t mark_seen_for(struct es_store *es, const char *id, const char *holder,
+			     int64_t now)
+{
+	size_t il = strlen(id), hl = strlen(holder), i, old = 0;
+	char *k;
+
+	pthread_mutex_lock(&es->mutex);
+	for (i = 0; i < ES_MAX_MARKS_SEEN; i++) {
+		k = es->marks_seen[i];
+		if (k && strncmp(k, id, il) == 0 && k[il] == '\t' &&
+		    strcmp(k + il + 1, holder) == 0) {
+			int64_t age = now - es->marks_first[i];
+
+			pthread_mutex_unlock(&es->mutex);
+			return age;
+		}
+		if (!k || (es->marks_seen[old] && es->marks_first[i] < es->marks_first[old]))
+			old = i;
+	}
+	k = malloc(il + hl + 2);
+	if (k) {
+		memcpy(k, id, il);
+		k[il] = '\t';
+		memcpy(k + il + 1, holder, hl + 1);
+		free(es->marks_seen[old]);
+		es->marks_seen[old] = k;
+		es->marks_first[old] = now;
+	}
+	pthread_mutex_unlock(&es->mutex);
+	return 0;
+}
+
 /* The vtable's wanted (lockstore.h): one _mget of the documents of KEYS;
  * a waiter mark conflicts with MODES[i] unless both are shared. Marks of
  * another owner id count, and those of our own renames (not
  * delegations): one that asked in the store just before a delegation
  * of ours was granted would otherwise wait for it until lock_timeout. A
- * document that is gone is not wanted. */
+ * document that is gone is not wanted. A mark is stale once this mount
+ * has seen it for longer than its timeout, on its own monotonic clock:
+ * judged on the wall clock, a delegate whose clock runs ahead by more
+ * than a mark's timeout would take every mark for stale and never give
+ * its delegation back, each waiter failing at lock_timeout. */
 static int es_wanted(struct lockstore *st, const char *const *keys, const enum tl_lock_mode *modes,
 		     size_t n, bool *wanted)
 {
@@ -156,13 +194,12 @@ static int es_wanted(struct lockstore *st, const char *const *keys, const enum t
 			bool own_rename = wo && strcmp(wo, owner) == 0 && hash && hash[1] != 'd';
 
 			/* another owner, or a rename of ours that asked before
-			 * the delegation was granted; a stale mark (its age
-			 * and timeout past, on the wall clock as the scripts
-			 * judge it) is ignored as they ignore it */
-			if (es_jint(w, "age", 0) + es_jint(w, "tmo", 0) < tl_wall_ms())
-				continue;
+			 * the delegation was granted; a stale mark is ignored */
 			if (wo && (strcmp(wo, owner) != 0 || own_rename) &&
-			    !(shared && modes[j] == TL_SHARED))
+			    !(shared && modes[j] == TL_SHARED) &&
+			    (!w->string ||
+			     mark_seen_for(es, ids[j], w->string, tl_mono_ms()) <=
+				     es_jint(w, "tmo", 0)))
 				wanted[j] = true;
 		}
 		j++;
@@ -297,6 +334,8 @@ static void es_close(struct lockstore *st)
 	es_client_close(&es->cl);
 	es_owners_free(es);
 	es_fsindex_close(es->fsi);
+	for (size_t i = 0; i < ES_MAX_MARKS_SEEN; i++)
+		free(es->marks_seen[i]);
 	lockstore_base_free(&es->base, &es->mutex, &es->cond);
 }
 

@@ -151,6 +151,7 @@ static void release_locked(struct tl_delegs *d, struct tl_deleg *g, int64_t end_
 	if (end_us && end_us < deadline)
 		deadline = end_us;
 	g->holder.deadline_us = deadline;
+	lockmgr_log_delegation(d->m, "return", g->holder.id, NULL, NULL);
 	err = d->store->ops->release(d->store, g->plan, &g->holder);
 	if (err)
 		tl_log(LOG_ERR, "cannot give back the delegation of '%s': %s; it expires with "
@@ -183,12 +184,16 @@ static void release_locked(struct tl_delegs *d, struct tl_deleg *g, int64_t end_
 	free(g);
 }
 
-/* Recalls G: no new users; released at once when it has none. Under the
- * mutex; may drop it (then the list may have changed: returns true). */
-static bool recall_locked(struct tl_delegs *d, struct tl_deleg *g, int64_t end_us)
+/* Recalls G (WHY: for the hold log): no new users; released at once when
+ * it has none. Under the mutex; may drop it (then the list may have
+ * changed: returns true). */
+static bool recall_locked(struct tl_delegs *d, struct tl_deleg *g, int64_t end_us,
+			  const char *why)
 {
-	if (g->state == DELEG_HELD)
+	if (g->state == DELEG_HELD) {
 		g->state = DELEG_RECALLED;
+		lockmgr_log_delegation(d->m, "recall", g->holder.id, NULL, why);
+	}
 	if (g->state == DELEG_RECALLED && g->users == 0) {
 		g->state = DELEG_RELEASING;
 		release_locked(d, g, end_us);
@@ -244,7 +249,7 @@ bool delegs_route(struct tl_delegs *d, const char *from, const char *to, struct 
 			if (s && s->until_us < tl_mono_us() + REFUSED_PAUSE_US)
 				s->until_us = tl_mono_us() + REFUSED_PAUSE_US;
 		}
-		if (!recall_locked(d, g, 0))
+		if (!recall_locked(d, g, 0, "own"))
 			pthread_cond_wait(&d->cond, &d->mutex); /* its users, or its release */
 	}
 	pthread_mutex_unlock(&d->mutex);
@@ -268,7 +273,7 @@ void delegs_done(struct tl_delegs *d, struct tl_deleg *use[2])
 		use[i]->users--;
 		use[i]->used_us = tl_mono_us();
 		if (use[i]->users == 0 && use[i]->state == DELEG_RECALLED)
-			recall_locked(d, use[i], 0);
+			recall_locked(d, use[i], 0, NULL);
 		else if (use[i]->users == 0)
 			pthread_cond_broadcast(&d->cond);
 		use[i] = NULL;
@@ -343,6 +348,7 @@ static void try_delegate(struct tl_delegs *d, const char *dir)
 				err = -EEXIST; /* another thread took one meanwhile */
 	}
 	if (err == 0 && !d->stop) {
+		lockmgr_log_delegation(m, "delegate", g->holder.id, g->plan, NULL);
 		g->state = DELEG_HELD;
 		g->used_us = tl_mono_us();
 		g->next = d->list;
@@ -419,7 +425,7 @@ static void poll_round(struct tl_delegs *d)
 				break;
 			tl_log(LOG_WARNING, "delegation of '%s' dropped: this mount's lease is "
 			       "not fresh", g->dir);
-			recall_locked(d, g, 0);
+			recall_locked(d, g, 0, "lease");
 		}
 		pthread_mutex_unlock(&d->mutex);
 		return;
@@ -435,7 +441,7 @@ static void poll_round(struct tl_delegs *d)
 		tl_log(LOG_INFO, "delegation of '%s' unused for %.1f s: giving it back", g->dir,
 		       (double)(now - g->used_us) / 1e6);
 		__atomic_add_fetch(&d->idle_returned, 1, __ATOMIC_RELAXED);
-		recall_locked(d, g, 0);
+		recall_locked(d, g, 0, "idle");
 	}
 	for (g = d->list; g; g = g->next)
 		if (g->state == DELEG_HELD)
@@ -490,7 +496,7 @@ static void poll_round(struct tl_delegs *d)
 			tl_log(LOG_INFO, "delegation of '%s' recalled: another owner (or a rename of ours in the store) waits", g->dir);
 			__atomic_add_fetch(&d->recalled, 1, __ATOMIC_RELAXED);
 			g->recall_us = now;
-			recall_locked(d, g, 0);
+			recall_locked(d, g, 0, "wanted");
 		}
 		pthread_mutex_unlock(&d->mutex);
 	}
@@ -584,7 +590,7 @@ void delegs_close(struct tl_delegs *d, int64_t end_ms)
 	while (d->list) {
 		struct tl_deleg *g = d->list;
 
-		if (!recall_locked(d, g, end_ms * 1000))
+		if (!recall_locked(d, g, end_ms * 1000, "end"))
 			pthread_cond_wait(&d->cond, &d->mutex);
 	}
 	pthread_mutex_unlock(&d->mutex);

@@ -399,8 +399,17 @@ static void delegs_put(struct lockmgr *m)
 
 void lockmgr_shutdown(struct lockmgr *m, int64_t end_ms)
 {
-	if (__atomic_exchange_n(&m->stopping, 1, __ATOMIC_RELAXED))
+	if (__atomic_exchange_n(&m->stopping, 1, __ATOMIC_ACQ_REL)) {
+		/* a later call: the first one may still be giving delegations
+		 * back through the store, which our caller is about to close;
+		 * waited for until END_MS at most (the first may be stuck) */
+		struct timespec ms = {.tv_sec = 0, .tv_nsec = 1000000};
+
+		while (__atomic_load_n(&m->stopping, __ATOMIC_ACQUIRE) != 2 &&
+		       tl_mono_ms() < end_ms)
+			nanosleep(&ms, NULL);
 		return;
+	}
 	struct tl_delegs *d = __atomic_exchange_n(&m->delegs, NULL, __ATOMIC_SEQ_CST);
 	const struct timespec ms = {0, 1000000};
 
@@ -415,6 +424,7 @@ void lockmgr_shutdown(struct lockmgr *m, int64_t end_ms)
 	delegs_close(d, end_ms);
 	if (m->store->ops->shutdown)
 		m->store->ops->shutdown(m->store, end_ms);
+	__atomic_store_n(&m->stopping, 2, __ATOMIC_RELEASE);
 }
 
 int lockmgr_check_lease(struct lockmgr *m)
@@ -605,6 +615,40 @@ static void hold_log(struct lockmgr *m, const struct tl_hold *h, bool acquire, i
 		tl_log(LOG_WARNING, "cannot write hold_log: %s", strerror(errno));
 	buf_free(&b);
 	lockplan_free(full);
+}
+
+void lockmgr_log_delegation(struct lockmgr *m, const char *event, const char *holder,
+			    const struct tl_plan *plan, const char *why)
+{
+	struct timespec ts;
+	struct buf b;
+	char head[96];
+	size_t i;
+
+	if (m->hold_log_fd == -1)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	buf_init(&b, 0);
+	snprintf(head, sizeof(head), "%lld%09ld\t%s\t%d\t", (long long)ts.tv_sec, ts.tv_nsec,
+		 event, (int)getpid());
+	buf_add(&b, head, strlen(head));
+	escape_buf(&b, holder);
+	if (plan) {
+		buf_add(&b, "\t", 1);
+		escape_buf(&b, plan->from);
+		for (i = 0; i < plan->n; i++) {
+			buf_add(&b, plan->items[i].mode == TL_EXCLUSIVE ? "\tX:" : "\tS:", 3);
+			escape_buf(&b, plan->items[i].key);
+		}
+	}
+	if (why) {
+		buf_add(&b, "\t", 1);
+		buf_add(&b, why, strlen(why));
+	}
+	buf_add(&b, "\n", 1);
+	if (!b.err && write(m->hold_log_fd, b.data, b.len) != (ssize_t)b.len)
+		tl_log(LOG_WARNING, "cannot write hold_log: %s", strerror(errno));
+	buf_free(&b);
 }
 
 /* Frees the plan of H (not an endpoint plan, which is H's own). */

@@ -46,7 +46,8 @@ struct lockmgr {
 	double timeout;            /* seconds; atomic (lockmgr_set_timeout()) */
 	char owner[64];            /* this mount's owner name, for holder ids */
 	uint64_t next_ticket;      /* atomic */
-	int stopping;              /* atomic: lockmgr_shutdown() was called */
+	int stopping;              /* atomic: lockmgr_shutdown() was called (1),
+				    * and is done (2) */
 	int hold_log_fd;           /* lockmgr_set_hold_log(), -1 for none */
 	int64_t down_us;           /* atomic: monotonic us since when the store
 				    * is known down (the circuit), 0: up */
@@ -92,11 +93,28 @@ void lockmgr_init(struct lockmgr *m, struct lockstore *store, double timeout, co
  *           the store granted the plan (every key, whatever its form)
  *   MONO_NS release PID HOLDER ERRNO   just before the locks are released
  *           (ERRNO 0: the rename was done)
+ * and, with delegations=on (lockdeleg.h), a delegation's life:
+ *   MONO_NS delegate PID HOLDER DIR MODE:KEY...  once the store granted it
+ *           (before any covered rename uses it)
+ *   MONO_NS recall PID HOLDER WHY  no new users from now on; WHY: wanted
+ *           (another owner waits), idle (unused), lease (not fresh), own
+ *           (a rename of this mount needs the store) or end (the mount ends)
+ *   MONO_NS return PID HOLDER      its users done, just before it is
+ *           released in the store
+ * The renames a delegation covers are written as acquire and release
+ * lines too, under holder ids of the private store (tickets from 2^62).
  * MONO_NS is CLOCK_MONOTONIC in nanoseconds: one clock for every mount of
  * the machine, so holds of mounts in other network namespaces compare.
  * Entry holds (lock_scope=namespace) are not written. A failed write is
  * logged. This function can't fail. */
 void lockmgr_set_hold_log(struct lockmgr *m, int fd);
+
+/* Writes a delegation's line EVENT ("delegate", "recall", "return") of
+ * HOLDER to the hold log, if any (see lockmgr_set_hold_log()): PLAN's
+ * directory and keys when PLAN, then WHY when not NULL. This function
+ * can't fail. */
+void lockmgr_log_delegation(struct lockmgr *m, const char *event, const char *holder,
+			    const struct tl_plan *plan, const char *why);
 
 /* Sets the lock timeout (seconds) of the acquisitions that start from now
  * on, from any thread. This function can't fail. */
@@ -159,7 +177,9 @@ void lockmgr_note_rename(struct lockmgr *m, struct tl_hold *h, const char *from,
  * on (new ones at once), and the store ends every request by END_MS
  * (monotonic ms; its shutdown op). Delegations are given back first,
  * once the covered renames under way are done (they may end after this
- * was called). Any thread; the first call counts. */
+ * was called). Any thread; the first call counts, and a later one returns
+ * once the first is done (so that its caller may close the store), or at
+ * END_MS. */
 void lockmgr_shutdown(struct lockmgr *m, int64_t end_ms);
 
 /* True while the store is known to be down (the circuit is open). */

@@ -7,6 +7,14 @@ Inputs (all on one CLOCK_MONOTONIC, in nanoseconds):
   (tab-separated; paths escape bytes as \\xHH):
       MONO_NS acquire PID HOLDER FROM TO MODE:KEY...   (MODE S or X)
       MONO_NS release PID HOLDER ERRNO
+  and, from mounts with delegations=on, a delegation's life:
+      MONO_NS delegate PID HOLDER DIR MODE:KEY...
+      MONO_NS recall PID HOLDER WHY     (wanted, idle, lease, own or end)
+      MONO_NS return PID HOLDER
+  a rename a delegation covers is an acquire and a release line of its
+  own, under a holder id of the mount's private store (ticket >= 2**62),
+  with the keys it locked in memory: its keys are checked against every
+  other hold like any other (rule 1);
 * the workload's own record of every rename it made, one JSON object a
   line: {"host", "t0", "t1", "src", "dst", "res"} (res: 0 or an errno);
   src and dst are paths below the mount, "/"-separated, leading "/";
@@ -57,6 +65,12 @@ Rules:
    rename whose source and target name one file for a no-op, as rename(2)
    says, and a stale client cache can show one file at both paths). Such
    no-ops are counted ("renames_unseen") and left out of rule 3.
+7. A covered rename (a hold of the private store) lies inside
+   delegations of its own daemon: both endpoints strictly below the
+   directory of a delegation granted before the hold and returned after
+   its release (a recall may come between the rename's routing and its
+   acquire line); and every delegation ends (returned, or its daemon
+   killed), as rule 2 says of holds.
 
 As a command it reads the files named by its options and prints the report
 as JSON; exit status 0 when there is no violation, 1 otherwise.
@@ -98,9 +112,44 @@ class Hold(object):
                                                 self.end, self.res)
 
 
-def parse_holds(host, lines, violations):
-    """Holds of one host's hold log (an iterable of lines)."""
-    holds, open_ = [], {}
+# covered renames' holder tickets count from here (the private store)
+LOCAL_TICKET = 1 << 62
+
+
+def is_covered(holder):
+    """True when HOLDER is a holder id of a mount's private store: a rename
+    a delegation covered."""
+    _, _, t = holder.rpartition("#")
+    return t.isdigit() and int(t) >= LOCAL_TICKET
+
+
+class Deleg(object):
+    """A delegation of directory DIR, from its grant (START) to its return
+    (END); RECALL: when it took no new users any more, and WHY."""
+    __slots__ = ("host", "pid", "holder", "dir", "items", "start", "recall", "why", "end",
+                 "how")
+
+    def __init__(self, host, pid, holder, start, dir_, items):
+        self.host, self.pid, self.holder, self.start = host, pid, holder, start
+        self.dir, self.items = dir_, items
+        self.recall = self.why = self.end = self.how = None
+
+    @property
+    def ident(self):
+        return "%s/%s/%s" % (self.host, self.pid, self.holder)
+
+    def covers(self, path):
+        return path.startswith(self.dir.rstrip("/") + "/") and path != self.dir
+
+    def touches(self, path):
+        """True when a rename of PATH needs what this delegation holds."""
+        return path == self.dir or self.covers(path) or self.dir.startswith(path.rstrip("/") + "/")
+
+
+def parse_holds(host, lines, violations, delegs=None):
+    """Holds of one host's hold log (an iterable of lines); its delegations
+    are appended to DELEGS (a list) when given."""
+    holds, open_, dopen = [], {}, {}
     for n, line in enumerate(lines, 1):
         line = line.rstrip("\n")
         if not line:
@@ -131,6 +180,32 @@ def parse_holds(host, lines, violations):
                                    "what": "release of %s/%s that was not acquired" % key})
                 continue
             h.end, h.res, h.how = t, int(f[4]), "released"
+        elif ev == "delegate":
+            items = []
+            for it in f[5:]:
+                mode, _, k = it.partition(":")
+                items.append((mode, unescape(k)))
+            g = Deleg(host, pid, holder, t, unescape(f[4]), items)
+            if key in dopen:
+                violations.append({"rule": "log", "host": host,
+                                   "what": "delegation %s/%s granted twice" % key})
+            dopen[key] = g
+            if delegs is not None:
+                delegs.append(g)
+        elif ev in ("recall", "return"):
+            g = dopen.get(key)
+            if g is None:
+                violations.append({"rule": "log", "host": host,
+                                   "what": "%s of delegation %s/%s that was not granted"
+                                           % ((ev,) + key)})
+                continue
+            if ev == "recall":
+                g.recall, g.why = t, f[4] if len(f) > 4 else ""
+            else:
+                del dopen[key]
+                g.end, g.how = t, "returned"
+                if g.recall is None:
+                    g.recall = t
         else:
             violations.append({"rule": "log", "host": host,
                                "what": "hold log line %d: unknown event %r" % (n, ev)})
@@ -154,6 +229,74 @@ def close_killed(holds, nemesis, end_of_run, violations):
             violations.append({"rule": "hold-ends", "host": h.host,
                                "what": "hold %s (%s -> %s) was never released and its daemon "
                                        "was not killed" % (h.ident, h.src, h.dst)})
+
+
+def close_killed_delegs(delegs, nemesis, end_of_run, violations):
+    """Rule 7's end: a delegation not returned ends when its daemon was
+    killed."""
+    kills = {}
+    for ev in nemesis:
+        if ev.get("kind") == "kill" and ev.get("phase", "start") == "start" and "pid" in ev:
+            kills[(ev["host"], int(ev["pid"]))] = int(ev["t"])
+    for g in delegs:
+        if g.end is not None:
+            continue
+        t = kills.get((g.host, g.pid))
+        if t is not None and t >= g.start:
+            g.end, g.how = t, "killed"
+        else:
+            g.end, g.how = end_of_run, "open"
+            violations.append({"rule": "deleg-ends", "host": g.host,
+                               "what": "delegation %s of %s was never returned and its "
+                                       "daemon was not killed" % (g.ident, g.dir)})
+        if g.recall is None:
+            g.recall = g.end
+
+
+def covered_rules(holds, delegs):
+    """Rule 7: each covered hold inside delegations of its daemon. Returns
+    the violations."""
+    out = []
+    by_daemon = {}
+    for g in delegs:
+        by_daemon.setdefault((g.host, g.pid), []).append(g)
+    for h in holds:
+        if not is_covered(h.holder):
+            continue
+        # (a recall may come between the rename's routing, which counted it
+        # a user, and its acquire line: the return comes after its release)
+        gs = [g for g in by_daemon.get((h.host, h.pid), [])
+              if g.start <= h.start and (g.end is None or h.end is None or h.end <= g.end)]
+        for path in (h.src, h.dst):
+            if not any(g.covers(path) for g in gs):
+                out.append({"rule": "covered", "host": h.host,
+                            "what": "covered rename %s (%s -> %s) at %d: %s is below no "
+                                    "delegation its daemon held throughout"
+                                    % (h.ident, h.src, h.dst, h.start, path)})
+                break
+    return out
+
+
+def recalls_under_way(t, delegs, holds, renames):
+    """The recalls under way at T: (delegation, rename) pairs where a rename
+    of another host, in its call at T, needs what a delegation held at T
+    holds, and had not got its locks before T. Returns a list."""
+    out = []
+    # (a delegation its daemon's kill ended at T was held at T)
+    held = [g for g in delegs if g.start <= t and (g.end is None or t <= g.end)]
+    if not held:
+        return out
+    for r in renames:
+        if not (r["t0"] <= t <= r["t1"]):
+            continue
+        for g in held:
+            if g.host == r["host"] or not (g.touches(r["src"]) or g.touches(r["dst"])):
+                continue
+            got = [h for h in holds if h.host == r["host"] and r["t0"] <= h.start <= r["t1"]
+                   and _entry_name(h.src) == _entry_name(r["src"]) and h.start < t]
+            if not got:
+                out.append((g, r))
+    return out
 
 
 def stopped_after_check(h, pauses, fenced_ns):
@@ -300,12 +443,15 @@ def check(hold_logs, renames, nemesis, initial, final, contents, final_contents,
     the report (a dict); report["violations"] is empty when the run is
     correct."""
     violations = []
-    holds = []
+    holds, delegs = [], []
     for host in sorted(hold_logs):
-        holds.extend(parse_holds(host, hold_logs[host], violations))
+        holds.extend(parse_holds(host, hold_logs[host], violations, delegs))
     if end_of_run is None:
-        end_of_run = max([h.start for h in holds] + [r["t1"] for r in renames] + [0]) + 1
+        end_of_run = max([h.start for h in holds] + [g.start for g in delegs] +
+                         [r["t1"] for r in renames] + [0]) + 1
     close_killed(holds, nemesis, end_of_run, violations)
+    close_killed_delegs(delegs, nemesis, end_of_run, violations)
+    violations.extend(covered_rules(holds, delegs))
     pauses = [(ev.get("host"), int(ev["pid"]), int(ev["t"])) for ev in nemesis
               if ev.get("kind") == "pause" and ev.get("phase", "start") == "start" and "pid" in ev]
     bad, tolerated, ambiguous, limit = conflicts(holds, pauses, fenced_ns)
@@ -314,6 +460,17 @@ def check(hold_logs, renames, nemesis, initial, final, contents, final_contents,
     violations.extend(bad)
     violations.extend(final_tree_rules(initial, final, contents, final_contents, seen))
     violations.extend(leftover_rules(leftovers))
+    # faults that struck while a recall was under way, by kind
+    recall_faults = {}
+    for ev in nemesis:
+        if ev.get("phase", "start") != "start" or "kind" not in ev:
+            continue
+        if recalls_under_way(int(ev["t"]), delegs, holds, renames):
+            recall_faults[ev["kind"]] = recall_faults.get(ev["kind"], 0) + 1
+    whys = {}
+    for g in delegs:
+        if g.why:
+            whys[g.why] = whys.get(g.why, 0) + 1
     results = {}
     for r in renames:
         k = "ok" if r["res"] == 0 else errno.errorcode.get(r["res"], str(r["res"]))
@@ -329,6 +486,11 @@ def check(hold_logs, renames, nemesis, initial, final, contents, final_contents,
         "overlaps_tolerated": tolerated,
         "overlaps_ambiguous": ambiguous,
         "overlaps_limit": limit,
+        "holds_covered": sum(1 for h in holds if is_covered(h.holder)),
+        "delegations_granted": len(delegs),
+        "delegations_recalled": whys.get("wanted", 0),
+        "delegations_ended": whys,
+        "faults_in_recall": recall_faults,
         "violations": violations,
     }
 

@@ -54,11 +54,27 @@ leader checks every 1 s, 10 s timeout, 3 tries):
                    from ~4 ms to ~300 ms); skipped with the reason
                    without loop devices or blkio throttling
 
+With --delegations on every mount runs with delegations=on
+(treelockfs(1)): each host also has directories of its own (o<host>_<k>)
+where its workload moves files in bursts, which get it delegations of
+them, and now and then it moves a file into or out of another host's one,
+which recalls that host's delegation; and before each fault the nemesis
+makes a host A take a delegation of a directory of the nemesis's own
+(n<k>: two renames in it within a second) and another host B start a
+rename in it, and strikes (A or B, for a fault of a host) 50 ms later,
+while B waits for A's recall. The checker counts, per fault kind, the
+faults that struck while a recall was under way (faults_in_recall: a
+delegation held and a rename of another host needing it in its call and
+without its locks yet), and the nemesis's arrangements that failed, with
+why (recall_setups).
+
 Afterwards every mount is stopped, dead owners are reaped
 (treelockctl reap --dead), and checker.py judges the logs, the final tree
 and what is left in the lock index.
 
-    multihost.py run [--hosts 3] [--duration 45] [--runs 1] [--engine emulator|opensearch]
+    multihost.py run [--hosts 3] [--duration 45] [--runs 1]
+                     [--engine emulator|opensearch|opensearch3|elasticsearch]
+                     [--delegations on [--delegation-recall S]]
                      [--nodes 3 [--rtt-ms R] [--kinds K,K...] [--es-timeout-ms MS]]
     multihost.py limit [--pause 6]     the known limit (a rename stuck in a
                                        hung backing call), measured
@@ -97,6 +113,10 @@ CTL = program("treelockctl")
 
 INDEX = "treelockfs-locks"
 KINDS = ("cut", "pause", "kill", "engine", "skew")
+# with --delegations on: directories of each host's own, and of the nemesis
+OWN_DIRS = 6
+NEMESIS_DIRS = 24
+FILE_PREFIXES = "fem"
 # faults of an engine cluster (--nodes 3 or more)
 CLUSTER_KINDS = ("node-cut", "primary-cut", "minority-mount", "node-pause",
                  "cluster-restart", "slow-disk")
@@ -729,6 +749,24 @@ class Host(object):
                 "lease_ttl=%d" % a.lease_ttl, "lock_timeout=%d" % a.lock_timeout,
                 "es_timeout_ms=1000", "hold_log=" + self.hold_log] + list(self.run.extra_opts)
 
+    def hold_log_lines(self, since=0):
+        """The lines of this host's hold log from byte SINCE on, and the
+        offset after them."""
+        try:
+            with open(self.hold_log, "rb") as f:
+                f.seek(since)
+                data = f.read()
+        except OSError:
+            return [], since
+        end = data.rfind(b"\n") + 1
+        return data[:end].decode("utf-8", "replace").splitlines(), since + end
+
+    def log_size(self):
+        try:
+            return os.path.getsize(self.hold_log)
+        except OSError:
+            return 0
+
     def mount(self, skew=None):
         env = {}
         if skew:
@@ -795,17 +833,25 @@ class Host(object):
         return rc
 
 
-def workload(mnt, host, until_ns, seed, out, names, stop=None):
+def workload(mnt, host, until_ns, seed, out, names, stop=None, deleg=False):
     """Moves files among directories and directories among the top ones,
     logging each rename and its result (one JSON object a line), until
     UNTIL_NS or, with STOP, until the file STOP exists (UNTIL_NS is then
-    only a bound)."""
+    only a bound). With DELEG, most of the time it moves files between
+    two directories of this host's own in bursts (two renames within a
+    second in a directory: a delegation of it; the next ones covered), and
+    now and then a file into or out of another host's directory (a
+    recall)."""
     rnd = random.Random(seed)
     tops = [n for n in names if n.startswith("d")]
     subs = [n for n in names if n.startswith("s")]
     files = [n for n in names if n.startswith("f")]
+    me = "o%s_" % host.lstrip("h")
+    own = [n for n in names if n.startswith(me)]
+    others = [n for n in names if n.startswith("o") and not n.startswith(me)]
     where = {}
     n = 0
+    burst, pair, mine = 0, None, None
     with open(out, "a") as f:
         while mono_ns() < until_ns and not (stop and n % 8 == 0 and os.path.exists(stop)):
             if n % 4 == 0 or not where:
@@ -822,11 +868,35 @@ def workload(mnt, host, until_ns, seed, out, names, stop=None):
                     time.sleep(0.05)
                     continue
             n += 1
-            if rnd.random() < 0.3:
+            x = t = None
+            if deleg and own and not burst:
+                r = rnd.random()
+                if r < 0.55:
+                    # mostly the same pair again: its delegations stay held
+                    # (a new pair gives one of the old back)
+                    if not mine or rnd.random() < 0.3:
+                        mine = rnd.sample(own, 2)
+                    pair, burst = mine, rnd.randint(3, 10)
+                elif r < 0.8:
+                    pair = [rnd.choice(own), rnd.choice(others)]
+                    rnd.shuffle(pair)
+                    burst = 1
+            if burst:
+                # a file of one of the pair's directories into the other
+                burst -= 1
+                inside = [e for e, p in where.items() if e[0] in FILE_PREFIXES and
+                          os.path.dirname(p) in ("/" + pair[0], "/" + pair[1])]
+                if not inside:
+                    burst = 0
+                    continue
+                x = rnd.choice(inside)
+                t = pair[1] if os.path.dirname(where[x]) == "/" + pair[0] else pair[0]
+            elif rnd.random() < 0.3:
                 x, targets = rnd.choice(subs), tops
             else:
                 x, targets = rnd.choice(files), ["/"] + tops + subs
-            t = rnd.choice(targets)
+            if t is None:
+                t = rnd.choice(targets)
             if x not in where or (t != "/" and t not in where):
                 where = {}
                 continue
@@ -871,6 +941,16 @@ class Run(object):
         # fencing is for (a pause after the check is the known limit,
         # `limit` below)
         self.extra_opts = ["rename_delay_ms=%d" % getattr(args, "delay_ms", 20)]
+        self.delegations = getattr(args, "delegations", "off") == "on"
+        if self.delegations:
+            self.extra_opts.append("delegations=on")
+            if getattr(args, "delegation_recall", None):
+                self.extra_opts.append("delegation_recall=%g" % args.delegation_recall)
+        self.nemesis_work = os.path.join(work, "nemesis-work.jsonl")
+        self.recall_threads = []
+        self.recall_setups = {}     # kind: {"under way": n, reason: n}
+        self.fault_secs = {}        # kind: seconds its faults lasted
+        self.next_ndir = 0
         # a cluster's first mount creates the lock index and waits for its
         # shard to be allocated: on a busy machine, a minute or more
         self.mount_timeout = 15
@@ -898,18 +978,32 @@ class Run(object):
         dirs = ["/"] + ["d%d" % i for i in range(nd)] + ["s%d" % i for i in range(nd)]
         for i in range(24):
             names["f%02d" % i] = dirs[i % len(dirs)]
+        if self.delegations:
+            # each host's own directories (o<host>_<k>, files e...), where it
+            # renames in bursts (delegations), and the nemesis's (n<k>, files
+            # m...), where it makes one host take a delegation and another
+            # recall it just before a fault
+            for i in range(self.args.hosts):
+                for k in range(OWN_DIRS):
+                    names["o%d_%d" % (i, k)] = "/"
+                    for j in range(3):
+                        names["e%d_%d_%d" % (i, k, j)] = "o%d_%d" % (i, k)
+            for k in range(NEMESIS_DIRS):
+                names["n%02d" % k] = "/"
+                for j in range(2):
+                    names["m%02d_%d" % (k, j)] = "n%02d" % k
 
         def path(n):
             return "" if n == "/" else path(names[n]) + "/" + n
         for n in sorted(names, key=lambda n: path(n).count("/")):
             p = self.shared + path(n)
-            if n.startswith("f"):
+            if n[0] in FILE_PREFIXES:
                 with open(p, "w") as f:
                     f.write(n)
             else:
                 os.mkdir(p)
         self.initial = names
-        self.contents = {n: n for n in names if n.startswith("f")}
+        self.contents = {n: n for n in names if n[0] in FILE_PREFIXES}
 
     def final_tree(self):
         entries, contents = [], {}
@@ -924,9 +1018,77 @@ class Run(object):
 
     # ---- the nemesis ------------------------------------------------------------------------
 
-    def fault(self, kind):
+    def nemesis_rename(self, h, src, dst):
+        """A rename of the nemesis's through H's mount, logged as the
+        workload logs its own."""
+        t = Timed(h.name, h.mnt, src, dst)
+        t.run()
+        with open(self.nemesis_work, "a") as f:
+            f.write(json.dumps(t.rec) + "\n")
+        return t.rec["res"]
+
+    def arrange_recall(self, kind):
+        """Makes a host A take a delegation of a directory of the nemesis's
+        (two renames in it within a second) and another host B start a
+        rename in it, which waits while A's delegation is recalled, so that
+        the fault of KIND strikes while the recall is under way. Returns the
+        host the fault strikes (A or B) and None, or why no recall is under
+        way."""
+        a, b = self.rnd.sample(self.hosts, 2)
+        target = a if self.rnd.random() < 0.5 else b
+        why = "no delegation granted"
+        for _ in range(4):
+            k = self.next_ndir % NEMESIS_DIRS
+            self.next_ndir += 1
+            d = "/n%02d" % k
+            at = {}
+            for j in range(2):
+                m = "m%02d_%d" % (k, j)
+                at[m] = (d if os.path.exists(self.shared + d + "/" + m) else
+                         "" if os.path.exists(self.shared + "/" + m) else None)
+            if None in at.values() or a.proc is None or b.proc is None:
+                why = "the nemesis's files of %s are not where they were" % d
+                continue
+            x, y = sorted(at)
+            since = a.log_size()
+            for _ in range(2):      # x out of d and back, or in and out
+                src = at[x] + "/" + x
+                dst = ("" if at[x] == d else d) + "/" + x
+                if self.nemesis_rename(a, src, dst) == 0:
+                    at[x] = os.path.dirname(dst)
+            # a store on a busy machine takes seconds for the two renames'
+            # releases and the delegation's try
+            holder, deadline = None, time.monotonic() + 5
+            while holder is None and time.monotonic() < deadline:
+                for line in a.hold_log_lines(since)[0]:
+                    f = line.split("\t")
+                    if len(f) > 4 and f[1] == "delegate" and f[4] == d:
+                        holder = f[3]
+                if holder is None:
+                    time.sleep(0.01)
+            if holder is None:
+                why = "no delegation granted"
+                continue
+            src = at[y] + "/" + y
+            dst = ("" if at[y] == d else d) + "/" + y
+            t = Timed(b.name, b.mnt, src, dst)
+            t.start()
+            self.recall_threads.append(t)
+            # B's request refused and its waiter mark written (a round trip
+            # or two); A's poller sees it within delegation_recall/2
+            time.sleep(0.05)
+            returned = any(l.split("\t")[1:2] == ["return"] and l.split("\t")[3] == holder
+                           for l in a.hold_log_lines(since)[0])
+            if not t.is_alive():
+                return target, "the rename that recalls ended within 50 ms"
+            if returned:
+                return target, "the delegation was given back within 50 ms"
+            return target, None
+        return target, why
+
+    def fault(self, kind, h=None, arranged=False):
         a = self.args
-        h = self.rnd.choice(self.hosts)
+        h = h or self.rnd.choice(self.hosts)
         if kind == "cut":
             secs = self.rnd.uniform(1.5, 2.5) * a.lease_ttl
             self.note("cut", h.name, phase="start")
@@ -936,7 +1098,8 @@ class Run(object):
             self.note("cut", h.name, phase="end")
         elif kind == "pause":
             secs = 2 * a.lease_ttl + self.rnd.uniform(1, 2)
-            h.holding(1.0)     # preferably while it holds locks
+            if not arranged:
+                h.holding(1.0)     # preferably while it holds locks
             pid = h.proc.pid
             self.note("pause", h.name, pid=pid, phase="start")
             os.kill(pid, signal.SIGSTOP)
@@ -944,7 +1107,8 @@ class Run(object):
             os.kill(pid, signal.SIGCONT)
             self.note("pause", h.name, pid=pid, phase="end")
         elif kind == "kill":
-            h.holding(1.0)
+            if not arranged:
+                h.holding(1.0)
             pid = h.proc.pid
             self.note("kill", h.name, pid=pid, phase="start")
             os.kill(pid, signal.SIGKILL)
@@ -1057,11 +1221,30 @@ class Run(object):
         while mono_ns() < until_ns or (order and bound_ns and mono_ns() < bound_ns):
             kind = order.pop(0) if order else self.rnd.choice(kinds)
             try:
-                self.fault(kind)
+                h, why = None, "delegations off"
+                if self.delegations and len(self.hosts) > 1:
+                    h, why = self.arrange_recall(kind)
+                n = self.recall_setups.setdefault(kind, {})
+                n[why or "under way"] = n.get(why or "under way", 0) + 1
+                t0 = time.monotonic()
+                self.fault(kind, h, why is None)
+                self.fault_secs[kind] = self.fault_secs.get(kind, 0) + time.monotonic() - t0
             except Exception as e:  # a fault that cannot be injected fails the run
                 self.nemesis_error = "%s: %s" % (kind, e)
                 return
             time.sleep(self.rnd.uniform(*self.args.gap))
+
+    def join_recalls(self):
+        """Waits for the nemesis's renames that recalled and logs them; one
+        still stuck is logged as ended now with EIO (its outcome unknown)."""
+        for t in self.recall_threads:
+            t.join(self.args.lock_timeout + 60)
+            rec = dict(t.rec)
+            if "t1" not in rec:
+                rec.update(res=errno.EIO, t1=mono_ns())
+            with open(self.nemesis_work, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+        self.recall_threads = []
 
     # ---- one run ----------------------------------------------------------------------------
 
@@ -1112,7 +1295,7 @@ class Run(object):
                                   getattr(a, "heap", "256m"))
         else:
             self.engine = (OpenSearch(self.net.addr, self.work, a.engine)
-                           if a.engine.startswith("opensearch") else Emulator(self.net.addr, self.work))
+                           if a.engine != "emulator" else Emulator(self.net.addr, self.work))
         try:
             rtt = getattr(a, "rtt_ms", 0)
             if rtt > 0:
@@ -1151,7 +1334,8 @@ class Run(object):
                 p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "workload",
                                       h.mnt, h.name, str(t_bound + int(a.quiet * 1e9)),
                                       str(self.rnd.randrange(1 << 30)), out,
-                                      ",".join(sorted(self.initial)), stop])
+                                      ",".join(sorted(self.initial)), stop]
+                                     + (["deleg"] if self.delegations else []))
                 self.workers.append((p, out))
             nem = threading.Thread(target=self.nemesis, args=(t_end - int(a.quiet * 1e9),
                                                               t_bound - int(a.quiet * 1e9)))
@@ -1161,6 +1345,7 @@ class Run(object):
                 with open(stop, "w"):
                     pass
                 raise RuntimeError("the nemesis failed: " + self.nemesis_error)
+            self.join_recalls()
             # the quiet end: no new faults for a.quiet seconds, and on until
             # the renames counted are in
             quiet_end = mono_ns() + int(a.quiet * 1e9)
@@ -1194,11 +1379,16 @@ class Run(object):
             except FileNotFoundError:
                 logs[h.name] = []
         renames = [r for _, out in self.workers for r in checker.read_jsonl(out)]
+        if os.path.exists(self.nemesis_work):
+            renames += checker.read_jsonl(self.nemesis_work)
         nemesis = checker.read_jsonl(self.nemesis_log) if os.path.exists(self.nemesis_log) else []
         rep = checker.check(logs, renames, nemesis, self.initial, final, self.contents,
                             final_contents, left, end_of_run=t_stop,
                             fenced_ns=getattr(self.args, "delay_ms", 20) * 1000000)
         rep["faults"] = dict(self.faults)
+        rep["delegations"] = "on" if self.delegations else "off"
+        rep["recall_setups"] = self.recall_setups
+        rep["fault_secs"] = {k: round(v, 1) for k, v in self.fault_secs.items()}
         rep["skipped_faults"] = {k: v for k, v in self.skipped.items() if v != "not selected"}
         rep["daemon_exit"] = statuses
         rep["engine"] = self.engine.name
@@ -1273,6 +1463,15 @@ def cmd_run(a):
                  json.dumps(rep["faults"]), len(rep["violations"])))
         for k, why in rep["skipped_faults"].items():
             print("  %s skipped: %s" % (k, why))
+        print("  seconds the faults lasted, by kind: %s" % json.dumps(rep["fault_secs"],
+                                                                   sort_keys=True))
+        if rep["delegations"] == "on":
+            print("  delegations: %d granted, %d recalled (ended by %s), %d covered renames; "
+                  "faults with a recall under way %s; the nemesis's arrangements %s"
+                  % (rep["delegations_granted"], rep["delegations_recalled"],
+                     json.dumps(rep["delegations_ended"], sort_keys=True), rep["holds_covered"],
+                     json.dumps(rep["faults_in_recall"], sort_keys=True),
+                     json.dumps(rep["recall_setups"], sort_keys=True)))
         if rep["topology"]:
             print("  topology: %s" % json.dumps(rep["topology"], sort_keys=True))
         for v in rep["violations"][:20]:
@@ -1293,7 +1492,7 @@ def main(argv=None):
     if argv and argv[0] == "workload":
         mnt, host, until, seed, out, names = argv[1:7]
         workload(mnt, host, int(until), int(seed), out, names.split(","),
-                 argv[7] if len(argv) > 7 else None)
+                 argv[7] if len(argv) > 7 else None, len(argv) > 8 and argv[8] == "deleg")
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -1308,7 +1507,8 @@ def main(argv=None):
     r.add_argument("--runs", type=int, default=1)
     r.add_argument("--seed", type=int)
     r.add_argument("--engine", default="emulator",
-                   help="emulator, or an engine tests/engines/start runs (opensearch, opensearch3, ...)")
+                   help="emulator, or an engine tests/engines/start runs (opensearch, "
+                   "opensearch3, elasticsearch)")
     r.add_argument("--nodes", type=int, default=1,
                    help="engine nodes: more than 1 runs a cluster (a real engine), each "
                    "node in a namespace of its own")
@@ -1333,6 +1533,12 @@ def main(argv=None):
     r.add_argument("--report", help="append each run's report (JSON) to this file")
     r.add_argument("--delay-ms", type=int, default=20,
                    help="rename_delay_ms of every host (a window for the pauses)")
+    r.add_argument("--delegations", choices=("on", "off"), default="off",
+                   help="delegations= of every mount; on: the workload renames in bursts in "
+                   "directories of each host's own (delegations) and now and then in "
+                   "another's (recalls), and the nemesis strikes while a recall is under way")
+    r.add_argument("--delegation-recall", type=float,
+                   help="delegation_recall= of every mount (default: the mount's, 1 s)")
     lim = sub.add_parser("limit", help="measure a rename stuck in a hung backing call")
     lim.add_argument("--pause", type=float, nargs="+", default=[6.0])
     lim.add_argument("--lease-ttl", type=int, default=2)

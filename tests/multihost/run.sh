@@ -5,7 +5,10 @@
 # pytest is found; without root, ip netns, nsenter or /dev/fuse the run is
 # skipped with the reason and the checker's tests still run. Results also
 # go to run.xml (JUnit XML), which run-tests.sh counts. The long form:
-# tests/multihost/multihost.py run --runs N --duration S [--engine opensearch]; on
+# tests/multihost/multihost.py run --runs N --duration S [--engine opensearch]
+# [--delegations on] (delegations=on on every mount, a workload that makes
+# them and recalls them, and each fault struck while a recall is under way;
+# figures in BENCHMARKS.md); on
 # a cluster of engine nodes in namespaces of their own, links with a round
 # trip of R ms (tc netem): add --nodes 3 --rtt-ms R (R = 0.2, 1, 5).
 # With --nodes 3 the nemesis also partitions the cluster (kinds node-cut,

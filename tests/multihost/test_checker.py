@@ -216,3 +216,101 @@ def test_checker__renames_that_returned_0_against_the_holds():
     rep = run(CLEAN_HOLDS, renames)
     assert rep["violations"] == [] and rep["renames_unseen"] == 1
     assert rep["unseen"] == [{"host": "A", "src": "/d1/f0", "dst": "/d0/s0/f0"}]
+
+
+# ---- delegations ---------------------------------------------------------------------------
+
+LOCAL = "A#%d" % (checker.LOCAL_TICKET + 1)     # a covered rename's holder id
+
+
+def dlg(t, pid, holder, d, *items):
+    return "\t".join([str(t * MS), "delegate", str(pid), holder, d] + list(items))
+
+
+def recall(t, pid, holder, why="wanted"):
+    return "\t".join([str(t * MS), "recall", str(pid), holder, why])
+
+
+def ret(t, pid, holder):
+    return "\t".join([str(t * MS), "return", str(pid), holder])
+
+
+# host A holds a delegation of /d0 from 5 to 40 and moves f0 into s0 in its
+# memory; B's rename of f0 waits for the recall, then moves it to d1
+DELEG_A = [dlg(5, 100, "A#d3", "/d0", "S:/", "X:/d0"),
+           acq(10, 100, LOCAL, "/d0/f0", "/d0/s0/f0", "S:/", "S:/d0", "X:/d0/f0", "S:/d0/s0",
+               "X:/d0/s0/f0"),
+           rel(20, 100, LOCAL),
+           recall(30, 100, "A#d3"),
+           ret(40, 100, "A#d3")]
+DELEG_RENAMES = [ren("A", 9, 21, "/d0/f0", "/d0/s0/f0"),
+                 ren("B", 25, 51, "/d0/s0/f0", "/d1/f0")]
+FINAL_F0_IN_D1 = final_of(dict(INITIAL, f0="d1"))
+
+
+def test_checker__a_covered_rename_then_a_recall_has_no_violation_and_is_counted():
+    holds = {"A": DELEG_A,
+             "B": [acq(41, 200, "B#1", "/d0/s0/f0", "/d1/f0", "S:/", "S:/d0", "S:/d0/s0",
+                       "X:/d0/s0/f0", "S:/d1", "X:/d1/f0"), rel(50, 200, "B#1")]}
+    nemesis = [{"t": 35 * MS, "kind": "pause", "host": "A", "pid": 100, "phase": "start"},
+               {"t": 45 * MS, "kind": "cut", "host": "A", "phase": "start"}]
+    rep = run(holds, DELEG_RENAMES, nemesis, final=FINAL_F0_IN_D1)
+    assert rep["violations"] == []
+    assert rep["holds_covered"] == 1
+    assert rep["delegations_granted"] == 1 and rep["delegations_recalled"] == 1
+    # at 35 B's rename waited for A's delegation; at 45 it held its locks
+    assert rep["faults_in_recall"] == {"pause": 1}
+
+
+def test_checker__a_covered_rename_overlapping_another_hosts_rename_is_a_violation():
+    # B got its locks at 15 while A's covered rename held /d0/f0 (10-20)
+    holds = {"A": DELEG_A,
+             "B": [acq(15, 200, "B#1", "/d0/f0", "/d1/f0", "S:/", "S:/d0", "X:/d0/f0", "S:/d1",
+                       "X:/d1/f0"), rel(18, 200, "B#1")]}
+    renames = [ren("A", 9, 21, "/d0/f0", "/d0/s0/f0"), ren("B", 14, 19, "/d0/f0", "/d1/f0")]
+    rep = run(holds, renames, final=FINAL_F0_IN_D1)
+    over = [v for v in rep["violations"] if v["rule"] == "overlap"]
+    assert [v["key"] for v in over] == ["/d0/f0"], rep["violations"]
+    # attributed to host A's daemon and the private store's holder
+    assert "A/100/" + LOCAL in over[0]["holds"] and "B/200/B#1" in over[0]["holds"]
+
+
+def test_checker__a_covered_rename_outside_its_daemons_delegations_is_a_violation():
+    # the rename's target is below /d1, which A was never delegated; and one
+    # after the return
+    holds = {"A": [dlg(5, 100, "A#d3", "/d0", "S:/", "X:/d0"),
+                   acq(10, 100, LOCAL, "/d0/f0", "/d1/f0", "X:/d0/f0", "X:/d1/f0"),
+                   rel(20, 100, LOCAL),
+                   recall(30, 100, "A#d3", "own"), ret(40, 100, "A#d3"),
+                   acq(45, 100, "A#%d" % (checker.LOCAL_TICKET + 2), "/d1/f0", "/d0/f0",
+                       "X:/d1/f0", "X:/d0/f0"),
+                   rel(46, 100, "A#%d" % (checker.LOCAL_TICKET + 2))]}
+    renames = [ren("A", 9, 21, "/d0/f0", "/d1/f0"), ren("A", 44, 47, "/d1/f0", "/d0/f0")]
+    rep = run(holds, renames)
+    assert rules(rep) == ["covered", "covered"], rep["violations"]
+    # a delegation of another daemon (pid) of the host covers nothing
+    holds = {"A": [dlg(5, 101, "A#d3", "/d0", "S:/", "X:/d0"),
+                   acq(10, 100, LOCAL, "/d0/f0", "/d0/s0/f0", "X:/d0/f0", "X:/d0/s0/f0"),
+                   rel(20, 100, LOCAL), ret(40, 101, "A#d3")]}
+    rep = run(holds, [ren("A", 9, 21, "/d0/f0", "/d0/s0/f0")],
+              final=final_of(dict(INITIAL, f0="s0")))
+    assert rules(rep) == ["covered"], rep["violations"]
+
+
+def test_checker__a_delegation_ends_returned_or_with_its_killed_daemon():
+    holds = {"A": DELEG_A[:3]}
+    renames = DELEG_RENAMES[:1]
+    final = final_of(dict(INITIAL, f0="s0"))
+    assert rules(run(holds, renames, final=final)) == ["deleg-ends"]
+    kill = {"t": 25 * MS, "kind": "kill", "host": "A", "pid": 100, "phase": "start"}
+    assert run(holds, renames, [kill], final=final)["violations"] == []
+    # lines of a delegation never granted are reported
+    assert rules(run({"A": [ret(40, 100, "A#d9")]})) == ["log"]
+
+
+def test_checker__a_kill_of_the_delegate_strikes_while_its_recall_is_under_way():
+    holds = {"A": DELEG_A[:3]}
+    renames = DELEG_RENAMES[:1] + [ren("B", 25, 51, "/d0/s0/f0", "/d1/f0", errno.ENOLCK)]
+    kill = {"t": 30 * MS, "kind": "kill", "host": "A", "pid": 100, "phase": "start"}
+    rep = run(holds, renames, [kill], final=final_of(dict(INITIAL, f0="s0")))
+    assert rep["violations"] == [] and rep["faults_in_recall"] == {"kill": 1}
