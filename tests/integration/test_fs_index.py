@@ -219,20 +219,25 @@ def test_fs_index__two_mounts_storm_then_index_equals_tree(backend, es_mounts):
 
 @ES8_AND_ENGINES
 def test_fs_index__guide_scenario_move_while_another_host_renames_inside(backend, es_mounts):
-    """Mount A moves /clinton (5,000 files) while mount B renames a file
-    inside it: B's rename waits for A's locks, which A keeps until the move
-    is indexed, so no document contradicts the tree."""
-    a, b = es_mounts(backend, "A", "B", opts={"A": fs_opts(), "B": fs_opts()})
+    """Mount A moves /clinton (5,000 files; TREELOCKFS_GUIDE_FILES=100000
+    for the guide's size, minutes) while mount B renames a file inside it:
+    B's rename waits for A's locks, which A keeps until the move is indexed,
+    so no document contradicts the tree."""
+    n = int(os.environ.get("TREELOCKFS_GUIDE_FILES") or 5000)
+    # B waits as long as the move takes to index (28 s for 100,000 files
+    # on OpenSearch 2): its lock_timeout must outlast that
+    more = ["lock_timeout=600", "es_timeout_ms=60000"] if n > 5000 else []
+    a, b = es_mounts(backend, "A", "B", opts={"A": fs_opts(*more), "B": fs_opts(*more)})
     os.makedirs(a.bpath("clinton", "speeches"))
-    for i in range(5000):
-        open(a.bpath("clinton", "speeches" if i % 2 else "", "s%04d" % i), "w").close()
+    for i in range(n):
+        open(a.bpath("clinton", "speeches" if i % 2 else "", "s%06d" % i), "w").close()
     os.mkdir(a.path("archive"))
     mv = start_op(os.rename, a.path("clinton"), a.path("archive", "clinton"))
     # B renames inside the directory wherever it is
     def inside():
         for base in (b.path("archive", "clinton"), b.path("clinton")):
             try:
-                os.rename(os.path.join(base, "speeches", "s0001"),
+                os.rename(os.path.join(base, "speeches", "s000001"),
                           os.path.join(base, "speeches", "renamed"))
                 return base
             except FileNotFoundError:
@@ -242,9 +247,10 @@ def test_fs_index__guide_scenario_move_while_another_host_renames_inside(backend
     mv.finish()
     rn.finish()
     assert mv.error is None and rn.error is None and rn.result
-    wait_count(backend, "/clinton", 0, timeout=120)
-    wait_count(backend, "/archive/clinton", 5001, timeout=120)
-    wait_agree(backend, a.backing, timeout=120)
+    wait = 120 if n <= 5000 else 1200
+    wait_count(backend, "/clinton", 0, timeout=wait)
+    wait_count(backend, "/archive/clinton", n + 1, timeout=wait)
+    wait_agree(backend, a.backing, timeout=wait)
     d = fs_docs(backend)
     assert "/archive/clinton/speeches/renamed" in d
     assert not any(k.startswith("/clinton") for k in d)
