@@ -997,11 +997,15 @@ static void take_notes_locked(struct es_fsindex *fx, char ***notes, size_t *n)
 static bool due_locked(struct es_fsindex *fx, int64_t now, int64_t *wait_ms)
 {
 	int64_t w = -1;
+	const struct fx_job *j;
 
-	if (fx->jobs) {
-		if (fx->jobs->due_ms <= now)
+	/* any job: they are queued in order of arrival, not of due time (a
+	 * move behind a sweep or a retry due later is due at once) */
+	for (j = fx->jobs; j; j = j->next) {
+		if (j->due_ms <= now)
 			return true;
-		w = fx->jobs->due_ms - now;
+		if (w < 0 || j->due_ms - now < w)
+			w = j->due_ms - now;
 	}
 	if (fx->set.n) {
 		int64_t due = fx->set.first_ms + fx->delay_ms;
