@@ -66,14 +66,14 @@ struct fx_set {
 enum fx_kind {
 	FX_MOVE,   /* a rename of this mount: FROM's documents go, TO's come */
 	FX_REPAIR, /* a dead owner's intent: the same, nothing waits */
-	FX_SWEEP,  /* FROM's documents looked up again, later */
+	FX_SWEEP,  /* FROM and TO reconciled again, later */
 };
 
 struct fx_job {
 	struct fx_job *next;
 	enum fx_kind kind;
 	uint64_t seq;            /* FX_MOVE: its ticket; else 0 */
-	char *from, *to;         /* keys; TO NULL for a sweep */
+	char *from, *to;         /* keys */
 	int64_t due_ms;          /* monotonic */
 	unsigned int tries;
 };
@@ -734,7 +734,7 @@ static struct fx_job *job_new(enum fx_kind kind, char *from, char *to, int64_t d
 {
 	struct fx_job *j = calloc(1, sizeof(*j));
 
-	if (!j || !from || (kind != FX_SWEEP && !to)) {
+	if (!j || !from || !to) {
 		free(j);
 		free(from);
 		free(to);
@@ -953,9 +953,13 @@ static int run_job(struct es_fsindex *fx, struct fx_job *j)
 {
 	int err;
 
-	if (j->kind == FX_SWEEP)
-		return reconcile(fx, j->from, true);
-	err = reconcile(fx, j->from, false);
+	/* a sweep: FROM's documents and FROM itself looked up again (a
+	 * host whose cache still showed FROM wrote there), TO's crawled
+	 * again (entries made in the moved directory by a host that named
+	 * it by its old path were noted there) */
+	err = reconcile(fx, j->from, j->kind == FX_SWEEP);
+	if (!err && j->kind == FX_SWEEP)
+		err = write_keys(fx, &j->from, 1, false);
 	if (!err && strcmp(j->to, j->from) != 0)
 		err = reconcile(fx, j->to, false);
 	return err;
@@ -1083,10 +1087,11 @@ static void round_run(struct es_fsindex *fx, char **notes, size_t n, struct fx_j
 		} else {
 			count(&fx->jobs_done, 1);
 			if (j->kind != FX_SWEEP && !final) {
-				/* a second look below FROM later: writes of other
-				 * hosts looked up before the move that arrived after
-				 * its search */
-				struct fx_job *s = job_new(FX_SWEEP, strdup(j->from), NULL,
+				/* a second look at FROM and TO later: writes of
+				 * other hosts looked up before the move that arrived
+				 * after its search, or looked up in a cache that still
+				 * showed the old tree */
+				struct fx_job *s = job_new(FX_SWEEP, strdup(j->from), strdup(j->to),
 							   tl_mono_ms() + ES_FSINDEX_SWEEP_MS);
 
 				if (s) {

@@ -22,9 +22,10 @@
  * rename inside TO waits for the move to be indexed, and a mount killed
  * before leaves its intent in the store, which the mount that takes its
  * locks over repairs (es_fsindex_repair(), the same job). Each job also
- * sweeps FROM once more ES_FSINDEX_SWEEP_MS later: a write another host
- * looked up before the move but that arrived after its search is found
- * and put right then.
+ * sweeps FROM (its documents and itself) and TO (crawled) once more
+ * ES_FSINDEX_SWEEP_MS later: a write another host looked up before the
+ * move but that arrived after its search, or looked up in a client cache
+ * that still showed the old tree, is put right then.
  *
  * An unreachable store: notes stay in the set (up to ES_FSINDEX_MAX_NOTES;
  * past it they are dropped, counted and logged: `treelockctl index verify
