@@ -1,6 +1,6 @@
 /* lockdeleg.c - directory delegations, see lockdeleg.h
  *
- *   (none) --2 renames within D in 1 s, one try ok--> HELD
+ *   (none) --2nd rename within D in 1 s routed, one try ok--> HELD (its first user)
  *   HELD --covered rename--> HELD (users+1 ... users-1)
  *   HELD --no user for delegation_idle, seen by the poller--> RECALLED
  *   HELD --recall (other owner's mark, stale lease, own conflict, end)-->
@@ -202,24 +202,58 @@ static bool recall_locked(struct tl_delegs *d, struct tl_deleg *g, int64_t end_u
 	return false;
 }
 
+static void try_delegate(struct tl_delegs *d, const char *dir);
+
+/* The directory whose delegation rename FROM -> TO earns (a copy), or
+ * NULL: it is the parent of an endpoint, this rename would be the second
+ * within NOTE_WINDOW_US there (delegs_note()), a delegation of it may be
+ * tried now, and with it both endpoints would be covered. Under the
+ * mutex. */
+static char *earned_locked(struct tl_delegs *d, const char *from, const char *to, int64_t now)
+{
+	const char *keys[2] = {from, to};
+	int i, j, n = to ? 2 : 1;
+
+	if (d->n >= MAX_DELEGS || d->stop)
+		return NULL;
+	for (i = 0; i < n; i++) {
+		size_t len = path_parent_len(keys[i], strlen(keys[i]));
+		struct deleg_slot *s;
+		struct tl_deleg *g;
+
+		if (len <= 1 /* "/" is never delegated */ ||
+		    !(s = slot_of(d, keys[i], len, false)) ||
+		    now - s->last_us >= NOTE_WINDOW_US || now < s->until_us)
+			continue;
+		for (g = d->list; g; g = g->next)
+			if (deleg_conflicts(g->dir, s->dir))
+				break;
+		if (g)
+			continue;
+		for (j = 0; j < n; j++)
+			if (!deleg_covers(s->dir, keys[j]) && !covering(d, keys[j]))
+				break;
+		if (j == n)
+			return strdup(s->dir);
+	}
+	return NULL;
+}
+
 bool delegs_route(struct tl_delegs *d, const char *from, const char *to, struct tl_deleg *use[2])
 {
 	struct lockstore *st = d->store;
 	bool fresh = !st->ops->lease_fresh || st->ops->lease_fresh(st);
+	bool tried = false;
 	struct tl_deleg *g;
+	char *dir;
 
 	use[0] = use[1] = NULL;
 	pthread_mutex_lock(&d->mutex);
-	if (!d->list) {
-		pthread_mutex_unlock(&d->mutex);
-		return false;
-	}
-	if (fresh) {
+	while (fresh) {
 		struct tl_deleg *a = covering(d, from), *b = to ? covering(d, to) : a;
+		int64_t now = tl_mono_us();
 
 		if (a && b) {
-			int64_t now = tl_mono_us();
-
 			a->users++;
 			a->served++;
 			a->used_us = now;
@@ -233,6 +267,15 @@ bool delegs_route(struct tl_delegs *d, const char *from, const char *to, struct 
 			pthread_mutex_unlock(&d->mutex);
 			return true;
 		}
+		/* the rename that earns a delegation is its first user; a
+		 * refused try is the one delegs_note() would have made */
+		if (tried || !(dir = earned_locked(d, from, to, now)))
+			break;
+		pthread_mutex_unlock(&d->mutex);
+		try_delegate(d, dir);
+		free(dir);
+		tried = true;
+		pthread_mutex_lock(&d->mutex);
 	}
 	/* the store path: first give back what its locks would meet */
 	for (;;) {

@@ -9,10 +9,14 @@
  * rename whose endpoints both lie strictly below delegated directories
  * takes its plan in a private mem store and sends nothing to the store.
  *
- *   granted: a mount renamed within D (an endpoint's parent is D) twice
- *            within a second through the store, D is not "/", not at,
- *            below or above another delegation of the mount, and not in
- *            its cooldown: ONE try; a refusal costs nothing more
+ *   granted: a mount renames within D (an endpoint's parent is D) the
+ *            second time within a second (the first went through the
+ *            store), D is not "/", not at, below or above another
+ *            delegation of the mount, and not in its cooldown: ONE try,
+ *            made when that second rename is routed, which, granted and
+ *            its endpoints then both covered, is the delegation's first
+ *            user; a refusal costs nothing more (that rename takes the
+ *            store path)
  *   used:    by covered renames (users counted, and those it served)
  *   idle:    no rename used it for delegation_idle: the poller gives it
  *            back at its next round (no cooldown: nobody asked for it),
@@ -72,8 +76,10 @@ void delegs_close(struct tl_delegs *d, int64_t end_ms);
 
 /* Routes rename FROM -> TO: returns true when both endpoints are covered
  * by delegations held with a fresh lease (their users counted in USE,
- * to end with delegs_done()); else gives back first every delegation the
- * rename's store locks would conflict with and returns false. */
+ * to end with delegs_done()), one of them maybe granted now for this
+ * rename (the one try at it, a store request made without the mutex);
+ * else gives back first every delegation the rename's store locks would
+ * conflict with and returns false. */
 bool delegs_route(struct tl_delegs *d, const char *from, const char *to, struct tl_deleg *use[2]);
 
 /* The lock manager over the private store covered renames lock in. */
@@ -83,7 +89,9 @@ struct lockmgr *delegs_local(struct tl_delegs *d);
 void delegs_done(struct tl_delegs *d, struct tl_deleg *use[2]);
 
 /* A rename FROM -> TO took its locks in the store and released them:
- * counts it for the heuristic and may take a delegation. WAITED: it was
+ * counts it for the heuristic and may take a delegation (one
+ * delegs_route() did not try, e.g. of the other directory of a rename
+ * between two, or after a refused try the cooldown ran out). WAITED: it was
  * refused at least once (another holder, e.g. another host's delegation,
  * was in its way): its directories are shared, and start their cooldown
  * instead, so that two hosts taking turns in a directory do not take the

@@ -582,7 +582,7 @@ START_TEST(test_lockmgr__delegation_granted_used_and_given_back)
 	/* below it: in memory, the store holds only the delegation */
 	ck_assert_int_eq(hold_and_unhold("/d/c", "/d/e"), 0);
 	ck_assert_int_eq(hold_and_unhold("/d/x/y", "/d/e/z"), 0);
-	ck_assert_int_eq(stat_of("renames_local"), 2);
+	ck_assert_int_eq(stat_of("renames_local"), 3); /* the second one's too */
 	/* a rename of /d itself would wait for our own delegation: it is
 	 * given back first */
 	ck_assert_int_eq(hold_and_unhold("/d", "/f"), 0);
@@ -593,10 +593,70 @@ START_TEST(test_lockmgr__delegation_granted_used_and_given_back)
 	ck_assert_int_eq(stat_of("delegations_held"), 1);
 	ck_assert_int_eq(hold_and_unhold("/f/c", "/g"), 0);
 	ck_assert_int_eq(stat_of("delegations_held"), 0);
-	ck_assert_int_eq(stat_of("renames_local"), 2);
+	ck_assert_int_eq(stat_of("renames_local"), 4);
 	lockmgr_shutdown(&mgr, tl_mono_ms() + 1000);
 	ck_assert_ptr_null(mgr.delegs);
 	ck_assert_uint_eq(nlocks(), 0);
+}
+END_TEST
+
+static unsigned int store_calls; /* atomic: try_acquire and release of st */
+static const struct lockstore_ops *real_ops;
+
+static int counted_try_acquire(struct lockstore *s, const struct tl_plan *plan,
+			       struct tl_holder *h, struct tl_conflict *why)
+{
+	__atomic_add_fetch(&store_calls, 1, __ATOMIC_SEQ_CST);
+	return real_ops->try_acquire(s, plan, h, why);
+}
+
+static int counted_release(struct lockstore *s, const struct tl_plan *plan, struct tl_holder *h)
+{
+	__atomic_add_fetch(&store_calls, 1, __ATOMIC_SEQ_CST);
+	return real_ops->release(s, plan, h);
+}
+
+/* The rename that earns a delegation is its first user: the first rename
+ * in /d costs its acquire and release, the second only the grant */
+START_TEST(test_lockmgr__delegation_earned_by_its_first_user)
+{
+	struct lockstore_ops fake;
+	int fd = hold_log_open();
+	char *text, *grant, *acquire;
+
+	real_ops = st->ops;
+	fake = *real_ops;
+	fake.try_acquire = counted_try_acquire;
+	fake.release = counted_release;
+	st->ops = &fake;
+	__atomic_store_n(&store_calls, 0, __ATOMIC_SEQ_CST);
+	lockmgr_set_hold_log(&mgr, fd);
+	ck_assert_int_eq(delegs_open(&mgr, 0.2, 60, &mgr.delegs), 0);
+	mgr.timeout = 1;
+	ck_assert_int_eq(hold_and_unhold("/d/a", "/d/b"), 0);
+	ck_assert_uint_eq(__atomic_load_n(&store_calls, __ATOMIC_SEQ_CST), 2);
+	ck_assert_int_eq(hold_and_unhold("/d/b", "/d/c"), 0);
+	ck_assert_uint_eq(__atomic_load_n(&store_calls, __ATOMIC_SEQ_CST), 3);
+	ck_assert_int_eq(stat_of("delegations_granted"), 1);
+	ck_assert_int_eq(stat_of("renames_local"), 1);
+	/* the grant is logged before the rename it covers */
+	text = hold_log_text(fd);
+	grant = strstr(text, "\tdelegate\t");
+	acquire = strstr(text, "\t/d/b\t/d/c\t");
+	ck_assert_ptr_nonnull(grant);
+	ck_assert_ptr_nonnull(acquire);
+	ck_assert(grant < acquire);
+	/* between a delegated directory and one earned now: the latter
+	 * granted, the rename local */
+	ck_assert_int_eq(hold_and_unhold("/e/a", "/e/b"), 0);
+	ck_assert_int_eq(hold_and_unhold("/d/c", "/e/c"), 0);
+	ck_assert_int_eq(stat_of("delegations_granted"), 2);
+	ck_assert_int_eq(stat_of("renames_local"), 2);
+	ck_assert_uint_eq(__atomic_load_n(&store_calls, __ATOMIC_SEQ_CST), 6);
+	lockmgr_shutdown(&mgr, tl_mono_ms() + 1000);
+	ck_assert_uint_eq(nlocks(), 0);
+	close(fd);
+	st->ops = real_ops;
 }
 END_TEST
 
@@ -701,7 +761,7 @@ START_TEST(test_lockmgr__delegation_idle_is_given_back)
 	if (gap < 500000) {
 		ck_assert_int_eq(stat_of("delegations_held"), 1);
 		ck_assert_int_eq(stat_of("delegations_idle_returned"), 0);
-		ck_assert_int_eq(stat_of("renames_local"), 16);
+		ck_assert_int_eq(stat_of("renames_local"), 17); /* and the one that earned it */
 	}
 	/* unused: given back, not recalled, nothing left in the store */
 	ck_assert(stat_reaches("delegations_held", 0));
@@ -789,6 +849,7 @@ Suite *make_suite_lockmgr(void)
 	tcase_add_test(tc, test_lockmgr__hold_refused_leaves_nothing);
 	tcase_add_test(tc, test_lockmgr__delegation_coverage);
 	tcase_add_test(tc, test_lockmgr__delegation_granted_used_and_given_back);
+	tcase_add_test(tc, test_lockmgr__delegation_earned_by_its_first_user);
 	tcase_add_test(tc, test_lockmgr__delegation_not_taken_where_a_rename_waited);
 	tcase_add_test(tc, test_lockmgr__delegation_shutdown_during_a_covered_rename);
 	tcase_add_test(tc, test_lockmgr__delegation_idle_is_given_back);
