@@ -165,6 +165,12 @@ static const struct config_option config_options[] = {
 	{OPT_SECONDS(fs_index_delay, "0.2", 0.01, 60), .section = CONFIG_MOUNT, .arg = "SECONDS",
 	 .help = "with fs_index: changes are gathered this long and\n"
 		 "sent in one request (default 0.2)"},
+	/* 2 s: longer than the attribute and entry caches of NFS clients
+	 * and of FUSE mounts (1 s by default), so the second look sees
+	 * past a cache the first one looked through */
+	{OPT_SECONDS(fs_index_settle, "2", 0, 60), .section = CONFIG_MOUNT, .arg = "SECONDS",
+	 .help = "with fs_index: every entry written is looked up\n"
+		 "once more this much later (default 2; 0 off)"},
 	/* main() passes allow_other,default_permissions on to libfuse */
 	{OPT_BOOL(allow_other), .section = CONFIG_MOUNT,
 	 .help = "let other users in; turns on default_permissions,\n"

@@ -132,6 +132,7 @@ struct tl_config {
 	char *lock_waiters_s;
 	char *fs_index;        /* lock_store=es: the fs index's name, or NULL */
 	char *fs_index_delay_s;
+	char *fs_index_settle_s;
 	char *lock_waiters_per_user_s;
 	int allow_other;
 	int show_help;
@@ -160,6 +161,7 @@ struct tl_config {
 	unsigned int lock_waiters;          /* blocked flock/fcntl waits of the mount */
 	unsigned int lock_waiters_per_user; /* ... of one uid */
 	double fs_index_delay;   /* seconds: how long fs index notes gather */
+	double fs_index_settle;  /* seconds: a written entry's second look (0: none) */
 
 	/* each backend's own options, by enum tl_store_kind (NULL: none) */
 	void *store_opts[TL_STORE_COUNT];

@@ -78,6 +78,14 @@ struct fx_job {
 	unsigned int tries;
 };
 
+/* The keys one round wrote, looked up once more at DUE_MS. */
+struct fx_settle {
+	struct fx_settle *next;
+	int64_t due_ms;          /* monotonic */
+	char **keys;             /* sorted */
+	size_t n;
+};
+
 struct fx_parked {
 	struct fx_parked *next;
 	uint64_t seq;
@@ -93,6 +101,7 @@ struct es_fsindex {
 	char *search_path, *refresh_path;
 	int root_fd;             /* O_PATH | O_DIRECTORY on BACKING */
 	int64_t delay_ms;
+	int64_t settle_ms;       /* 0: no second look */
 
 	pthread_mutex_t mutex;   /* leaf; never held across a request or syscall */
 	pthread_cond_t cond;     /* CLOCK_MONOTONIC */
@@ -100,6 +109,7 @@ struct es_fsindex {
 	/* protected by mutex: */
 	struct fx_set set;
 	struct fx_job *jobs, *jobs_tail;
+	struct fx_settle *settles, *settles_tail; /* in order of due time */
 	struct fx_parked *parked;
 	uint64_t next_seq;       /* the last ticket given */
 	uint64_t done_seq;       /* every ticket up to it was answered */
@@ -110,7 +120,7 @@ struct es_fsindex {
 
 	/* atomic: */
 	int64_t last_version;
-	uint64_t notes, writes, conflicts, errors, dropped, jobs_done;
+	uint64_t notes, writes, conflicts, errors, dropped, jobs_done, settles_done;
 };
 
 /* ---- small things ---------------------------------------------------------------- */
@@ -1011,6 +1021,12 @@ static bool due_locked(struct es_fsindex *fx, int64_t now, int64_t *wait_ms)
 		if (w < 0 || j->due_ms - now < w)
 			w = j->due_ms - now;
 	}
+	if (fx->settles) {
+		if (fx->settles->due_ms <= now)
+			return true;
+		if (w < 0 || fx->settles->due_ms - now < w)
+			w = fx->settles->due_ms - now;
+	}
 	if (fx->set.n) {
 		int64_t due = fx->set.first_ms + fx->delay_ms;
 
@@ -1047,16 +1063,121 @@ static struct fx_job *take_jobs_locked(struct es_fsindex *fx, int64_t now, bool 
 	return due;
 }
 
-/* One round: NOTES, then JOBS; the releases their answers free. With
- * FINAL nothing is retried later. */
-static void round_run(struct es_fsindex *fx, char **notes, size_t n, struct fx_job *jobs,
-		      bool final)
+static void settle_free(struct fx_settle *t)
+{
+	size_t i;
+
+	for (i = 0; i < t->n; i++)
+		free(t->keys[i]);
+	free(t->keys);
+	free(t);
+}
+
+/* Takes the second looks due at NOW (all with ALL), in order. Under the
+ * mutex. */
+static struct fx_settle *take_settles_locked(struct es_fsindex *fx, int64_t now, bool all)
+{
+	struct fx_settle *due = fx->settles, **tp = &fx->settles, *t;
+
+	while ((t = *tp) != NULL && (all || t->due_ms <= now))
+		tp = &t->next;
+	if (tp == &fx->settles)
+		return NULL;
+	fx->settles = *tp;
+	*tp = NULL;
+	if (!fx->settles)
+		fx->settles_tail = NULL;
+	return due;
+}
+
+/* Looks the keys of the second looks TS up again (freed), but those in
+ * NOTES[0..N) (sorted: written just now, and looked at again later) and
+ * but a key's repeats. */
+static void settle_run(struct es_fsindex *fx, struct fx_settle *ts, char **notes, size_t n)
+{
+	struct fx_settle *t;
+	char **v = NULL;
+	size_t total = 0, m = 0, i, j = 0;
+
+	for (t = ts; t; t = t->next)
+		total += t->n;
+	if (total)
+		v = malloc(total * sizeof(*v));
+	for (t = ts; t && v; t = t->next) {
+		memcpy(v + m, t->keys, t->n * sizeof(*v));
+		m += t->n;
+		t->n = 0; /* the keys are v's now */
+	}
+	while ((t = ts) != NULL) {
+		ts = t->next;
+		settle_free(t);
+	}
+	if (!v)
+		return; /* without memory: the first look stands */
+	qsort(v, m, sizeof(*v), cmp_str);
+	total = m;
+	m = 0;
+	for (i = 0; i < total; i++) {
+		int c = 1;
+
+		if (m && strcmp(v[m - 1], v[i]) == 0) {
+			free(v[i]);
+			continue;
+		}
+		while (j < n && (c = strcmp(notes[j], v[i])) < 0)
+			j++;
+		if (j < n && c == 0) {
+			free(v[i]);
+			continue;
+		}
+		v[m++] = v[i];
+	}
+	if (m) {
+		write_keys(fx, v, m, false);
+		count(&fx->settles_done, m);
+	}
+	for (i = 0; i < m; i++)
+		free(v[i]);
+	free(v);
+}
+
+/* One round: NOTES, then the second looks TS, then JOBS; the releases
+ * their answers free. With FINAL nothing is retried or looked at again
+ * later. */
+static void round_run(struct es_fsindex *fx, char **notes, size_t n, struct fx_settle *ts,
+		      struct fx_job *jobs, bool final)
 {
 	uint64_t done = 0;
 	size_t i;
 
 	if (n)
-		write_keys(fx, notes, n, !final);
+		write_keys(fx, notes, n, !final); /* sorts NOTES */
+	if (ts)
+		settle_run(fx, ts, notes, n);
+	if (n && fx->settle_ms > 0 && !final) {
+		/* a second look at what was just written: the first may
+		 * have looked through a client cache (an NFS client's, a
+		 * FUSE mount's) that still showed an older entry, and its
+		 * write, versioned now, would outrank the right one of a
+		 * host that looked earlier; a second look is not looked at
+		 * again (else it would never end) */
+		struct fx_settle *t = calloc(1, sizeof(*t));
+
+		if (t) {
+			t->keys = notes;
+			t->n = n;
+			t->due_ms = tl_mono_ms() + fx->settle_ms;
+			notes = NULL;
+			n = 0;
+			pthread_mutex_lock(&fx->mutex);
+			if (fx->settles_tail)
+				fx->settles_tail->next = t;
+			else
+				fx->settles = t;
+			fx->settles_tail = t;
+			pthread_mutex_unlock(&fx->mutex);
+		}
+	}
 	for (i = 0; i < n; i++)
 		free(notes[i]);
 	free(notes);
@@ -1116,6 +1237,7 @@ static void *fx_thread(void *arg)
 	while (!fx->stop) {
 		int64_t now = tl_mono_ms(), wait_ms = -1;
 		struct fx_job *jobs;
+		struct fx_settle *looks;
 		char **notes;
 		size_t n;
 
@@ -1134,8 +1256,9 @@ static void *fx_thread(void *arg)
 		}
 		take_notes_locked(fx, &notes, &n);
 		jobs = take_jobs_locked(fx, now, false);
+		looks = take_settles_locked(fx, now, false);
 		pthread_mutex_unlock(&fx->mutex);
-		round_run(fx, notes, n, jobs, false);
+		round_run(fx, notes, n, looks, jobs, false);
 		pthread_mutex_lock(&fx->mutex);
 	}
 	pthread_mutex_unlock(&fx->mutex);
@@ -1217,7 +1340,7 @@ out:
 }
 
 int es_fsindex_open(struct es_store *es, const char *name, const char *backing, double delay_s,
-		    struct es_fsindex **out)
+		    double settle_s, struct es_fsindex **out)
 {
 	struct es_fsindex *fx = calloc(1, sizeof(*fx));
 	pthread_condattr_t ca;
@@ -1230,6 +1353,7 @@ int es_fsindex_open(struct es_store *es, const char *name, const char *backing, 
 	fx->root_fd = -1;
 	fx->es = es;
 	fx->delay_ms = (int64_t)(delay_s * 1000 + 0.5);
+	fx->settle_ms = (int64_t)(settle_s * 1000 + 0.5);
 	fx->name = strdup(name);
 	esc = httpc_escape(name);
 	if (!fx->name || !esc || asprintf(&fx->search_path, "/%s/_search", esc) < 0 ||
@@ -1282,6 +1406,7 @@ int es_fsindex_start(struct es_fsindex *fx)
 void es_fsindex_stop(struct es_fsindex *fx)
 {
 	struct fx_job *jobs, *j;
+	struct fx_settle *ts;
 	char **notes;
 	size_t n;
 	bool started;
@@ -1300,9 +1425,11 @@ void es_fsindex_stop(struct es_fsindex *fx)
 	fx->started = false;
 	take_notes_locked(fx, &notes, &n);
 	jobs = take_jobs_locked(fx, 0, true);
+	ts = take_settles_locked(fx, 0, true);
 	pthread_mutex_unlock(&fx->mutex);
-	/* the last round: notes, then the jobs this mount's renames wait for
-	 * (sweeps and repairs left over are not worth the wait) */
+	/* the last round: notes, the second looks not made yet (now: the
+	 * mount goes), then the jobs this mount's renames wait for (sweeps
+	 * and repairs left over are not worth the wait) */
 	{
 		struct fx_job *mine = NULL, **mt = &mine;
 
@@ -1316,7 +1443,7 @@ void es_fsindex_stop(struct es_fsindex *fx)
 				job_free(j);
 			}
 		}
-		round_run(fx, notes, n, mine, true);
+		round_run(fx, notes, n, ts, mine, true);
 	}
 	release_parked(fx, UINT64_MAX, true);
 	if (__atomic_load_n(&fx->dropped, __ATOMIC_RELAXED))
@@ -1338,6 +1465,12 @@ void es_fsindex_close(struct es_fsindex *fx)
 
 		fx->jobs = j->next;
 		job_free(j);
+	}
+	while (fx->settles) {
+		struct fx_settle *t = fx->settles;
+
+		fx->settles = t->next;
+		settle_free(t);
 	}
 	while (fx->parked) {
 		struct fx_parked *p = fx->parked;
@@ -1371,13 +1504,14 @@ size_t es_fsindex_format(struct es_fsindex *fx, char *buf, size_t size, size_t l
 		     "fs_index_notes %" PRIu64 "\nfs_index_writes %" PRIu64
 		     "\nfs_index_conflicts %" PRIu64 "\nfs_index_errors %" PRIu64
 		     "\nfs_index_dropped %" PRIu64 "\nfs_index_jobs %" PRIu64
-		     "\nfs_index_lag_ms %" PRId64 "\n",
+		     "\nfs_index_settles %" PRIu64 "\nfs_index_lag_ms %" PRId64 "\n",
 		     __atomic_load_n(&fx->notes, __ATOMIC_RELAXED),
 		     __atomic_load_n(&fx->writes, __ATOMIC_RELAXED),
 		     __atomic_load_n(&fx->conflicts, __ATOMIC_RELAXED),
 		     __atomic_load_n(&fx->errors, __ATOMIC_RELAXED),
 		     __atomic_load_n(&fx->dropped, __ATOMIC_RELAXED),
-		     __atomic_load_n(&fx->jobs_done, __ATOMIC_RELAXED), lag);
+		     __atomic_load_n(&fx->jobs_done, __ATOMIC_RELAXED),
+		     __atomic_load_n(&fx->settles_done, __ATOMIC_RELAXED), lag);
 	if (w < 0)
 		return len;
 	len += (size_t)w;

@@ -27,6 +27,14 @@
  * move but that arrived after its search, or looked up in a client cache
  * that still showed the old tree, is put right then.
  *
+ * Every key a round wrote is looked up once more fs_index_settle later
+ * (a second look, not itself looked at again): a host whose client cache
+ * (NFS attribute and entry caches, a FUSE mount's timeouts) still showed
+ * an entry removed or changed by another host wrote the old state,
+ * versioned later than the right one; the second look, past the cache's
+ * lifetime, writes what the tree holds. A key noted again meanwhile gets
+ * its look and one second look after it.
+ *
  * An unreachable store: notes stay in the set (up to ES_FSINDEX_MAX_NOTES;
  * past it they are dropped, counted and logged: `treelockctl index verify
  * --repair` is needed), jobs are retried; a parked release goes once its
@@ -68,10 +76,11 @@ int es_fsindex_ensure(struct es_client *c, const char *name, int64_t deadline);
 
 /* Makes the fs index of ES for index NAME (already ensured) over the
  * backing tree BACKING (opened now: before the mount can cover it),
- * notes gathered DELAY_S seconds. Returns 0, -ENOMEM or the -errno of
+ * notes gathered DELAY_S seconds, each key written looked up again
+ * SETTLE_S seconds later (0: not). Returns 0, -ENOMEM or the -errno of
  * opening BACKING. */
 int es_fsindex_open(struct es_store *es, const char *name, const char *backing, double delay_s,
-		    struct es_fsindex **out);
+		    double settle_s, struct es_fsindex **out);
 
 /* Starts the index thread. Returns 0 or -errno. */
 int es_fsindex_start(struct es_fsindex *fx);
@@ -119,7 +128,7 @@ void es_fsindex_close(struct es_fsindex *fx);
 
 /* Appends the stats lines (fs_index_notes, fs_index_writes,
  * fs_index_conflicts, fs_index_errors, fs_index_dropped, fs_index_jobs,
- * fs_index_lag_ms) to BUF (LEN used of SIZE); returns the new length. */
+ * fs_index_settles: second looks made, fs_index_lag_ms) to BUF (LEN used of SIZE); returns the new length. */
 size_t es_fsindex_format(struct es_fsindex *fx, char *buf, size_t size, size_t len);
 
 #endif /* TREELOCKFS_ES_ES_FSINDEX_H */

@@ -400,7 +400,7 @@ int es_open(const struct tl_config *cfg, struct lockstore **out, bool for_ctl)
 		warn_settings(es);
 	if (!for_ctl && cfg->fs_index) {
 		err = es_fsindex_open(es, cfg->fs_index, cfg->backing, cfg->fs_index_delay,
-				      &es->fsi);
+				      cfg->fs_index_settle, &es->fsi);
 		if (err)
 			goto out_close;
 	}

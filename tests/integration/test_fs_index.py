@@ -256,6 +256,32 @@ def test_fs_index__guide_scenario_move_while_another_host_renames_inside(backend
     assert not any(k.startswith("/clinton") for k in d)
 
 
+def test_fs_index__settle_look_writes_what_the_first_look_missed(emu, es_mounts):
+    """Every key written is looked up once more fs_index_settle (2 s) later:
+    a change the first look could not see (here made in the backing tree
+    directly, after it: as another host's change behind a client cache that
+    still showed the old entry) reaches the index then, with no new note."""
+    m, = es_mounts(emu, "A", opts={"A": fs_opts()})
+    for attempt in range(3):
+        name = "f%d" % attempt
+        before = m.stats()["fs_index_settles"]
+        with open(m.path(name), "w") as f:
+            f.write("hello")
+        wait_for(lambda: fs_docs(emu).get("/" + name, {}).get("size") == 5, timeout=60,
+                 step=0.05, what="the first look at /" + name)
+        if m.stats()["fs_index_settles"] != before:
+            continue  # the second look came before the change: inconclusive, again
+        with open(os.path.join(m.backing, name), "a") as f:
+            f.write(" world")
+        break
+    else:
+        pytest.skip("the second look came before the change every time (a busy machine)")
+    wait_for(lambda: fs_docs(emu).get("/" + name, {}).get("size") == 11, timeout=30, step=0.1,
+             what="the second look at /" + name)
+    wait_agree(emu, m.backing)
+    assert m.stats()["fs_index_settles"] > before
+
+
 def test_fs_index__delegated_moves_indexed_before_the_recall(emu, es_mounts):
     """Directory renames a delegation covers (in this mount's memory) are
     indexed before the delegation's locks go back: another host's move of

@@ -166,23 +166,25 @@ END_TEST
 START_TEST(test_options__fs_index)
 {
 	const char *argv[] = {"-o", "lock_store=es,es_url=http://h:9200,fs_index=tree-docs",
-			      "--fs_index_delay=1.5", "/b", "/m", NULL};
+			      "--fs_index_delay=1.5", "--fs_index_settle=0", "/b", "/m", NULL};
 	const char *mem[] = {"-o", "fs_index=tree-docs", "/b", "/m", NULL};
 	const char *bad[] = {"-o", "lock_store=es,es_url=http://h:9200,fs_index=Tree",
 			     "--fs_index_delay=0", "/b", "/m", NULL};
 	const char *bad2[] = {"-o", "lock_store=es,es_url=http://h:9200,fs_index=_x", "/b", "/m",
 			      NULL};
 
-	parse(false, argv + 4);
+	parse(false, argv + 5);
 	ck_assert_int_eq(config_validate(&cfg), 0);
 	ck_assert_ptr_null(cfg.fs_index);
 	ck_assert(cfg.fs_index_delay == 0.2);
+	ck_assert(cfg.fs_index_settle == 2);
 	teardown();
 	setup();
 	parse(false, argv);
 	ck_assert_int_eq(config_validate(&cfg), 0);
 	ck_assert_str_eq(cfg.fs_index, "tree-docs");
 	ck_assert(cfg.fs_index_delay == 1.5);
+	ck_assert(cfg.fs_index_settle == 0);
 	teardown();
 	setup();
 	parse(false, mem);
