@@ -42,6 +42,9 @@
 #define FX_BUCKETS 4096
 /* search_after pages */
 #define FX_PAGE 10000
+/* documents of one inode looked up again, at most (hard links: as many
+ * as it has names) */
+#define FX_INO_MAX 100
 /* a failed request is tried this many times before its round gives up */
 #define FX_TRIES 3
 /* a job whose writes failed is tried again this long later, at most */
@@ -53,6 +56,7 @@
 
 struct fx_note {
 	struct fx_note *next;
+	uint64_t ino;            /* the entry's inode when noted, 0: unknown */
 	char key[];
 };
 
@@ -83,6 +87,7 @@ struct fx_settle {
 	struct fx_settle *next;
 	int64_t due_ms;          /* monotonic */
 	char **keys;             /* sorted */
+	uint64_t *inos;          /* each key's inode when noted (0: unknown) */
 	size_t n;
 };
 
@@ -120,7 +125,7 @@ struct es_fsindex {
 
 	/* atomic: */
 	int64_t last_version;
-	uint64_t notes, writes, conflicts, errors, dropped, jobs_done, settles_done;
+	uint64_t notes, writes, conflicts, errors, dropped, jobs_done, settles_done, chased;
 };
 
 /* ---- small things ---------------------------------------------------------------- */
@@ -418,30 +423,87 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Writes what the tree holds at each of KEYS[0..N) (sorted here). With
- * KEEP the keys go back to the set when their bulk fails. Returns 0 or
- * the -errno of the last send that failed. */
-static int write_keys(struct es_fsindex *fx, char **keys, size_t n, bool keep)
+struct fx_kv {
+	char *key;
+	uint64_t ino;
+};
+
+static int cmp_kv(const void *a, const void *b)
+{
+	return strcmp(((const struct fx_kv *)a)->key, ((const struct fx_kv *)b)->key);
+}
+
+/* Sorts KEYS[0..N) and INOS alike (without memory: INOS are forgotten,
+ * zeroed). */
+static void sort_pairs(char **keys, uint64_t *inos, size_t n)
+{
+	struct fx_kv *kv = n ? malloc(n * sizeof(*kv)) : NULL;
+	size_t i;
+
+	if (!kv) {
+		memset(inos, 0, n * sizeof(*inos));
+		qsort(keys, n, sizeof(*keys), cmp_str);
+		return;
+	}
+	for (i = 0; i < n; i++) {
+		kv[i].key = keys[i];
+		kv[i].ino = inos[i];
+	}
+	qsort(kv, n, sizeof(*kv), cmp_kv);
+	for (i = 0; i < n; i++) {
+		keys[i] = kv[i].key;
+		inos[i] = kv[i].ino;
+	}
+	free(kv);
+}
+
+static int chase_inos(struct es_fsindex *fx, const uint64_t *inos, size_t n);
+
+/* Writes what the tree holds at each of KEYS[0..N) (sorted here; with
+ * INOS, each key's inode when noted, already sorted and unique). With
+ * KEEP the keys go back to the set when their bulk fails. A key that no
+ * longer holds its noted inode: the documents of that inode are looked
+ * up again (chase_inos()). Returns 0 or the -errno of the last send that
+ * failed. */
+static int write_keys(struct es_fsindex *fx, char **keys, size_t n, bool keep,
+		      const uint64_t *inos)
 {
 	struct fx_lookup l = {NULL, -1};
 	struct fx_bulk k;
 	struct stat st;
-	size_t i;
+	uint64_t *moved = NULL;
+	size_t i, nm = 0;
 	int err, res = 0;
 
-	qsort(keys, n, sizeof(*keys), cmp_str);
+	if (!inos)
+		qsort(keys, n, sizeof(*keys), cmp_str);
 	bulk_init(&k, keep);
 	for (i = 0; i < n; i++) {
 		int64_t v;
 
 		err = lookup_key(fx, &l, keys[i], &st);
 		v = fx_version(fx);
+		if (inos && inos[i] &&
+		    (err == -ENOENT || (err == 0 && (uint64_t)st.st_ino != inos[i]))) {
+			/* renamed or replaced since it was noted (by another
+			 * host, under this host's cached name): its change
+			 * belongs to wherever the inode is now */
+			uint64_t *nv = realloc(moved, (nm + 1) * sizeof(*nv));
+
+			if (nv) {
+				moved = nv;
+				moved[nm++] = inos[i];
+			}
+		}
 		err = bulk_add(fx, &k, keys[i], err, &st, v);
 		if (err)
 			res = err;
 	}
 	lookup_done(&l);
 	err = bulk_flush(fx, &k);
+	if (nm && !err)
+		err = chase_inos(fx, moved, nm);
+	free(moved);
 	return err ? err : res;
 }
 
@@ -533,6 +595,90 @@ static int docs_below(struct es_fsindex *fx, const char *key, char ***v, size_t 
 	return err;
 }
 
+/* Looks up again the path of every document of each inode of
+ * INOS[0..N) (at most FX_INO_MAX each), as the index holds them after a
+ * refresh: an entry noted under a name that another host renamed it
+ * from was written (if at all) under its old name; its new name's
+ * document still shows the state before the change. Returns 0 or
+ * -errno of a request. */
+static int chase_inos(struct es_fsindex *fx, const uint64_t *inos, size_t n)
+{
+	struct httpc_response r = {0};
+	char **v = NULL;
+	size_t nv = 0, cap = 0, i;
+	int err = 0;
+
+	if (es_call(&fx->es->cl, "POST", fx->refresh_path, NULL, "", 0,
+		    tl_mono_ms() + fx->es->cl.timeout_ms, &r, true) != ES_CALL_OK) {
+		httpc_response_free(&r);
+		return -ENOLCK;
+	}
+	httpc_response_free(&r);
+	for (i = 0; i < n && !err; i++) {
+		cJSON *req = cJSON_CreateObject(), *root;
+		const cJSON *hit;
+		char *body;
+		enum es_call_class cls;
+
+		if (i && inos[i] == inos[i - 1])
+			continue;
+		cJSON_AddNumberToObject(req, "size", FX_INO_MAX);
+		cJSON_AddItemToArray(cJSON_AddArrayToObject(req, "_source"),
+				     cJSON_CreateString("path"));
+		cJSON_AddNumberToObject(
+			cJSON_AddObjectToObject(cJSON_AddObjectToObject(req, "query"), "term"),
+			"ino", (double)inos[i]);
+		body = cJSON_PrintUnformatted(req);
+		cJSON_Delete(req);
+		if (!body) {
+			err = -ENOMEM;
+			break;
+		}
+		cls = es_call(&fx->es->cl, "POST", fx->search_path, NULL, body, strlen(body),
+			      tl_mono_ms() + fx->es->cl.timeout_ms, &r, true);
+		free(body);
+		root = cls == ES_CALL_OK ? es_parse(&r) : NULL;
+		if (cls == ES_CALL_FATAL)
+			es_log_refusal(&fx->es->cl, "POST", fx->search_path, &r);
+		httpc_response_free(&r);
+		if (!root) {
+			err = cls == ES_CALL_FATAL ? -EACCES : -ENOLCK;
+			break;
+		}
+		cJSON_ArrayForEach(hit, es_hits(root))
+		{
+			const char *text = es_jstr(cJSON_GetObjectItemCaseSensitive(hit, "_source"),
+						   "path");
+			char *k = NULL;
+
+			if (!text || path_key_from_text(text, &k) != 0)
+				continue;
+			if (nv == cap) {
+				size_t c = cap ? 2 * cap : 16;
+				char **nk = realloc(v, c * sizeof(*nk));
+
+				if (!nk) {
+					free(k);
+					err = -ENOMEM;
+					break;
+				}
+				v = nk;
+				cap = c;
+			}
+			v[nv++] = k;
+		}
+		cJSON_Delete(root);
+	}
+	if (!err && nv) {
+		count(&fx->chased, nv);
+		err = write_keys(fx, v, nv, false, NULL);
+	}
+	for (i = 0; i < nv; i++)
+		free(v[i]);
+	free(v);
+	return err;
+}
+
 /* ---- crawling ---------------------------------------------------------------------- */
 
 /* Writes the document of every entry below directory DFD (its key KEY,
@@ -621,7 +767,7 @@ static int reconcile(struct es_fsindex *fx, const char *key, bool sweep)
 				free(self);
 			}
 		}
-		res = write_keys(fx, v, n, false);
+		res = write_keys(fx, v, n, false, NULL);
 	}
 	for (i = 0; i < n; i++)
 		free(v[i]);
@@ -666,6 +812,11 @@ static void set_clear_locked(struct fx_set *s)
 
 void es_fsindex_note(struct es_fsindex *fx, const char *key)
 {
+	es_fsindex_note_ino(fx, key, 0);
+}
+
+void es_fsindex_note_ino(struct es_fsindex *fx, const char *key, uint64_t ino)
+{
 	uint32_t h = key_hash(key) % FX_BUCKETS;
 	struct fx_note *nt;
 	size_t len = strlen(key);
@@ -684,8 +835,11 @@ void es_fsindex_note(struct es_fsindex *fx, const char *key)
 		}
 	}
 	for (nt = fx->set.b[h]; nt; nt = nt->next)
-		if (strcmp(nt->key, key) == 0)
+		if (strcmp(nt->key, key) == 0) {
+			if (ino)
+				nt->ino = ino;
 			goto out; /* coalesced */
+		}
 	if (fx->set.n >= ES_FSINDEX_MAX_NOTES) {
 		dropped = fx->set.n + 1;
 		set_clear_locked(&fx->set);
@@ -699,6 +853,7 @@ void es_fsindex_note(struct es_fsindex *fx, const char *key)
 		goto out;
 	}
 	memcpy(nt->key, key, len + 1);
+	nt->ino = ino;
 	nt->next = fx->set.b[h];
 	fx->set.b[h] = nt;
 	if (fx->set.n++ == 0)
@@ -969,7 +1124,7 @@ static int run_job(struct es_fsindex *fx, struct fx_job *j)
 	 * it by its old path were noted there) */
 	err = reconcile(fx, j->from, j->kind == FX_SWEEP);
 	if (!err && j->kind == FX_SWEEP)
-		err = write_keys(fx, &j->from, 1, false);
+		err = write_keys(fx, &j->from, 1, false, NULL);
 	if (!err && strcmp(j->to, j->from) != 0)
 		err = reconcile(fx, j->to, false);
 	return err;
@@ -977,25 +1132,33 @@ static int run_job(struct es_fsindex *fx, struct fx_job *j)
 
 /* ---- the thread -------------------------------------------------------------------- */
 
-/* Takes the set into *NOTES (N keys, new strings). Under the mutex. */
-static void take_notes_locked(struct es_fsindex *fx, char ***notes, size_t *n)
+/* Takes the set into *NOTES (N keys, new strings) and *INOS (theirs).
+ * Under the mutex. */
+static void take_notes_locked(struct es_fsindex *fx, char ***notes, uint64_t **inos, size_t *n)
 {
 	struct fx_set *s = &fx->set;
 	char **v;
+	uint64_t *iv;
 	size_t i, k = 0;
 
 	*notes = NULL;
+	*inos = NULL;
 	*n = 0;
 	if (!s->n)
 		return;
 	v = malloc(s->n * sizeof(*v));
-	if (!v)
+	iv = malloc(s->n * sizeof(*iv));
+	if (!v || !iv) {
+		free(v);
+		free(iv);
 		return; /* kept for the next round */
+	}
 	for (i = 0; i < FX_BUCKETS; i++) {
 		while (s->b[i]) {
 			struct fx_note *nt = s->b[i];
 
 			s->b[i] = nt->next;
+			iv[k] = nt->ino;
 			/* the note's memory becomes the key's: the key sits at
 			 * its start once moved */
 			memmove(nt, nt->key, strlen(nt->key) + 1);
@@ -1004,6 +1167,7 @@ static void take_notes_locked(struct es_fsindex *fx, char ***notes, size_t *n)
 	}
 	s->n = 0;
 	*notes = v;
+	*inos = iv;
 	*n = k;
 }
 
@@ -1070,6 +1234,7 @@ static void settle_free(struct fx_settle *t)
 	for (i = 0; i < t->n; i++)
 		free(t->keys[i]);
 	free(t->keys);
+	free(t->inos);
 	free(t);
 }
 
@@ -1097,14 +1262,21 @@ static void settle_run(struct es_fsindex *fx, struct fx_settle *ts, char **notes
 {
 	struct fx_settle *t;
 	char **v = NULL;
+	uint64_t *iv = NULL;
 	size_t total = 0, m = 0, i, j = 0;
 
 	for (t = ts; t; t = t->next)
 		total += t->n;
-	if (total)
+	if (total) {
 		v = malloc(total * sizeof(*v));
-	for (t = ts; t && v; t = t->next) {
+		iv = malloc(total * sizeof(*iv));
+	}
+	for (t = ts; t && v && iv; t = t->next) {
 		memcpy(v + m, t->keys, t->n * sizeof(*v));
+		if (t->inos)
+			memcpy(iv + m, t->inos, t->n * sizeof(*iv));
+		else
+			memset(iv + m, 0, t->n * sizeof(*iv));
 		m += t->n;
 		t->n = 0; /* the keys are v's now */
 	}
@@ -1112,15 +1284,20 @@ static void settle_run(struct es_fsindex *fx, struct fx_settle *ts, char **notes
 		ts = t->next;
 		settle_free(t);
 	}
-	if (!v)
+	if (!v || !iv) {
+		free(v);
+		free(iv);
 		return; /* without memory: the first look stands */
-	qsort(v, m, sizeof(*v), cmp_str);
+	}
+	sort_pairs(v, iv, m);
 	total = m;
 	m = 0;
 	for (i = 0; i < total; i++) {
 		int c = 1;
 
 		if (m && strcmp(v[m - 1], v[i]) == 0) {
+			if (iv[i])
+				iv[m - 1] = iv[i];
 			free(v[i]);
 			continue;
 		}
@@ -1130,12 +1307,14 @@ static void settle_run(struct es_fsindex *fx, struct fx_settle *ts, char **notes
 			free(v[i]);
 			continue;
 		}
+		iv[m] = iv[i];
 		v[m++] = v[i];
 	}
 	if (m) {
-		write_keys(fx, v, m, false);
+		write_keys(fx, v, m, false, iv);
 		count(&fx->settles_done, m);
 	}
+	free(iv);
 	for (i = 0; i < m; i++)
 		free(v[i]);
 	free(v);
@@ -1144,14 +1323,16 @@ static void settle_run(struct es_fsindex *fx, struct fx_settle *ts, char **notes
 /* One round: NOTES, then the second looks TS, then JOBS; the releases
  * their answers free. With FINAL nothing is retried or looked at again
  * later. */
-static void round_run(struct es_fsindex *fx, char **notes, size_t n, struct fx_settle *ts,
-		      struct fx_job *jobs, bool final)
+static void round_run(struct es_fsindex *fx, char **notes, uint64_t *inos, size_t n,
+		      struct fx_settle *ts, struct fx_job *jobs, bool final)
 {
 	uint64_t done = 0;
 	size_t i;
 
-	if (n)
-		write_keys(fx, notes, n, !final); /* sorts NOTES */
+	if (n) {
+		sort_pairs(notes, inos, n);
+		write_keys(fx, notes, n, !final, inos);
+	}
 	if (ts)
 		settle_run(fx, ts, notes, n);
 	if (n && fx->settle_ms > 0 && !final) {
@@ -1165,9 +1346,11 @@ static void round_run(struct es_fsindex *fx, char **notes, size_t n, struct fx_s
 
 		if (t) {
 			t->keys = notes;
+			t->inos = inos;
 			t->n = n;
 			t->due_ms = tl_mono_ms() + fx->settle_ms;
 			notes = NULL;
+			inos = NULL;
 			n = 0;
 			pthread_mutex_lock(&fx->mutex);
 			if (fx->settles_tail)
@@ -1181,6 +1364,7 @@ static void round_run(struct es_fsindex *fx, char **notes, size_t n, struct fx_s
 	for (i = 0; i < n; i++)
 		free(notes[i]);
 	free(notes);
+	free(inos);
 	while (jobs) {
 		struct fx_job *j = jobs;
 		int err;
@@ -1239,6 +1423,7 @@ static void *fx_thread(void *arg)
 		struct fx_job *jobs;
 		struct fx_settle *looks;
 		char **notes;
+		uint64_t *inos;
 		size_t n;
 
 		if (!due_locked(fx, now, &wait_ms)) {
@@ -1254,11 +1439,11 @@ static void *fx_thread(void *arg)
 			}
 			continue;
 		}
-		take_notes_locked(fx, &notes, &n);
+		take_notes_locked(fx, &notes, &inos, &n);
 		jobs = take_jobs_locked(fx, now, false);
 		looks = take_settles_locked(fx, now, false);
 		pthread_mutex_unlock(&fx->mutex);
-		round_run(fx, notes, n, looks, jobs, false);
+		round_run(fx, notes, inos, n, looks, jobs, false);
 		pthread_mutex_lock(&fx->mutex);
 	}
 	pthread_mutex_unlock(&fx->mutex);
@@ -1408,6 +1593,7 @@ void es_fsindex_stop(struct es_fsindex *fx)
 	struct fx_job *jobs, *j;
 	struct fx_settle *ts;
 	char **notes;
+	uint64_t *inos;
 	size_t n;
 	bool started;
 
@@ -1423,7 +1609,7 @@ void es_fsindex_stop(struct es_fsindex *fx)
 	pthread_mutex_lock(&fx->mutex);
 	fx->closed = true;
 	fx->started = false;
-	take_notes_locked(fx, &notes, &n);
+	take_notes_locked(fx, &notes, &inos, &n);
 	jobs = take_jobs_locked(fx, 0, true);
 	ts = take_settles_locked(fx, 0, true);
 	pthread_mutex_unlock(&fx->mutex);
@@ -1443,7 +1629,7 @@ void es_fsindex_stop(struct es_fsindex *fx)
 				job_free(j);
 			}
 		}
-		round_run(fx, notes, n, ts, mine, true);
+		round_run(fx, notes, inos, n, ts, mine, true);
 	}
 	release_parked(fx, UINT64_MAX, true);
 	if (__atomic_load_n(&fx->dropped, __ATOMIC_RELAXED))
@@ -1504,14 +1690,16 @@ size_t es_fsindex_format(struct es_fsindex *fx, char *buf, size_t size, size_t l
 		     "fs_index_notes %" PRIu64 "\nfs_index_writes %" PRIu64
 		     "\nfs_index_conflicts %" PRIu64 "\nfs_index_errors %" PRIu64
 		     "\nfs_index_dropped %" PRIu64 "\nfs_index_jobs %" PRIu64
-		     "\nfs_index_settles %" PRIu64 "\nfs_index_lag_ms %" PRId64 "\n",
+		     "\nfs_index_settles %" PRIu64 "\nfs_index_chased %" PRIu64
+		     "\nfs_index_lag_ms %" PRId64 "\n",
 		     __atomic_load_n(&fx->notes, __ATOMIC_RELAXED),
 		     __atomic_load_n(&fx->writes, __ATOMIC_RELAXED),
 		     __atomic_load_n(&fx->conflicts, __ATOMIC_RELAXED),
 		     __atomic_load_n(&fx->errors, __ATOMIC_RELAXED),
 		     __atomic_load_n(&fx->dropped, __ATOMIC_RELAXED),
 		     __atomic_load_n(&fx->jobs_done, __ATOMIC_RELAXED),
-		     __atomic_load_n(&fx->settles_done, __ATOMIC_RELAXED), lag);
+		     __atomic_load_n(&fx->settles_done, __ATOMIC_RELAXED),
+		     __atomic_load_n(&fx->chased, __ATOMIC_RELAXED), lag);
 	if (w < 0)
 		return len;
 	len += (size_t)w;

@@ -35,6 +35,12 @@
  * lifetime, writes what the tree holds. A key noted again meanwhile gets
  * its look and one second look after it.
  *
+ * A note may carry the entry's inode (an open file, a directory): when
+ * the look-up (or the second look) finds no entry at the key or another
+ * inode, the entry was renamed (by another host, under this host's
+ * cached name) and the change belongs to its new path: the documents of
+ * that inode (a refresh, then a term query on ino) are looked up again.
+ *
  * An unreachable store: notes stay in the set (up to ES_FSINDEX_MAX_NOTES;
  * past it they are dropped, counted and logged: `treelockctl index verify
  * --repair` is needed), jobs are retried; a parked release goes once its
@@ -89,6 +95,13 @@ int es_fsindex_start(struct es_fsindex *fx);
  * memory, or past ES_FSINDEX_MAX_NOTES, the note is dropped and counted). */
 void es_fsindex_note(struct es_fsindex *fx, const char *key);
 
+/* es_fsindex_note() of an entry that had inode number INO (0: unknown):
+ * when its look-up finds no entry at KEY or another inode, every
+ * document of INO in the index (after a refresh) is looked up again: a
+ * change made through a name or an open file that another host renamed
+ * reaches the entry's new path. */
+void es_fsindex_note_ino(struct es_fsindex *fx, const char *key, uint64_t ino);
+
 /* A directory rename FROM -> TO was done: a job. Returns its ticket (for
  * es_fsindex_park()), 0 when it could not be recorded (no memory: the
  * keys are noted instead). */
@@ -128,7 +141,8 @@ void es_fsindex_close(struct es_fsindex *fx);
 
 /* Appends the stats lines (fs_index_notes, fs_index_writes,
  * fs_index_conflicts, fs_index_errors, fs_index_dropped, fs_index_jobs,
- * fs_index_settles: second looks made, fs_index_lag_ms) to BUF (LEN used of SIZE); returns the new length. */
+ * fs_index_settles: second looks made, fs_index_chased: paths looked up
+ * again by inode, fs_index_lag_ms) to BUF (LEN used of SIZE); returns the new length. */
 size_t es_fsindex_format(struct es_fsindex *fx, char *buf, size_t size, size_t len);
 
 #endif /* TREELOCKFS_ES_ES_FSINDEX_H */

@@ -261,7 +261,8 @@ static int es_start(struct lockstore *st)
 }
 
 /* The vtable's note (lockstore.h): to the fs index, when there is one. */
-static uint64_t es_note(struct lockstore *st, const char *key, const char *to, unsigned int what)
+static uint64_t es_note(struct lockstore *st, const char *key, const char *to, unsigned int what,
+		       uint64_t ino)
 {
 	struct es_fsindex *fsi = es_of(st)->fsi;
 
@@ -269,7 +270,7 @@ static uint64_t es_note(struct lockstore *st, const char *key, const char *to, u
 		return 0;
 	if (what == TL_NOTE_TREE)
 		return es_fsindex_tree(fsi, key, to);
-	es_fsindex_note(fsi, key);
+	es_fsindex_note_ino(fsi, key, ino);
 	return 0;
 }
 

@@ -88,7 +88,10 @@ static void note_fd(struct tlfs *fs, int fd)
 		return; /* removed: its unlink was noted */
 	if (strncmp(path, root, rl) != 0 || (path[rl] != '/' && path[rl] != '\0'))
 		return;
-	lockmgr_note(&fs->mgr, path[rl] ? path + rl : "/");
+	/* with its inode: PATH is what this host's dentries say, which may
+	 * be a name another host renamed the file from */
+	lockmgr_note_ino(&fs->mgr, path[rl] ? path + rl : "/",
+			 fstat(fd, &st) == 0 ? (uint64_t)st.st_ino : 0);
 }
 
 void index_note_inode(struct tlfs *fs, struct ll_inode *in, int fd)
@@ -101,7 +104,7 @@ void index_note_inode(struct tlfs *fs, struct ll_inode *in, int fd)
 		struct keys_buf key;
 
 		if (keys_of(&fs->keys, &dir, NULL, &key, NULL) == 0)
-			lockmgr_note(&fs->mgr, key.s);
+			lockmgr_note_ino(&fs->mgr, key.s, (uint64_t)in->ino);
 		keys_buf_free(&key);
 		return;
 	}

@@ -533,8 +533,13 @@ size_t lockmgr_format_stats(struct lockmgr *m, char *buf, size_t size)
 
 void lockmgr_note(struct lockmgr *m, const char *key)
 {
+	lockmgr_note_ino(m, key, 0);
+}
+
+void lockmgr_note_ino(struct lockmgr *m, const char *key, uint64_t ino)
+{
 	if (m->indexing)
-		m->store->ops->note(m->store, key, NULL, TL_NOTE_ENTRY);
+		m->store->ops->note(m->store, key, NULL, TL_NOTE_ENTRY, ino);
 }
 
 void lockmgr_note_rename(struct lockmgr *m, struct tl_hold *h, const char *from, const char *to,
@@ -545,13 +550,13 @@ void lockmgr_note_rename(struct lockmgr *m, struct tl_hold *h, const char *from,
 	if (!m->indexing)
 		return;
 	if (!tree) {
-		m->store->ops->note(m->store, from, NULL, TL_NOTE_ENTRY);
-		m->store->ops->note(m->store, to, NULL, TL_NOTE_ENTRY);
+		m->store->ops->note(m->store, from, NULL, TL_NOTE_ENTRY, 0);
+		m->store->ops->note(m->store, to, NULL, TL_NOTE_ENTRY, 0);
 		return;
 	}
 	/* a covered rename (h->via) holds only this mount's memory: the
 	 * delegation's own release waits for every ticket noted before it */
-	seq = m->store->ops->note(m->store, from, to, TL_NOTE_TREE);
+	seq = m->store->ops->note(m->store, from, to, TL_NOTE_TREE, 0);
 	if (h && !h->via)
 		h->holder.index_seq = seq;
 }

@@ -164,6 +164,12 @@ static inline bool lockmgr_indexing(const struct lockmgr *m)
  * memory is dropped and counted). */
 void lockmgr_note(struct lockmgr *m, const char *key);
 
+/* lockmgr_note() of an entry whose inode number in the backing tree was
+ * INO (an open file, a known directory): when KEY no longer holds that
+ * inode by the time it is looked up, the index's documents of INO are
+ * looked up again (the entry was renamed by another host). */
+void lockmgr_note_ino(struct lockmgr *m, const char *key, uint64_t ino);
+
 /* fs_index=NAME: the rename FROM -> TO held by H was done; TREE: what
  * moved is a directory (or an exchange involved one), so every document
  * below FROM moves below TO, and H's release (lockmgr_unhold()) is

@@ -234,9 +234,13 @@ struct lockstore_ops {
 	 * with TL_NOTE_TREE), for the store's document index of the tree;
 	 * cheap (the request path only records it). Returns 0, or for
 	 * TL_NOTE_TREE the ticket of its index writes, for
-	 * tl_holder.index_seq (0: nothing to wait for). May be NULL: no
-	 * index. */
-	uint64_t (*note)(struct lockstore *st, const char *key, const char *to, unsigned int what);
+	 * tl_holder.index_seq (0: nothing to wait for). INO: with
+	 * TL_NOTE_ENTRY, the inode number the entry had in the backing tree
+	 * when noted (0: unknown), so that a change made through a name
+	 * another host renamed meanwhile reaches the entry's new path. May
+	 * be NULL: no index. */
+	uint64_t (*note)(struct lockstore *st, const char *key, const char *to, unsigned int what,
+			 uint64_t ino);
 
 	/* Appends the store's own "name value" lines to BUF (LEN used of
 	 * SIZE) for the stats file; returns the new length. May be NULL. */
