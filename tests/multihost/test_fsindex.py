@@ -21,7 +21,6 @@ import tempfile
 import threading
 import time
 
-import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -297,16 +296,12 @@ def test_fsindex__storm_from_two_hosts_then_index_equals_tree(machine):
                  "dir-rename-big", "rename-in-big", "create-in-big"):
         assert rep["ok"].get(kind, 0) >= 2, (kind, rep["ok"])
     assert set(rep["daemon_exit"].values()) <= {0}, rep["daemon_exit"]
-    if rep["differences"]:
-        # issue 47: a host looks entries up through its own client cache,
-        # which shows another host's renames and removals up to its entry
-        # and attribute timeouts late; a write from such a look-up carries
-        # a newer version and wins, and a change made through a name or an
-        # open file another host renamed is noted under the old name. Until
-        # that is fixed a difference is an expected failure; the checks
-        # above stay hard.
-        pytest.xfail("seed %d: %s\n%s" % (rep["seed"], rep["differences"],
-                                          "\n".join(rep["difference_lines"])))
+    # a look-up through a client cache that still showed the old entry is
+    # put right by the second look (fs_index_settle), a change made
+    # through a name or an open file another host renamed reaches the new
+    # path by its inode
+    assert not rep["differences"], "seed %d: %s\n%s" % (
+        rep["seed"], rep["differences"], "\n".join(rep["difference_lines"]))
 
 
 def main(argv=None):
