@@ -509,26 +509,56 @@ static int write_keys(struct es_fsindex *fx, char **keys, size_t n, bool keep,
 
 /* ---- the documents below a key ----------------------------------------------------- */
 
+/* Refreshes the index, so a search sees every write answered before.
+ * Returns 0 or -ENOLCK. */
+static int fx_refresh(struct es_fsindex *fx)
+{
+	struct httpc_response r = {0};
+	enum es_call_class cls = es_call(&fx->es->cl, "POST", fx->refresh_path, NULL, "", 0,
+					 tl_mono_ms() + fx->es->cl.timeout_ms, &r, true);
+
+	httpc_response_free(&r);
+	return cls == ES_CALL_OK ? 0 : -ENOLCK;
+}
+
+/* Sends the search REQ (deleted here) and leaves its parsed answer in
+ * *ROOT (the caller deletes it). Returns 0, -ENOMEM, -EACCES (refused,
+ * logged) or -ENOLCK. */
+static int fx_search(struct es_fsindex *fx, cJSON *req, cJSON **root)
+{
+	struct httpc_response r = {0};
+	enum es_call_class cls;
+	char *body = cJSON_PrintUnformatted(req);
+
+	cJSON_Delete(req);
+	*root = NULL;
+	if (!body)
+		return -ENOMEM;
+	cls = es_call(&fx->es->cl, "POST", fx->search_path, NULL, body, strlen(body),
+		      tl_mono_ms() + fx->es->cl.timeout_ms, &r, true);
+	free(body);
+	*root = cls == ES_CALL_OK ? es_parse(&r) : NULL;
+	if (cls == ES_CALL_FATAL)
+		es_log_refusal(&fx->es->cl, "POST", fx->search_path, &r);
+	httpc_response_free(&r);
+	if (!*root)
+		return cls == ES_CALL_FATAL ? -EACCES : -ENOLCK;
+	return 0;
+}
+
 /* Adds to *V (N of them, CAP) the key of every document below KEY, as the
  * index holds them after a refresh. Returns 0 or -errno. */
 static int docs_below(struct es_fsindex *fx, const char *key, char ***v, size_t *n, size_t *cap)
 {
-	struct httpc_response r = {0};
 	char *after = NULL;
 	int err = 0;
 
-	if (es_call(&fx->es->cl, "POST", fx->refresh_path, NULL, "", 0,
-		    tl_mono_ms() + fx->es->cl.timeout_ms, &r, true) != ES_CALL_OK) {
-		httpc_response_free(&r);
-		return -ENOLCK;
-	}
-	httpc_response_free(&r);
+	if ((err = fx_refresh(fx)) != 0)
+		return err;
 	for (;;) {
 		cJSON *req = cJSON_CreateObject(), *q = es_fsdoc_under_query(key), *root, *sort;
 		const cJSON *hit;
-		char *body;
 		size_t got = 0;
-		enum es_call_class cls;
 
 		cJSON_AddNumberToObject(req, "size", FX_PAGE);
 		cJSON_AddItemToArray(cJSON_AddArrayToObject(req, "_source"),
@@ -543,23 +573,8 @@ static int docs_below(struct es_fsindex *fx, const char *key, char ***v, size_t 
 		if (after)
 			cJSON_AddItemToArray(cJSON_AddArrayToObject(req, "search_after"),
 					     cJSON_CreateString(after));
-		body = cJSON_PrintUnformatted(req);
-		cJSON_Delete(req);
-		if (!body) {
-			err = -ENOMEM;
+		if ((err = fx_search(fx, req, &root)) != 0)
 			break;
-		}
-		cls = es_call(&fx->es->cl, "POST", fx->search_path, NULL, body, strlen(body),
-			      tl_mono_ms() + fx->es->cl.timeout_ms, &r, true);
-		free(body);
-		root = cls == ES_CALL_OK ? es_parse(&r) : NULL;
-		if (cls == ES_CALL_FATAL)
-			es_log_refusal(&fx->es->cl, "POST", fx->search_path, &r);
-		httpc_response_free(&r);
-		if (!root) {
-			err = cls == ES_CALL_FATAL ? -EACCES : -ENOLCK;
-			break;
-		}
 		cJSON_ArrayForEach(hit, es_hits(root))
 		{
 			const char *text = es_jstr(cJSON_GetObjectItemCaseSensitive(hit, "_source"),
@@ -603,22 +618,15 @@ static int docs_below(struct es_fsindex *fx, const char *key, char ***v, size_t 
  * -errno of a request. */
 static int chase_inos(struct es_fsindex *fx, const uint64_t *inos, size_t n)
 {
-	struct httpc_response r = {0};
 	char **v = NULL;
 	size_t nv = 0, cap = 0, i;
 	int err = 0;
 
-	if (es_call(&fx->es->cl, "POST", fx->refresh_path, NULL, "", 0,
-		    tl_mono_ms() + fx->es->cl.timeout_ms, &r, true) != ES_CALL_OK) {
-		httpc_response_free(&r);
-		return -ENOLCK;
-	}
-	httpc_response_free(&r);
+	if ((err = fx_refresh(fx)) != 0)
+		return err;
 	for (i = 0; i < n && !err; i++) {
 		cJSON *req = cJSON_CreateObject(), *root;
 		const cJSON *hit;
-		char *body;
-		enum es_call_class cls;
 
 		if (i && inos[i] == inos[i - 1])
 			continue;
@@ -628,23 +636,8 @@ static int chase_inos(struct es_fsindex *fx, const uint64_t *inos, size_t n)
 		cJSON_AddNumberToObject(
 			cJSON_AddObjectToObject(cJSON_AddObjectToObject(req, "query"), "term"),
 			"ino", (double)inos[i]);
-		body = cJSON_PrintUnformatted(req);
-		cJSON_Delete(req);
-		if (!body) {
-			err = -ENOMEM;
+		if ((err = fx_search(fx, req, &root)) != 0)
 			break;
-		}
-		cls = es_call(&fx->es->cl, "POST", fx->search_path, NULL, body, strlen(body),
-			      tl_mono_ms() + fx->es->cl.timeout_ms, &r, true);
-		free(body);
-		root = cls == ES_CALL_OK ? es_parse(&r) : NULL;
-		if (cls == ES_CALL_FATAL)
-			es_log_refusal(&fx->es->cl, "POST", fx->search_path, &r);
-		httpc_response_free(&r);
-		if (!root) {
-			err = cls == ES_CALL_FATAL ? -EACCES : -ENOLCK;
-			break;
-		}
 		cJSON_ArrayForEach(hit, es_hits(root))
 		{
 			const char *text = es_jstr(cJSON_GetObjectItemCaseSensitive(hit, "_source"),
