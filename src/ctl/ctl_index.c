@@ -502,6 +502,25 @@ struct diff {
 
 static const char *const diff_names[] = {"missing", "extra", "differs"};
 
+/* Appends a difference of KIND to *D (*N of them, room for *CAP), taking
+ * the key *KEY over (left NULL). Returns 0 or -ENOMEM (nothing taken). */
+static int diff_add(struct diff **d, size_t *n, size_t *cap, enum diff_kind kind, char **key)
+{
+	if (*n == *cap) {
+		struct diff *more = realloc(*d, (*cap * 2 + 64) * sizeof(**d));
+
+		if (!more)
+			return -ENOMEM;
+		*d = more;
+		*cap = *cap * 2 + 64;
+	}
+	(*d)[*n].kind = kind;
+	(*d)[*n].key = *key;
+	*key = NULL;
+	(*n)++;
+	return 0;
+}
+
 /* Looks at KEY again (the tree, then the index). Returns -1 when they now
  * agree (or both lack it), else the kind; FIELDS gets the differences;
  * *ST and *AT the tree's stat when it has KEY. */
@@ -575,20 +594,8 @@ int ctl_index_verify(struct ctl_mount *m, const char *key, bool repair, bool jso
 			}
 			buf_free(&fb);
 			if (differs) {
-				if (nd == capd) {
-					struct diff *nd2 = realloc(d, (capd * 2 + 64) * sizeof(*d));
-
-					if (!nd2) {
-						err = -ENOMEM;
-						break;
-					}
-					d = nd2;
-					capd = capd * 2 + 64;
-				}
-				d[nd].kind = k;
-				d[nd].key = page[i].key;
-				page[i].key = NULL;
-				nd++;
+				if ((err = diff_add(&d, &nd, &capd, k, &page[i].key)) != 0)
+					break;
 			}
 			es_fsentry_free(&page[i]);
 		}
@@ -604,20 +611,8 @@ int ctl_index_verify(struct ctl_mount *m, const char *key, bool repair, bool jso
 	for (i = 0; !err && i < t.cap; i++) {
 		if (!t.v[i].key || t.v[i].matched)
 			continue;
-		if (nd == capd) {
-			struct diff *nd2 = realloc(d, (capd * 2 + 64) * sizeof(*d));
-
-			if (!nd2) {
-				err = -ENOMEM;
-				break;
-			}
-			d = nd2;
-			capd = capd * 2 + 64;
-		}
-		d[nd].kind = D_MISSING;
-		d[nd].key = t.v[i].key;
-		t.v[i].key = NULL;
-		nd++;
+		if ((err = diff_add(&d, &nd, &capd, D_MISSING, &t.v[i].key)) != 0)
+			break;
 	}
 	/* each difference once more: it may be a change a mount was
 	 * indexing while we looked */
