@@ -278,3 +278,21 @@ int mountchain_mount_dev(const char *mountpoint, dev_t *out)
 	*out = m.dev;
 	return 0;
 }
+
+/* Undoes mountinfo's octal escapes (\040 for a space) of S in place. */
+char *mountchain_unescape(char *s)
+{
+	char *r = s, *w = s;
+
+	while (*r) {
+		if (r[0] == '\\' && r[1] >= '0' && r[1] <= '3' && r[2] >= '0' && r[2] <= '7' &&
+		    r[3] >= '0' && r[3] <= '7') {
+			*w++ = (char)((r[1] - '0') << 6 | (r[2] - '0') << 3 | (r[3] - '0'));
+			r += 4;
+		} else {
+			*w++ = *r++;
+		}
+	}
+	*w = '\0';
+	return s;
+}

@@ -76,4 +76,8 @@ struct mountchain_mount {
  * nothing is mounted there, or -errno. */
 int mountchain_mount_find(const char *mountpoint, struct mountchain_mount *out);
 
+/* Undoes mountinfo's octal escapes (\ooo, e.g. \040 for a space) of S in
+ * place and returns S. This function can't fail. */
+char *mountchain_unescape(char *s);
+
 #endif /* TREELOCKFS_BASE_MOUNTCHAIN_H */

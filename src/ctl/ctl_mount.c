@@ -42,24 +42,6 @@ const char *ctl_rel(const char *key)
 	return path_rel(key);
 }
 
-/* Undoes mountinfo's octal escapes (\040 for a space) of S in place. */
-static char *unescape(char *s)
-{
-	char *r = s, *w = s;
-
-	while (*r) {
-		if (r[0] == '\\' && r[1] >= '0' && r[1] <= '3' && r[2] >= '0' && r[2] <= '7' &&
-		    r[3] >= '0' && r[3] <= '7') {
-			*w++ = (char)((r[1] - '0') << 6 | (r[2] - '0') << 3 | (r[3] - '0'));
-			r += 4;
-		} else {
-			*w++ = *r++;
-		}
-	}
-	*w = '\0';
-	return s;
-}
-
 /* The source (fsname) of the last treelockfs mount at REAL, or NULL. */
 static char *mount_source(const char *real)
 {
@@ -82,11 +64,11 @@ static char *mount_source(const char *real)
 		save = NULL;
 		type = strtok_r(dash + 3, " ", &save);
 		src = strtok_r(NULL, " \n", &save);
-		if (!mnt || !type || !src || strcmp(unescape(mnt), real) != 0 ||
+		if (!mnt || !type || !src || strcmp(mountchain_unescape(mnt), real) != 0 ||
 		    strcmp(type, TREELOCKFS_FSTYPE) != 0)
 			continue;
 		free(res);
-		res = strdup(unescape(src));
+		res = strdup(mountchain_unescape(src));
 	}
 	free(line);
 	fclose(f);

@@ -18,6 +18,7 @@
 #include <sys/mount.h>
 #include <unistd.h>
 
+#include "base/mountchain.h"
 #include "base/escape.h"
 #include "fs/remount.h"
 
@@ -186,24 +187,6 @@ static void mount_now_free(struct mount_now *m)
 	toks_free(&m->super);
 }
 
-/* Undoes mountinfo's octal escapes (\040 for a space) of S in place. */
-static char *unescape(char *s)
-{
-	char *r = s, *w = s;
-
-	while (*r) {
-		if (r[0] == '\\' && r[1] >= '0' && r[1] <= '3' && r[2] >= '0' && r[2] <= '7' &&
-		    r[3] >= '0' && r[3] <= '7') {
-			*w++ = (char)((r[1] - '0') << 6 | (r[2] - '0') << 3 | (r[3] - '0'));
-			r += 4;
-		} else {
-			*w++ = *r++;
-		}
-	}
-	*w = '\0';
-	return s;
-}
-
 /* The topmost mount at MNT (a canonical path) into M. Returns 0,
  * -ENOENT when MNT is no mount point, or -errno. */
 static int mount_now_find(const char *mnt, struct mount_now *m)
@@ -226,7 +209,7 @@ static int mount_now_find(const char *mnt, struct mount_now *m)
 		field[0] = strtok_r(line, " ", &save);
 		for (i = 1; i < 6 && field[i - 1]; i++)
 			field[i] = strtok_r(NULL, " ", &save);
-		if (!field[5] || strcmp(unescape(field[4]), mnt) != 0)
+		if (!field[5] || strcmp(mountchain_unescape(field[4]), mnt) != 0)
 			continue;
 		save = NULL;
 		post[0] = strtok_r(dash + 3, " \n", &save);
@@ -237,7 +220,7 @@ static int mount_now_find(const char *mnt, struct mount_now *m)
 		mount_now_free(m);
 		memset(m, 0, sizeof(*m));
 		m->fstype = strdup(post[0]);
-		m->source = strdup(unescape(post[1]));
+		m->source = strdup(mountchain_unescape(post[1]));
 		err = -ENOMEM;
 		if (!m->fstype || !m->source || toks_add_list(&m->flags, field[5]) != 0 ||
 		    toks_add_list(&m->super, post[2]) != 0)
