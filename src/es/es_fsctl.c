@@ -42,12 +42,7 @@ int es_fsctl_open(const struct tl_config *cfg, const char *index, struct es_fsct
 	f = calloc(1, sizeof(*f));
 	if (!f)
 		return -ENOMEM;
-	hc.urls = eo->url;
-	hc.user = eo->user;
-	hc.password = eo->password;
-	hc.api_key = eo->api_key;
-	hc.cacert = eo->cacert;
-	hc.insecure = eo->insecure;
+	es_options_httpc(eo, &hc);
 	/* a bulk of thousands of documents takes longer than a lock */
 	hc.timeout_ms = eo->timeout_ms > 60000 ? eo->timeout_ms : 60000;
 	hc.max_body = 256u << 20;

@@ -246,6 +246,11 @@ int es_list(struct lockstore *st, const char *prefix, struct tl_lock_info **out,
 /* The es backend's options in CFG (es_options.c). */
 const struct es_options *es_options_of(const struct tl_config *cfg);
 
+struct httpc_config;
+/* Fills in HC where to reach the nodes of EO and how to sign in (urls,
+ * credentials, TLS); the timeouts and the rest are the caller's. */
+void es_options_httpc(const struct es_options *eo, struct httpc_config *hc);
+
 /* True when a URL of O's es_url is http:// (credentials would travel
  * unencrypted). */
 bool es_opts_cleartext(const struct es_options *o);

@@ -21,6 +21,7 @@
 
 #include "es/es_internal.h"
 #include "es/es_store.h"
+#include "es/httpc.h"
 #include "config/config.h"
 
 #define OPT_STR(name, field) TL_OPT_STR(name, struct es_options, field)
@@ -247,3 +248,13 @@ const struct tl_store_options es_store_options = {
 	.load_secrets = es_opts_load_secrets,
 	.free = es_opts_free,
 };
+
+void es_options_httpc(const struct es_options *eo, struct httpc_config *hc)
+{
+	hc->urls = eo->url;
+	hc->user = eo->user;
+	hc->password = eo->password;
+	hc->api_key = eo->api_key;
+	hc->cacert = eo->cacert;
+	hc->insecure = eo->insecure;
+}

@@ -373,12 +373,7 @@ int es_open(const struct tl_config *cfg, struct lockstore **out, bool for_ctl)
 	}
 	es_lease_new_owner_id_locked(es); /* no thread runs yet */
 
-	hc.urls = eo->url;
-	hc.user = eo->user;
-	hc.password = eo->password;
-	hc.api_key = eo->api_key;
-	hc.cacert = eo->cacert;
-	hc.insecure = eo->insecure;
+	es_options_httpc(eo, &hc);
 	hc.timeout_ms = es->timeout_ms;
 	hc.opaque_id = es->owner;
 	/* eo->inflight: es_inflight=, or its default (es_options.c) */
