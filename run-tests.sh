@@ -269,6 +269,11 @@ summary=$(
 )
 set -- $summary
 passed=$1 failed=$2 skipped=$3
+# the failed tests, named once more just before the last line
+failures=$(mktemp -t tlfs-failures.XXXXXX) || exit 1
+for trs in tests/unit/unit.trs tests/unit/unit-asan.trs tests/layout/check.trs; do
+	[ -f "$trs" ] && sed -n "s#^:test-result: \\(FAIL\\|XPASS\\|ERROR\\) *#  ${trs%.trs}: #p" "$trs" >>"$failures"
+done
 # The pytest suites write JUnit XML (run.xml beside run.sh); a suite that
 # left none either was skipped as a whole (exit 77: no pytest) or crashed.
 for suite in tests/esemu/run.sh tests/difftest/run.sh tests/integration/run.sh tests/engines/run.sh \
@@ -291,6 +296,10 @@ for suite in tests/esemu/run.sh tests/difftest/run.sh tests/integration/run.sh t
 		    kids = {c.tag for c in case}
 		    if kids & {"failure", "error"}:
 		        f += 1
+		        bad = next(c for c in case if c.tag in ("failure", "error"))
+		        why = (bad.get("message") or "").splitlines()
+		        print("  %s::%s  %s" % (case.get("classname", ""), case.get("name", ""),
+		                                (why[0] if why else "")[:200]), file=sys.stderr)
 		    elif "skipped" in kids:
 		        s += 1
 		    else:
@@ -302,13 +311,14 @@ for suite in tests/esemu/run.sh tests/difftest/run.sh tests/integration/run.sh t
 		    f += max(n, 0)
 		print(p, f, s)
 	EOF
-	) || { failed=$((failed + 1)); continue; }
+	) 2>>"$failures" || { failed=$((failed + 1)); echo "  $suite: no results (it crashed)" >>"$failures"; continue; }
 	set -- $counts
 	passed=$((passed + $1))
 	failed=$((failed + $2))
 	skipped=$((skipped + $3))
 	if [ -f "$trs" ] && ! grep -q '^:test-result: PASS' "$trs" && [ "$2" -eq 0 ]; then
 		failed=$((failed + 1)) # pytest itself failed after its last test
+		echo "  $suite: pytest failed after its last test" >>"$failures"
 	fi
 done
 # Scripts that are one test each (the benchmark harness's smoke run).
@@ -317,7 +327,7 @@ for trs in tests/bench-smoke.trs; do
 	case $(sed -n 's/^:test-result: //p' "$trs") in
 	PASS*) passed=$((passed + 1)) ;;
 	SKIP*) skipped=$((skipped + 1)) ;;
-	*) failed=$((failed + 1)) ;;
+	*) failed=$((failed + 1)); echo "  $trs: failed" >>"$failures" ;;
 	esac
 done
 [ "$failed" -eq 0 ] || status=1
@@ -331,6 +341,11 @@ printf '%s' "$times" | awk -v steps=$steps -v whole=$(($(date +%s) - run_t0)) '
 	}
 	{ row($1, $2, $3 == "at-once" ? "  (the unit tests at once)" : "") }
 	END { row("all tiers", steps, ""); row("whole run", whole, "  (with the builds)") }'
+if [ -s "$failures" ]; then
+	log "failed"
+	cat "$failures"
+fi
+rm -f "$failures"
 if [ "$skipped" -gt 0 ]; then
 	echo "$passed passed, $failed failed, $skipped skipped"
 else
