@@ -75,8 +75,7 @@ def order_by_backend(items):
     names, _ = backends.selected()
 
     def rank(item):
-        cs = getattr(item, "callspec", None)
-        name = cs.params.get("backend_session") if cs is not None else None
+        name = backend_of(item)
         return -1 if name is None else names.index(name) if name in names else len(names)
     items.sort(key=rank)
 
@@ -151,6 +150,31 @@ def timing_scale(backend, prompt=0.1, most=8):
     while t > prompt * scale and scale < most:
         scale *= 2
     return scale
+
+
+def backend_of(item):
+    """The backend test ITEM runs on (its backend_session parameter), or None."""
+    cs = getattr(item, "callspec", None)
+    return cs.params.get("backend_session") if cs is not None else None
+
+
+def keep_shard(config, items):
+    """From pytest_collection_modifyitems: with TREELOCKFS_SHARD=engines only
+    the tests on a real engine stay, with TREELOCKFS_SHARD=others only the
+    others (emulators, no store): tests/integration/run.sh runs the two at
+    once. The real engines' tests share each engine's one node and reset its
+    index, so they all stay in one shard; the emulators are each session's
+    own. Left out, not skipped: the other shard runs them."""
+    shard = backends.os.environ.get("TREELOCKFS_SHARD", "").strip()
+    if not shard:
+        return
+    if shard not in ("engines", "others"):
+        raise ValueError("TREELOCKFS_SHARD: %r is neither engines nor others" % shard)
+    want = shard == "engines"
+    gone = [i for i in items if (backend_of(i) in backends.ENGINES) != want]
+    if gone:
+        config.hook.pytest_deselected(items=gone)
+        items[:] = [i for i in items if (backend_of(i) in backends.ENGINES) == want]
 
 
 def skip_unselected(items):

@@ -56,6 +56,7 @@ def pytest_collection_modifyitems(config, items):
         if gone:
             config.hook.pytest_deselected(items=gone)
             items[:] = [i for i in items if i.get_closest_marker("libfuse") is not None]
+    backend_fixtures.keep_shard(config, items)
     backend_fixtures.skip_unselected(items)
     backend_fixtures.order_by_backend(items)
     if fuse_available() or unbuilt(BIN, CTL):
