@@ -77,6 +77,69 @@ def mounted_elsewhere(path):
     return False
 
 
+def mount_id(path):
+    """The id of the mount at PATH in our namespace (mountinfo's first
+    field), or None."""
+    path = os.path.realpath(path)
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) > 4 and fields[4] == path:
+                return fields[0]
+    return None
+
+
+def holders_of(path, mnt_id):
+    """Why an unmounted FUSE daemon may still run: the pids (with their
+    command) whose mount namespace, other than ours, still has PATH
+    mounted, and those with a descriptor open on the mount whose id was
+    MNT_ID (a lazy unmount leaves those working). For a failed stop's
+    message."""
+    path = os.path.realpath(path)
+    ours = os.readlink("/proc/self/ns/mnt")
+    out = []
+    for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
+        try:
+            why = []
+            if os.readlink("/proc/%s/ns/mnt" % pid) != ours:
+                with open("/proc/%s/mountinfo" % pid, encoding="utf-8",
+                          errors="surrogateescape") as f:
+                    if any(line.split()[4] == path for line in f):
+                        why.append("its mount namespace has it")
+            for fd in os.listdir("/proc/%s/fdinfo" % pid) if mnt_id else ():
+                try:
+                    with open("/proc/%s/fdinfo/%s" % (pid, fd)) as f:
+                        if "mnt_id:\t%s\n" % mnt_id in f.read():
+                            why.append("fd " + fd)
+                except OSError:
+                    continue
+            if why:
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    cmd = f.read().replace(b"\0", b" ").decode(errors="replace")[:120]
+                out.append("pid %s (%s): %s" % (pid, cmd.strip(), ", ".join(why[:4])))
+        except OSError:
+            continue
+    return out
+
+
+def threads_of(pid):
+    """Each thread of PID: its name and where it sleeps (wchan), one line
+    each: for the message of a daemon that would not stop."""
+    out = []
+    for tid in sorted(os.listdir("/proc/%d/task" % pid), key=int):
+        try:
+            with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+                comm = f.read().strip()
+            with open("/proc/%d/task/%s/wchan" % (pid, tid)) as f:
+                wchan = f.read().strip()
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                state = f.read().rpartition(")")[2].split()[0]
+        except OSError:
+            continue
+        out.append("%s %s %s %s" % (tid, comm, state, wchan))
+    return out
+
+
 def mounts_below(path):
     """The mount points of this mount namespace strictly below PATH."""
     path = os.path.realpath(path).rstrip("/") + "/"

@@ -26,8 +26,8 @@ FUSERMOUNT = shutil.which("fusermount3")
 
 sys.path.insert(0, os.path.join(SRCDIR, "tests"))
 import backend_fixtures  # noqa: E402
-from mounts import (detach, errno_of, is_mounted, mounted_elsewhere, mounts_below, outcome, program,  # noqa: E402,F401,E501
-                    read_file, require_built, run_steps, stop_mounts, unbuilt, wait_for, write_file)
+from mounts import (detach, errno_of, holders_of, is_mounted, mount_id, mounted_elsewhere, mounts_below,  # noqa: E402,F401,E501
+                    outcome, program, read_file, threads_of, require_built, run_steps, stop_mounts, unbuilt, wait_for, write_file)
 from backend_fixtures import backend, backend_session  # noqa: E402,F401
 
 BIN = program("treelockfs")
@@ -239,6 +239,7 @@ class Mount:
         busy machine); with CHECK it must exit 0."""
         if self.proc is None:
             return
+        mid = mount_id(self.mnt)
         detach(self.mnt)
         deadline = time.monotonic() + timeout
         termed = False
@@ -249,6 +250,9 @@ class Mount:
             except subprocess.TimeoutExpired:
                 pass
             if time.monotonic() >= deadline:
+                # what kept it: for the failure's message
+                why = ["threads: " + "; ".join(threads_of(self.proc.pid)),
+                       "holding the mount: " + ("; ".join(holders_of(self.mnt, mid)) or "nothing seen")]
                 self.kill()
                 rc = None
                 break
@@ -260,7 +264,9 @@ class Mount:
         self.logf.close()
         proc, self.proc = self.proc, None
         if check:
-            assert rc == 0, "treelockfs exited with %r:\n%s" % (rc, self.log())
+            assert rc == 0, "treelockfs exited with %r:\n%s%s" % (
+                rc, self.log(), "" if rc is not None else
+                "still running %d s after the unmount; %s" % (timeout, "\n".join(why)))
         return proc.returncode
 
     def kill(self, sig=signal.SIGKILL):
