@@ -429,7 +429,10 @@ def test_es__document_plan_of_a_large_directory(backend, es_mounts):
     # 100,200 entries: one _bulk answer would exceed the 16 MiB response
     # cap
     n = 100200
-    (a,) = es_mounts(backend, "A", opts={"A": ["lock_strategy=document", "lock_timeout=900",
+    # lock_timeout bounds the daemon's stop too (its last requests end by
+    # 3/4 of it): 240 s lets the rename through on a busy machine and the
+    # stop below end within its wait
+    (a,) = es_mounts(backend, "A", opts={"A": ["lock_strategy=document", "lock_timeout=240",
                                            "es_timeout_ms=60000"]}, lease_ttl=30)
     os.mkdir(a.path("big"))
     fill(a.bpath("big"), n)
@@ -444,6 +447,9 @@ def test_es__document_plan_of_a_large_directory(backend, es_mounts):
         n, time.monotonic() - t0, backend.stats()["total"]))
     assert len(os.listdir(a.path("big2"))) == n
     wait_for(lambda: lock_docs(backend) == {}, 60, what="no lock left")
+    t0 = time.monotonic()
+    a.stop(timeout=240)
+    print("stopped in %.1f s" % (time.monotonic() - t0))
 
 
 @ES8_AND_ENGINES
