@@ -50,7 +50,9 @@ struct deleg_slot {
 	char *dir;
 	int64_t last_us;           /* the last rename noted */
 	unsigned int count;        /* renames within NOTE_WINDOW_US of each other */
-	int64_t until_us;          /* no delegation before (cooldown) */
+	int64_t until_us;          /* no delegation before (a cooldown, a pause) */
+	int64_t cool_us;           /* the end of the last cooldown (not of a
+				    * pause after a refused try) */
 	int64_t backoff_us;        /* the next cooldown after a recall */
 };
 
@@ -331,7 +333,9 @@ static void cool_locked(struct deleg_slot *s, int64_t now)
 	s->backoff_us = s->backoff_us ? 2 * s->backoff_us : COOLDOWN_MIN_US;
 	if (s->backoff_us > COOLDOWN_MAX_US)
 		s->backoff_us = COOLDOWN_MAX_US;
-	s->until_us = now + s->backoff_us;
+	s->cool_us = now + s->backoff_us;
+	if (s->until_us < s->cool_us)
+		s->until_us = s->cool_us;
 }
 
 /* True when a delegation of DIR (LEN bytes) may be tried now; notes the
@@ -345,7 +349,11 @@ static bool note_locked(struct tl_delegs *d, const char *dir, size_t len, int64_
 
 	if (!s)
 		return false;
-	if (waited && now >= s->until_us)
+	/* not only when no pause runs: the rename that waited had usually
+	 * tried the grant when it was routed, and that refusal started a
+	 * pause of its own (REFUSED_PAUSE_US), after which the directory
+	 * would be delegated again and recalled at the other host's next turn */
+	if (waited && now >= s->cool_us)
 		cool_locked(s, now);
 	if (now - s->last_us < NOTE_WINDOW_US)
 		s->count++;
