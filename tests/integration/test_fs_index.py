@@ -12,21 +12,19 @@ locks over repairs the index from the rename's intent), and the refusals.
 import errno
 import os
 import random
-import stat
 import subprocess
 import threading
 import time
 
 import pytest
 
+import fsindex_view
 from conftest import BIN
 from es_helpers import (ES8_AND_ENGINES, INDEX, emu, emu_module, es_mounts,  # noqa: F401
                         es_opts, es_request, forget_mount, start_op, wait_for)
 
 # matched by the engines' reset (INDEX + "*"): dropped before each test
 FSI = INDEX + "-fs"
-TYPES = {stat.S_IFREG: "f", stat.S_IFDIR: "d", stat.S_IFLNK: "l", stat.S_IFIFO: "p",
-         stat.S_IFSOCK: "s", stat.S_IFCHR: "c", stat.S_IFBLK: "b"}
 
 
 def fs_opts(*extra):
@@ -34,48 +32,13 @@ def fs_opts(*extra):
 
 
 def fs_docs(b, name=FSI):
-    """{path: source} of every document of the fs index, read in pages
-    sorted by path (search_after), after a refresh."""
-    es_request(b, "POST", "/%s/_refresh" % name)
-    out, after = {}, None
-    while True:
-        body = {"size": 5000, "query": {"match_all": {}}, "sort": [{"path": {"order": "asc"}}]}
-        if after is not None:
-            body["search_after"] = [after]
-        st, r = es_request(b, "POST", "/%s/_search" % name, body)
-        if st == 404:
-            return {}
-        assert st == 200, r
-        hits = r["hits"]["hits"]
-        for h in hits:
-            out[h["_source"]["path"]] = h["_source"]
-        if len(hits) < 5000:
-            return out
-        after = hits[-1]["sort"][0]
-
-
-def tree(backing):
-    """{key: (type, size, mode, uid, gid)} of every entry below BACKING (the
-    root left out: it is indexed only once something noted it)."""
-    out = {}
-    for top, dirs, files in os.walk(backing):
-        for name in dirs + files:
-            p = os.path.join(top, name)
-            st = os.lstat(p)
-            key = "/" + os.path.relpath(p, backing)
-            out[key] = (TYPES[stat.S_IFMT(st.st_mode)], st.st_size if not stat.S_ISDIR(st.st_mode)
-                        else None, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
-    return out
-
-
-def indexed(docs):
-    return {k: (d["type"], d["size"] if d["type"] != "d" else None, d["mode"], d["uid"], d["gid"])
-            for k, d in docs.items() if k != "/"}
+    """{path: source} of every document of the fs index (fsindex_view)."""
+    return fsindex_view.fs_docs(lambda method, path, body: es_request(b, method, path, body), name)
 
 
 def differences(b, backing):
     """What the index says that the tree does not (empty when they agree)."""
-    want, got = tree(backing), indexed(fs_docs(b))
+    want, got = fsindex_view.tree(backing), fsindex_view.indexed(fs_docs(b))
     diff = []
     for k in sorted(set(want) | set(got)):
         if want.get(k) != got.get(k):

@@ -15,7 +15,6 @@ import errno
 import os
 import random
 import shutil
-import stat
 import sys
 import tempfile
 import threading
@@ -24,12 +23,12 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
 
+import fsindex_view  # noqa: E402
 import multihost  # noqa: E402
 
 FSI = "treelockfs-locks-fs"
-TYPES = {stat.S_IFREG: "f", stat.S_IFDIR: "d", stat.S_IFLNK: "l", stat.S_IFIFO: "p",
-         stat.S_IFSOCK: "s", stat.S_IFCHR: "c", stat.S_IFBLK: "b"}
 BIG = 300          # files of the directory moved back and forth
 TOPS = ("t0", "t1", "t2")
 # what a storm may meet from the other host's doing (the operation fails,
@@ -38,53 +37,16 @@ EXPECTED = (errno.ENOENT, errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR, errno.ENO
             errno.EBUSY, errno.EINVAL, errno.ESTALE, errno.ELOOP, errno.ENOLCK)
 
 
-def tree(root):
-    """{key: (type, size, mode, uid, gid, mtime_ns)} of every entry below
-    ROOT, the root left out (as tests/integration/test_fs_index.py's
-    comparison, with the mtime)."""
-    out = {}
-    for top, dirs, files in os.walk(root):
-        for name in dirs + files:
-            p = os.path.join(top, name)
-            st = os.lstat(p)
-            isdir = stat.S_ISDIR(st.st_mode)
-            out["/" + os.path.relpath(p, root)] = (
-                TYPES[stat.S_IFMT(st.st_mode)], None if isdir else st.st_size,
-                stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, st.st_mtime_ns)
-    return out
-
-
 def fs_docs(url):
-    """{path: source} of every document of the index, in pages sorted by
-    path (search_after), after a refresh."""
-    multihost.http(url + "/%s/_refresh" % FSI, "POST")
-    out, after = {}, None
-    while True:
-        body = {"size": 5000, "query": {"match_all": {}}, "sort": [{"path": {"order": "asc"}}]}
-        if after is not None:
-            body["search_after"] = [after]
-        st, r = multihost.http(url + "/%s/_search" % FSI, "POST", body, timeout=60)
-        if st == 404:
-            return {}
-        assert st == 200, r
-        hits = r["hits"]["hits"]
-        for h in hits:
-            out[h["_source"]["path"]] = h["_source"]
-        if len(hits) < 5000:
-            return out
-        after = hits[-1]["sort"][0]
-
-
-def indexed(docs):
-    return {k: (d["type"], None if d["type"] == "d" else d["size"], d["mode"], d["uid"],
-                d["gid"], d["mtime"] * 1000000000 + d["mtime_ns"])
-            for k, d in docs.items() if k != "/"}
+    """{path: source} of every document of the index (fsindex_view)."""
+    return fsindex_view.fs_docs(
+        lambda method, path, body: multihost.http(url + path, method, body, timeout=60), FSI)
 
 
 def differences(url, root):
     """What the index says that the tree does not, each kind counted:
     ({kind: n}, [lines])."""
-    want, got = tree(root), indexed(fs_docs(url))
+    want, got = fsindex_view.tree(root, mtime=True), fsindex_view.indexed(fs_docs(url), mtime=True)
     kinds, lines = {}, []
     for k in sorted(set(want) | set(got)):
         w, g = want.get(k), got.get(k)
@@ -267,7 +229,7 @@ def run(engine="emulator", duration=12.0, settle=30.0, seed=None, log=print):
         rep["differences"], rep["difference_lines"] = kinds, lines[:30]
         rep["stats"] = {h.name: {k: v for k, v in stats(h.mnt).items() if k.startswith("fs_index")}
                         for h in r.hosts}
-        rep["entries"] = len(tree(r.shared))
+        rep["entries"] = len(fsindex_view.tree(r.shared))
         rep["daemon_exit"] = {h.name: h.stop_all() for h in r.hosts}
     finally:
         r.cleanup()
