@@ -271,6 +271,10 @@ struct stop_watch {
 
 /* How often the watch looks whether the session ended. */
 #define STOP_POLL_MS 100
+/* A stop still under way this long after the session ended (or a quarter
+ * of lock_timeout, if less) is logged once: the store's last requests are
+ * what it waits for, up to 3/4 of lock_timeout. */
+#define STOP_SLOW_MS 5000
 
 /* Unmounts SE once, from whichever thread comes first. */
 static void stop_unmount(struct stop_watch *w)
@@ -307,7 +311,8 @@ static void stop_begin(struct stop_watch *w, bool wait)
 static void *stop_watch_main(void *arg)
 {
 	struct stop_watch *w = arg;
-	int64_t wake, ended;
+	int64_t wake, ended, slow = w->budget_ms / 4 < STOP_SLOW_MS ? w->budget_ms / 4 : STOP_SLOW_MS;
+	bool told = false;
 	struct timespec ts;
 
 	pthread_mutex_lock(&w->mutex);
@@ -321,7 +326,16 @@ static void *stop_watch_main(void *arg)
 		}
 		if (ended && tl_mono_ms() >= ended + w->budget_ms)
 			break;
-		wake = ended ? ended + w->budget_ms : tl_mono_ms() + STOP_POLL_MS;
+		if (ended && !told && tl_mono_ms() >= ended + slow) {
+			told = true;
+			tl_log(LOG_NOTICE, "still stopping %.1f s after the session ended: waiting "
+			       "for the lock store's last requests (releases, the lease), at most "
+			       "%.1f s more", (double)slow / 1000,
+			       (double)(w->budget_ms * 3 / 4 - slow) / 1000);
+			continue;
+		}
+		wake = !ended ? tl_mono_ms() + STOP_POLL_MS
+			      : told ? ended + w->budget_ms : ended + slow;
 		ts.tv_sec = wake / 1000;
 		ts.tv_nsec = (wake % 1000) * 1000000;
 		pthread_cond_timedwait(&w->cond, &w->mutex, &ts);

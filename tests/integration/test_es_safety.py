@@ -477,6 +477,8 @@ def test_es__unmount_ends_daemon_within_lock_timeout(backend, es_mounts):
             pytest.fail("the daemon still runs %.1f s after the unmount (lock_timeout %d s):\n%s"
                         % (time.monotonic() - t0, lock_timeout, a.log()))
         print("\ndaemon gone %.1f s after the unmount" % (time.monotonic() - t0))
+        # a quarter of lock_timeout into the stop, it says what it waits for
+        assert "still stopping 1.0 s after the session ended" in a.log(), a.log()
     finally:
         backend.resume()
         forget_mount(a)
