@@ -399,10 +399,16 @@ static void delegs_put(struct lockmgr *m)
 
 void lockmgr_shutdown(struct lockmgr *m, int64_t end_ms)
 {
-	if (__atomic_exchange_n(&m->stopping, 1, __ATOMIC_ACQ_REL)) {
+	int was = 0;
+
+	if (!__atomic_compare_exchange_n(&m->stopping, &was, 1, false, __ATOMIC_ACQ_REL,
+					 __ATOMIC_ACQUIRE)) {
 		/* a later call: the first one may still be giving delegations
 		 * back through the store, which our caller is about to close;
-		 * waited for until END_MS at most (the first may be stuck) */
+		 * waited for until END_MS at most (the first may be stuck).
+		 * Not an exchange: one that set 1 over the first call's 2 (it
+		 * had ended) waited until END_MS, 3/4 of lock_timeout, at
+		 * every stop where the watch thread came first */
 		struct timespec ms = {.tv_sec = 0, .tv_nsec = 1000000};
 
 		while (__atomic_load_n(&m->stopping, __ATOMIC_ACQUIRE) != 2 &&

@@ -419,8 +419,7 @@ def test_deleg__a_delegate_whose_clock_runs_ahead_still_gives_it_back(backend, m
     backing.mkdir()
     skew = {"LD_PRELOAD": lib, "FAKETIME": "+26m", "DONT_FAKE_MONOTONIC": "1",
             "FAKETIME_NO_CACHE": "1"}
-    # lock_timeout=10: a daemon under libfaketime takes until 3/4 of it to
-    # stop (its delegation poller's timed wait, not looked into yet)
+    # lock_timeout=10: bounds B's wait should A never give back
     a = mount_factory(opts=es_opts(backend, "A", *(DELEG + PATIENT + ["lock_timeout=10"])),
                       backing=backing, name="mntA", env=skew)
     b = mount_factory(opts=es_opts(backend, "B", "lock_timeout=10"), backing=backing,

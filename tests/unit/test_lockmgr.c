@@ -739,6 +739,22 @@ START_TEST(test_lockmgr__delegation_refused_then_waited_still_cools_down)
 }
 END_TEST
 
+/* The stop's two callers (the watch thread that sees the session end,
+ * the main thread after the FUSE loop): when the first call had already
+ * ended, the second one must return at once and leave the manager
+ * stopped, not mark it stopping again and wait until its end (3/4 of
+ * lock_timeout at every such stop). */
+START_TEST(test_lockmgr__shutdown_called_again_after_the_first_ended)
+{
+	ck_assert_int_eq(delegs_open(&mgr, 0.2, 60, &mgr.delegs), 0);
+	lockmgr_shutdown(&mgr, tl_mono_ms() + 1000);
+	ck_assert_int_eq(__atomic_load_n(&mgr.stopping, __ATOMIC_ACQUIRE), 2);
+	/* an end far away: a wait for it would hold the test for a minute */
+	lockmgr_shutdown(&mgr, tl_mono_ms() + 60000);
+	ck_assert_int_eq(__atomic_load_n(&mgr.stopping, __ATOMIC_ACQUIRE), 2);
+}
+END_TEST
+
 static unsigned int wanted_calls; /* atomic */
 
 /* The store's answer to the poller: nobody waits (counted). */
@@ -890,6 +906,7 @@ Suite *make_suite_lockmgr(void)
 	tcase_add_test(tc, test_lockmgr__delegation_earned_by_its_first_user);
 	tcase_add_test(tc, test_lockmgr__delegation_not_taken_where_a_rename_waited);
 	tcase_add_test(tc, test_lockmgr__delegation_refused_then_waited_still_cools_down);
+	tcase_add_test(tc, test_lockmgr__shutdown_called_again_after_the_first_ended);
 	tcase_add_test(tc, test_lockmgr__delegation_shutdown_during_a_covered_rename);
 	tcase_add_test(tc, test_lockmgr__delegation_idle_is_given_back);
 	suite_add_tcase(s, tc);
