@@ -160,6 +160,8 @@ struct es_store {
 	char nonce[24];
 	int64_t owner_seq, owner_term;
 	bool owner_doc;          /* our lease document exists */
+	bool lease_missing;      /* the start could not create it: the
+				  * heartbeat does, and says so */
 	int64_t renewed_ms;      /* monotonic SEND time of the last good renewal */
 	unsigned int epoch;
 	unsigned int held_cur, held_old; /* holders acquired in this / older epochs */

@@ -329,6 +329,13 @@ static void *heartbeat(void *arg)
 		err = lease_write(es, !have_doc, 0);
 		if (err)
 			next = tl_mono_ms() + period / 3; /* failing: retry sooner */
+		pthread_mutex_lock(&es->mutex);
+		if (!err && es->lease_missing) {
+			es->lease_missing = false;
+			tl_log(LOG_NOTICE, "lease of owner '%s' created in the lock store: renames "
+			       "take locks again", es->owner);
+		}
+		pthread_mutex_unlock(&es->mutex);
 		if ((err == -ESTALE || err == -ETIME) && have_doc) {
 			lease_lost(es, err);
 			next = tl_mono_ms(); /* create the new document at once */
@@ -374,10 +381,16 @@ int es_lease_start(struct es_store *es)
 	if (err)
 		return err;
 	err = es_start_retry(es, "create the lease in the lock store", lease_create_step, false);
-	if (err) {
-		tl_log(LOG_ERR, "cannot create the lease of owner '%s' in the lock store", es->owner);
-		return -ENOLCK;
-	}
+	/* the heartbeat starts either way: it creates the lease once the
+	 * store answers (before, a store that did not within es_start_timeout
+	 * left the mount without a lease, every rename failing with ENOLCK,
+	 * until it was mounted again) */
+	if (err)
+		tl_log(LOG_ERR, "cannot create the lease of owner '%s' in the lock store yet: "
+		       "renames fail with ENOLCK until the heartbeat creates it", es->owner);
+	pthread_mutex_lock(&es->mutex);
+	es->lease_missing = err != 0;
+	pthread_mutex_unlock(&es->mutex);
 	err = pthread_create(&es->hb, NULL, heartbeat, es);
 	if (err)
 		return -err;

@@ -159,6 +159,38 @@ def test_es__mount_start_retries_flaky_store(emu, mount_factory, tmp_path):
         m.stop()
 
 
+def test_es__lease_not_created_at_start_is_created_when_the_store_answers(emu, mount_factory,
+                                                                         tmp_path):
+    """The store bootstraps, then refuses the lease's creation for longer
+    than es_start_timeout: the mount serves, its renames fail with ENOLCK,
+    and once the store takes the lease the heartbeat creates it and renames
+    work. Before, such a mount stayed without a lease until remounted."""
+    backing = tmp_path / "backing"
+    (backing / "d").mkdir(parents=True)
+    (backing / "d" / "f").write_text("x")
+    emu.admin("POST", "/_esemu/block_path", {"contains": "/_create/owner", "mode": "reset"})
+    try:
+        m = mount_factory(opts=es_opts(emu, "L", "es_start_timeout=1", "lock_timeout=2"),
+                          backing=backing)
+        wait_for(lambda: "in the lock store yet" in m.log(), 30, what="the lease's failed start")
+        with pytest.raises(OSError) as e:
+            os.rename(m.path("d/f"), m.path("d/g"))
+        assert e.value.errno == errno.ENOLCK, e.value
+    finally:
+        emu.admin("POST", "/_esemu/block_path", {"contains": "/_create/owner", "mode": "none"})
+
+    def renamed():
+        try:
+            os.rename(m.path("d/f"), m.path("d/g"))
+            return True
+        except OSError as e:
+            assert e.errno == errno.ENOLCK, e
+            return False
+    wait_for(renamed, 60, step=0.2, what="a rename once the lease exists")
+    assert os.path.exists(backing / "d" / "g")
+    assert "renames take locks again" in m.log(), m.log()
+
+
 def test_es__mount_start_gives_up_with_reason(mount_factory, tmp_path):
     # credentials come from the environment (a URL with user:password@ is
     # refused before any request): they must not show in the reason either
