@@ -11,6 +11,7 @@ Nothing here kills or unmounts what it did not start.
 import errno
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -61,6 +62,27 @@ def es_opts(emu, owner, *extra, lease_ttl=2, url=None):
 PATIENT = ["lease_ttl=60", "es_timeout_ms=30000", "lock_timeout=120"]
 
 
+LEASE_FRESH = re.compile(r"^treelockfs_lease_fresh(\{[^}]*\})? 1(\.0*)?$", re.M)
+
+
+def wait_lease(m, timeout=60):
+    """Waits (up to TIMEOUT s, then goes on: the test judges) until mount M
+    holds a fresh lease. A mount serves before its lease exists; a real
+    node that just created the lock index may take tens of seconds to take
+    its first write on a busy machine (an Elasticsearch 7.10 node took
+    30 s once), and a test on such a mount would meet a store that is not
+    its subject."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            if LEASE_FRESH.search(m.ctl("metrics")):
+                return True
+        except OSError:
+            return False
+        time.sleep(0.05)
+    return False
+
+
 @pytest.fixture
 def es_mounts(mount_factory, tmp_path):
     """es_mounts(emu, "A", "B", opts={"A": [...]}) -> list of mounts of one
@@ -76,6 +98,8 @@ def es_mounts(mount_factory, tmp_path):
             extra = (opts or {}).get(o, [])
             out.append(mount_factory(opts=es_opts(emu, o, *extra, lease_ttl=lease_ttl),
                                      backing=backing, name="mnt" + o + tag))
+            if getattr(emu, "kind", None) == "engine":
+                wait_lease(out[-1])
         return out
     return make
 
