@@ -666,17 +666,16 @@ static void *rename_d_thread(void *arg)
 	return NULL;
 }
 
-START_TEST(test_lockmgr__delegation_not_taken_where_a_rename_waited)
+/* Another holder (another host's delegation of /d, say) holds /d while
+ * a rename within /d (/d/a -> /d/b) waits for it; then it lets go and the
+ * rename completes. */
+static void rename_in_d_waits_for_another_holder(void)
 {
 	struct tl_plan *other;
 	struct tl_holder oh;
 	pthread_t t;
 	int res = -1;
 
-	ck_assert_int_eq(delegs_open(&mgr, 0.2, 60, &mgr.delegs), 0);
-	mgr.timeout = 5;
-	/* another holder (another host's delegation of /d, say) holds /d;
-	 * a rename within /d waits for it */
 	ck_assert_int_eq(lockplan_entry(TL_STRATEGY_TREE, "/d", &other), 0);
 	ck_assert_int_eq(lockmgr_acquire(&mgr, other, 2, &oh), 0);
 	pthread_create(&t, NULL, rename_d_thread, &res);
@@ -685,6 +684,14 @@ START_TEST(test_lockmgr__delegation_not_taken_where_a_rename_waited)
 	ck_assert_int_eq(lockmgr_release(&mgr, other, &oh), 0);
 	pthread_join(t, NULL);
 	ck_assert_int_eq(res, 0);
+	lockplan_free(other);
+}
+
+START_TEST(test_lockmgr__delegation_not_taken_where_a_rename_waited)
+{
+	ck_assert_int_eq(delegs_open(&mgr, 0.2, 60, &mgr.delegs), 0);
+	mgr.timeout = 5;
+	rename_in_d_waits_for_another_holder();
 	/* two renames within /d in a second, but the first one met another
 	 * holder there: /d is shared, no delegation (its cooldown) */
 	ck_assert_int_eq(hold_and_unhold("/d/b", "/d/c"), 0);
@@ -695,7 +702,6 @@ START_TEST(test_lockmgr__delegation_not_taken_where_a_rename_waited)
 	ck_assert_int_eq(hold_and_unhold("/f/a", "/f/b"), 0);
 	ck_assert_int_eq(hold_and_unhold("/f/b", "/f/c"), 0);
 	ck_assert_int_eq(stat_of("delegations_granted"), 1);
-	lockplan_free(other);
 	lockmgr_shutdown(&mgr, tl_mono_ms() + 1000);
 	ck_assert_uint_eq(nlocks(), 0);
 }
@@ -708,24 +714,12 @@ END_TEST
  * turn (found by bench/es-alternate: 2 grants and 2 recalls in 7 s). */
 START_TEST(test_lockmgr__delegation_refused_then_waited_still_cools_down)
 {
-	struct tl_plan *other;
-	struct tl_holder oh;
-	pthread_t t;
-	int res = -1;
-
 	ck_assert_int_eq(delegs_open(&mgr, 0.2, 60, &mgr.delegs), 0);
 	mgr.timeout = 5;
 	ck_assert_int_eq(hold_and_unhold("/d/x", "/d/y"), 0);
-	ck_assert_int_eq(lockplan_entry(TL_STRATEGY_TREE, "/d", &other), 0);
-	ck_assert_int_eq(lockmgr_acquire(&mgr, other, 2, &oh), 0);
 	/* the second rename within /d: its try at the grant is refused, then
 	 * it waits in the store */
-	pthread_create(&t, NULL, rename_d_thread, &res);
-	while (stat_of("waits") < 1)
-		usleep(1000);
-	ck_assert_int_eq(lockmgr_release(&mgr, other, &oh), 0);
-	pthread_join(t, NULL);
-	ck_assert_int_eq(res, 0);
+	rename_in_d_waits_for_another_holder();
 	ck_assert_int_eq(stat_of("delegations_granted"), 0);
 	/* past the pause after a refused try (1 s): still cooling down */
 	usleep(1100 * 1000);
@@ -733,7 +727,6 @@ START_TEST(test_lockmgr__delegation_refused_then_waited_still_cools_down)
 	ck_assert_int_eq(hold_and_unhold("/d/c", "/d/e"), 0);
 	ck_assert_int_eq(stat_of("delegations_granted"), 0);
 	ck_assert_int_eq(stat_of("renames_local"), 0);
-	lockplan_free(other);
 	lockmgr_shutdown(&mgr, tl_mono_ms() + 1000);
 	ck_assert_uint_eq(nlocks(), 0);
 }
